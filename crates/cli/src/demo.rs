@@ -1,0 +1,59 @@
+//! `quarry demo`: the headless main job. Indexes the bundled demo corpus into a throwaway
+//! library (or `--data-dir`) and runs sample searches.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use quarry_core::{IndexOptions, Library, SearchRequest};
+
+/// Where the demo corpus is: `QUARRY_DEMO_DIR`, next to the executable
+/// (`../share/quarry/demo`), or the source tree's `seeds/demo`.
+fn demo_corpus() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("QUARRY_DEMO_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let exe_relative = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|p| p.join("../share/quarry/demo")));
+    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../seeds/demo");
+    [exe_relative, Some(source_tree)]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_dir())
+}
+
+pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCode> {
+    let corpus = corpus
+        .or_else(demo_corpus)
+        .context("demo corpus not found; pass --corpus DIR or set QUARRY_DEMO_DIR")?;
+    let temp;
+    let data_dir = match data_dir {
+        Some(d) => d,
+        None => {
+            temp = tempfile::tempdir()?;
+            temp.path().to_path_buf()
+        }
+    };
+    println!("Quarry demo: indexing {} into {}", corpus.display(), data_dir.display());
+    let mut library = Library::open(&data_dir)?;
+    if library.find_source(&corpus.display().to_string()).is_err() {
+        library.add_source(&corpus, "demo", &[], &[])?;
+    }
+    let progress = library.writer()?.index_all(&IndexOptions::default(), &|_| {})?;
+    crate::output::summary(&progress);
+    for query in [
+        "how do lifetimes relate to the borrow checker",
+        "\"vector search\"",
+        "orbital velocity",
+        "cache invalidation",
+    ] {
+        println!("\n$ quarry search {query:?}");
+        let mut request = SearchRequest::new(query);
+        request.limit = 3;
+        crate::output::hits(&library.search(&request)?, false)?;
+    }
+    println!();
+    crate::output::status(&library.status()?, false)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,316 @@
+//! `quarry`: every Quarry capability, headless. A thin adapter over quarry-core: parse
+//! arguments, call the engine, print. Exit codes: 0 success, 1 no results, 2 error.
+
+mod bench;
+mod demo;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use quarry_core::{IndexOptions, Library, SearchRequest, WatchOptions};
+
+#[derive(Parser)]
+#[command(name = "quarry", version, about = "Local knowledge bases: index folders, search them")]
+struct Cli {
+    /// Library data directory [default: the platform data dir]
+    #[arg(long, global = true, env = "QUARRY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Manage collections (named sets of sources)
+    #[command(subcommand)]
+    Collection(CollectionCommand),
+    /// Manage sources (indexed folders)
+    #[command(subcommand)]
+    Source(SourceCommand),
+    /// Index every source; with --watch, keep indexing changes
+    Index(IndexArgs),
+    /// Search the library
+    Search(SearchArgs),
+    /// Counts, sources and recent per-file errors
+    Status {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show documents
+    #[command(subcommand)]
+    Doc(DocCommand),
+    /// Check that SQLite and the full-text index agree (and repair with --repair)
+    Check {
+        /// Rebuild the full-text index from SQLite if they disagree
+        #[arg(long)]
+        repair: bool,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Index the bundled demo corpus into a throwaway library and run sample searches
+    Demo {
+        /// Demo corpus folder [default: the bundled seeds/demo]
+        #[arg(long)]
+        corpus: Option<PathBuf>,
+    },
+    /// Benchmarks that print throughput and latency figures
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum CollectionCommand {
+    /// Create a collection
+    Add {
+        name: String,
+        /// Sensitivity label
+        #[arg(long, default_value = "internal")]
+        sensitivity: String,
+        /// Stemming language of its text
+        #[arg(long, default_value = "english")]
+        language: String,
+    },
+    /// List collections
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a collection and everything indexed in it
+    Remove { name: String },
+}
+
+#[derive(Subcommand)]
+enum SourceCommand {
+    /// Add a folder to a collection (the collection is created if needed)
+    Add {
+        path: PathBuf,
+        #[arg(long, short)]
+        collection: String,
+        /// Only files matching this glob (repeatable)
+        #[arg(long)]
+        include: Vec<String>,
+        /// Leave out files or folders matching this glob (repeatable)
+        #[arg(long)]
+        exclude: Vec<String>,
+    },
+    /// List sources
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a source (by id or folder); its documents leave the index
+    Remove { source: String },
+}
+
+#[derive(Subcommand)]
+enum DocCommand {
+    /// Show a document's state and chunks
+    Show {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum ProgressStyle {
+    /// Bars on a terminal, a summary otherwise
+    Auto,
+    /// Always bars
+    Bar,
+    /// One JSON event per line on stdout
+    Json,
+    /// Only the summary
+    None,
+}
+
+#[derive(Args)]
+struct IndexArgs {
+    /// Keep running and index changes as they happen
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: rescan periodically instead of using OS file events
+    #[arg(long)]
+    poll: bool,
+    /// With --watch: seconds between rescans of polled sources
+    #[arg(long, default_value_t = 30)]
+    rescan_secs: u64,
+    /// Retry files that failed before even if unchanged
+    #[arg(long)]
+    retry_failed: bool,
+    /// Extraction threads [default: cores]
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Most tokens per chunk
+    #[arg(long, default_value_t = 200)]
+    chunk_tokens: usize,
+    /// Tokens shared by consecutive chunks
+    #[arg(long, default_value_t = 32)]
+    overlap_tokens: usize,
+    /// Skip files larger than this many MiB
+    #[arg(long, default_value_t = 64)]
+    max_file_mb: u64,
+    /// How to show progress
+    #[arg(long, value_enum, default_value_t = ProgressStyle::Auto)]
+    progress: ProgressStyle,
+}
+
+impl IndexArgs {
+    fn options(&self) -> IndexOptions {
+        let mut options = IndexOptions::default();
+        options.chunk.max_tokens = self.chunk_tokens;
+        options.chunk.overlap_tokens = self.overlap_tokens;
+        options.max_file_size = self.max_file_mb << 20;
+        options.retry_failed = self.retry_failed;
+        if let Some(t) = self.threads {
+            options.threads = t;
+        }
+        options
+    }
+}
+
+#[derive(Args)]
+struct SearchArgs {
+    query: String,
+    /// Search only this collection (repeatable)
+    #[arg(long, short)]
+    collection: Vec<String>,
+    /// Number of results
+    #[arg(long, short = 'n', default_value_t = 10)]
+    limit: usize,
+    /// Show every matching chunk, not only the best one per file
+    #[arg(long)]
+    all_chunks: bool,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            match err.downcast_ref::<quarry_core::Error>() {
+                Some(e) => eprintln!("error[{}]: {e}", e.code()),
+                None => eprintln!("error: {err:#}"),
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let data_dir = cli.data_dir.clone().unwrap_or_else(Library::default_data_dir);
+    match cli.command {
+        Command::Demo { corpus } => return demo::run(cli.data_dir, corpus),
+        Command::Bench(command) => return bench::run(command, cli.data_dir),
+        _ => {}
+    }
+    let mut library = Library::open(&data_dir)?;
+    match cli.command {
+        Command::Collection(CollectionCommand::Add { name, sensitivity, language }) => {
+            let c = library.create_collection(&name, &sensitivity, &language)?;
+            println!("created collection {} ({}, {})", c.name, c.sensitivity, c.language);
+        }
+        Command::Collection(CollectionCommand::List { json }) => {
+            output::collections(&library.collections()?, json)?;
+        }
+        Command::Collection(CollectionCommand::Remove { name }) => {
+            library.remove_collection(&name)?;
+            println!("removed collection {name}");
+        }
+        Command::Source(SourceCommand::Add { path, collection, include, exclude }) => {
+            let s = library.add_source(&path, &collection, &include, &exclude)?;
+            println!(
+                "added source {} ({}) to collection {}; run `quarry index` to index it",
+                s.id,
+                s.root.display(),
+                s.collection
+            );
+        }
+        Command::Source(SourceCommand::List { json }) => output::sources(&library.sources()?, json)?,
+        Command::Source(SourceCommand::Remove { source }) => {
+            let s = library.find_source(&source)?;
+            library.remove_source(s.id)?;
+            println!("removed source {} ({})", s.id, s.root.display());
+        }
+        Command::Index(args) => index(&mut library, &args)?,
+        Command::Search(args) => {
+            let mut request = SearchRequest::new(&args.query);
+            request.collections = args.collection;
+            request.limit = args.limit;
+            request.max_per_document = if args.all_chunks { 0 } else { 1 };
+            let results = library.search(&request)?;
+            output::hits(&results, args.json)?;
+            if results.hits.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Status { json } => output::status(&library.status()?, json)?,
+        Command::Doc(DocCommand::Show { path, json }) => output::document(&library.document(&path)?, json)?,
+        Command::Check { repair, json } => {
+            let report = library.verify()?;
+            output::check(&report, json)?;
+            if !report.is_consistent() {
+                if repair {
+                    library.writer()?.rebuild_fulltext()?;
+                    let after = library.verify()?;
+                    output::check(&after, json)?;
+                    if after.is_consistent() {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Command::Demo { .. } | Command::Bench(_) => unreachable!("handled before opening a library"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
+    if library.sources()?.is_empty() {
+        anyhow::bail!("no sources yet: add a folder with `quarry source add PATH --collection NAME`");
+    }
+    let options = args.options();
+    let style = match args.progress {
+        ProgressStyle::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => ProgressStyle::Bar,
+        ProgressStyle::Auto => ProgressStyle::None,
+        other => other,
+    };
+    let reporter = output::ProgressReporter::new(style == ProgressStyle::Bar, style == ProgressStyle::Json);
+    let mut writer = library.writer()?;
+    let progress = writer.index_all(&options, &|e| reporter.index_event(e))?;
+    reporter.finish();
+    if style != ProgressStyle::Json {
+        output::summary(&progress);
+    }
+    if args.watch {
+        // Ctrl-C ends the process: every write is a transaction and tantivy replays from the
+        // outbox, so there is nothing to flush.
+        let stop = AtomicBool::new(false);
+        let watch_options = WatchOptions {
+            rescan_interval: Duration::from_secs(args.rescan_secs.max(1)),
+            poll_only: args.poll,
+            ..WatchOptions::default()
+        };
+        eprintln!("watching for changes (Ctrl-C to stop)");
+        writer.watch(&options, &watch_options, &|e| reporter.watch_event(e), &stop)?;
+    }
+    Ok(())
+}

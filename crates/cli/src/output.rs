@@ -1,0 +1,297 @@
+//! Printing: human tables and JSON, and the indexing progress bars.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use quarry_core::{
+    Collection, ConsistencyReport, DocumentView, IndexEvent, IndexProgress, SearchResults, Source,
+    StatusReport, WatchEvent,
+};
+use serde::Serialize;
+
+fn json<T: Serialize>(value: &T) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+pub fn collections(list: &[Collection], as_json: bool) -> Result<()> {
+    if as_json {
+        return json(&list);
+    }
+    if list.is_empty() {
+        println!("no collections");
+    }
+    for c in list {
+        println!("{:<24} {:<14} {}", c.name, c.sensitivity, c.language);
+    }
+    Ok(())
+}
+
+pub fn sources(list: &[Source], as_json: bool) -> Result<()> {
+    if as_json {
+        return json(&list);
+    }
+    if list.is_empty() {
+        println!("no sources");
+    }
+    for s in list {
+        println!(
+            "{:>3}  {:<16} {:>7} indexed {:>5} not indexed  {}{}",
+            s.id,
+            s.collection,
+            s.documents_indexed,
+            s.documents_not_indexed,
+            s.root.display(),
+            if s.status == quarry_core::store::SourceStatus::Missing { "  [folder missing]" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// Snippet with matches in bold on a terminal, `**marked**` otherwise.
+fn highlight(text: &str, ranges: &[(usize, usize)], tty: bool) -> String {
+    let (open, close) = if tty { ("\x1b[1m", "\x1b[0m") } else { ("**", "**") };
+    let mut out = String::new();
+    let mut at = 0;
+    for &(s, e) in ranges {
+        if s < at || e > text.len() {
+            continue;
+        }
+        out.push_str(&text[at..s]);
+        out.push_str(open);
+        out.push_str(&text[s..e]);
+        out.push_str(close);
+        at = e;
+    }
+    out.push_str(&text[at..]);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn hits(results: &SearchResults, as_json: bool) -> Result<()> {
+    if as_json {
+        return json(results);
+    }
+    let tty = std::io::stdout().is_terminal();
+    if results.hits.is_empty() {
+        println!("no results ({:.1} ms)", results.took_us as f64 / 1000.0);
+        return Ok(());
+    }
+    for hit in &results.hits {
+        let mut location = hit.path.display().to_string();
+        if let Some(page) = hit.location.page {
+            location.push_str(&format!(" p.{page}"));
+        }
+        if let Some(line) = hit.location.line_start {
+            location.push_str(&format!(":{line}"));
+        }
+        println!(
+            "{:>2}. {}  [{}, score {:.2}]",
+            hit.rank,
+            hit.title.as_deref().unwrap_or("(untitled)"),
+            hit.collection,
+            hit.score
+        );
+        println!("    {location}");
+        if !hit.heading_path.is_empty() {
+            println!("    § {}", hit.heading_path);
+        }
+        println!("    {}", highlight(&hit.snippet.text, &hit.snippet.highlights, tty));
+    }
+    println!("({} results, {:.1} ms)", results.hits.len(), results.took_us as f64 / 1000.0);
+    Ok(())
+}
+
+pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
+    if as_json {
+        return json(report);
+    }
+    let s = &report.stats;
+    println!("library      {}", report.data_dir.display());
+    println!("collections  {}   sources {}", s.collections, s.sources);
+    println!(
+        "documents    {} indexed, {} skipped, {} failed, {} with warnings",
+        s.documents_indexed, s.documents_skipped, s.documents_failed, s.documents_with_warnings
+    );
+    println!(
+        "chunks       {}   text {:.1} MB   on disk {:.1} MB",
+        s.chunks,
+        s.extracted_bytes as f64 / 1e6,
+        report.disk_bytes as f64 / 1e6
+    );
+    println!(
+        "full text    applied through #{}{}",
+        report.fulltext_applied_seq,
+        if s.outbox_pending > 0 { format!(", {} change(s) pending", s.outbox_pending) } else { String::new() }
+    );
+    for source in &report.sources {
+        if let Some(err) = &source.last_error {
+            println!("source {}     {}: {}", source.id, source.root.display(), err);
+        }
+    }
+    if !s.not_indexed_by_reason.is_empty() {
+        println!("not indexed:");
+        for r in &s.not_indexed_by_reason {
+            println!("  {:>6}  {} ({})", r.count, r.reason, r.status);
+        }
+    }
+    if !report.problems.is_empty() {
+        println!("recent problems:");
+        for d in &report.problems {
+            let what = d.last_error.as_deref().or(d.warning.as_deref()).unwrap_or("");
+            let label = match d.status {
+                quarry_core::DocumentStatus::Indexed => "warning".to_string(),
+                _ => d.reason.clone().unwrap_or_default(),
+            };
+            println!("  {}: {} — {}", label, d.path.display(), what);
+        }
+    }
+    Ok(())
+}
+
+pub fn document(view: &DocumentView, as_json: bool) -> Result<()> {
+    if as_json {
+        return json(view);
+    }
+    let d = &view.document;
+    println!("path      {}", d.path.display());
+    println!("title     {}", d.title.as_deref().unwrap_or("-"));
+    println!("status    {:?}{}", d.status, d.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default());
+    if let Some(e) = &d.last_error {
+        println!("error     {e}");
+    }
+    if let Some(w) = &d.warning {
+        println!("warning   {w}");
+    }
+    println!("format    {}   size {} bytes   chunks {}", d.format.as_deref().unwrap_or("-"), d.size.unwrap_or(0), d.chunk_count);
+    println!("hash      {}", d.content_hash.as_deref().unwrap_or("-"));
+    for c in &view.chunks {
+        let lines = match (c.location.line_start, c.location.line_end) {
+            (Some(a), Some(b)) => format!("lines {a}-{b}"),
+            _ => String::new(),
+        };
+        let page = c.location.page.map(|p| format!("page {p} ")).unwrap_or_default();
+        println!("--- chunk {} (#{}, {} tokens) {page}{lines} {}", c.ordinal, c.id, c.token_count, c.heading_path);
+        let preview: String = c.text.chars().take(240).collect();
+        println!("{}", preview.split_whitespace().collect::<Vec<_>>().join(" "));
+    }
+    Ok(())
+}
+
+pub fn check(report: &ConsistencyReport, as_json: bool) -> Result<()> {
+    if as_json {
+        return json(report);
+    }
+    println!(
+        "sqlite chunks {}  full-text chunks {}  missing {}  stale {}  duplicate paths {}  => {}",
+        report.sqlite_chunks,
+        report.fulltext_chunks,
+        report.missing_from_fulltext.len(),
+        report.stale_in_fulltext.len(),
+        report.duplicate_paths,
+        if report.is_consistent() { "consistent" } else { "INCONSISTENT" }
+    );
+    Ok(())
+}
+
+pub fn summary(p: &IndexProgress) {
+    eprintln!(
+        "indexed {} files ({} unchanged, {} renamed, {} removed, {} skipped, {} failed): {} chunks, {:.1} MB text in {:.1}s ({:.0} files/s, {:.1} MB/s)",
+        p.files_indexed,
+        p.files_unchanged,
+        p.files_renamed,
+        p.files_removed,
+        p.files_skipped,
+        p.files_failed,
+        p.chunks_written,
+        p.bytes_extracted as f64 / 1e6,
+        p.elapsed_ms as f64 / 1000.0,
+        p.files_per_sec,
+        p.extracted_mb_per_sec
+    );
+    if p.files_failed > 0 {
+        eprintln!("see `quarry status` for the failed files and why");
+    }
+}
+
+/// Turns index events into a progress bar or JSON lines.
+pub struct ProgressReporter {
+    bar: Option<ProgressBar>,
+    json: bool,
+    lock: Mutex<()>,
+}
+
+impl ProgressReporter {
+    pub fn new(bar: bool, json: bool) -> Self {
+        let bar = bar.then(|| {
+            let pb = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            pb.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files {msg} (eta {eta})",
+                )
+                .expect("a valid template"),
+            );
+            pb
+        });
+        ProgressReporter { bar, json, lock: Mutex::new(()) }
+    }
+
+    fn print_json<T: Serialize>(&self, value: &T) {
+        let _guard = self.lock.lock();
+        let mut out = std::io::stdout().lock();
+        if serde_json::to_writer(&mut out, value).is_ok() {
+            let _ = writeln!(out);
+            let _ = out.flush();
+        }
+    }
+
+    pub fn index_event(&self, event: &IndexEvent) {
+        if self.json {
+            self.print_json(event);
+        }
+        let Some(bar) = &self.bar else { return };
+        match event {
+            IndexEvent::ScanFinished { discovered, .. } => bar.inc_length(*discovered),
+            IndexEvent::BatchCommitted { progress } => {
+                bar.set_position(progress.files_processed);
+                bar.set_message(format!(
+                    "{} chunks, {:.1} MB/s, {} failed",
+                    progress.chunks_written, progress.extracted_mb_per_sec, progress.files_failed
+                ));
+            }
+            IndexEvent::SourceMissing { root, .. } => {
+                bar.println(format!("source folder missing: {} (documents kept)", root.display()))
+            }
+            _ => {}
+        }
+    }
+
+    pub fn watch_event(&self, event: &WatchEvent) {
+        if self.json {
+            self.print_json(event);
+            return;
+        }
+        match event {
+            WatchEvent::Watching { root, .. } => eprintln!("watching {}", root.display()),
+            WatchEvent::Degraded { reason, .. } => eprintln!("warning: {reason}"),
+            WatchEvent::Changed { paths } => {
+                for p in paths {
+                    eprintln!("changed {}", p.display());
+                }
+            }
+            WatchEvent::Index(IndexEvent::FileFailed { path, message, .. }) => {
+                eprintln!("failed {}: {message}", path.display())
+            }
+            WatchEvent::Index(_) => {}
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

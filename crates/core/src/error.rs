@@ -1,0 +1,218 @@
+//! The one error type of quarry-core, with stable codes for every boundary (CLI exit codes,
+//! Tauri `{code, kind, message}`).
+//!
+//! Errors are sorted by whose fault they are: [`ErrorKind::InvalidInput`] and
+//! [`ErrorKind::NotFound`] are the caller's to fix, [`ErrorKind::Unavailable`] is the
+//! environment's (a lock held by another process, a full disk), [`ErrorKind::Internal`] is a bug
+//! or corrupt data. Codes are API: never rename one (a test snapshots the table).
+
+use std::path::PathBuf;
+
+/// Result alias used across quarry-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Who can fix an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request itself is wrong (bad name, bad glob, bad path).
+    InvalidInput,
+    /// Something named by the request does not exist.
+    NotFound,
+    /// The environment stops us for now (lock held, disk full); retrying later may work.
+    Unavailable,
+    /// A bug or corrupt data.
+    Internal,
+}
+
+/// Every error quarry-core returns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A collection name that is not known.
+    #[error("collection `{0}` does not exist (see `quarry collection list`)")]
+    CollectionNotFound(String),
+    /// A collection name already taken.
+    #[error("collection `{0}` already exists")]
+    CollectionExists(String),
+    /// A collection name that cannot be used.
+    #[error("invalid collection name `{name}`: {reason}")]
+    InvalidCollectionName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A language without a stemmer.
+    #[error("unknown language `{0}`; known: {known}", known = crate::fulltext::LANGUAGE_NAMES.join(", "))]
+    UnknownLanguage(String),
+    /// A source that is not known.
+    #[error("no source matches `{0}` (see `quarry source list`)")]
+    SourceNotFound(String),
+    /// The folder is already a source of that collection.
+    #[error("`{path}` is already a source of collection `{collection}`")]
+    SourceExists {
+        /// The folder.
+        path: PathBuf,
+        /// The collection it belongs to.
+        collection: String,
+    },
+    /// A source path that cannot be indexed.
+    #[error("cannot add `{path}` as a source: {reason}")]
+    InvalidSourcePath {
+        /// The folder given.
+        path: PathBuf,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// An include or exclude glob that does not parse.
+    #[error("invalid glob `{glob}`: {reason}")]
+    InvalidGlob {
+        /// The glob as given.
+        glob: String,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// A document path that is not in the library.
+    #[error("no indexed document at `{0}`")]
+    DocumentNotFound(PathBuf),
+    /// Another process holds the library's write lock.
+    #[error("the library at `{data_dir}` is being written by another process ({holder}); wait for it to finish or stop it")]
+    WriterBusy {
+        /// The library's data directory.
+        data_dir: PathBuf,
+        /// What the lock file says about its holder (pid and command).
+        holder: String,
+    },
+    /// The library was written by a newer Quarry.
+    #[error("the library at `{path}` has schema version {found}, newer than this Quarry understands ({supported}); upgrade Quarry")]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Version on disk.
+        found: i64,
+        /// Highest version this build knows.
+        supported: i64,
+    },
+    /// A watch could not be set up.
+    #[error("cannot watch `{path}`: {reason}")]
+    Watch {
+        /// The folder.
+        path: PathBuf,
+        /// notify's error.
+        reason: String,
+    },
+    /// The disk is full.
+    #[error("no space left on device while writing `{0}`")]
+    DiskFull(PathBuf),
+    /// SQLite failed.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// tantivy failed.
+    #[error("full-text index error: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    /// The full-text index does not agree with SQLite and could not repair itself.
+    #[error("full-text index out of sync: {0}")]
+    FulltextOutOfSync(String),
+    /// Filesystem failure on a library file (not a document: those are per-file errors).
+    #[error("I/O error on `{path}`: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Invariant broken: a bug.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on; a full disk gets its own code.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        if source.raw_os_error() == Some(28) {
+            return Error::DiskFull(path);
+        }
+        Error::Io { path, source }
+    }
+
+    /// The stable snake_case code of this error (see [`ERROR_CODES`]).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::CollectionNotFound(_) => "collection_not_found",
+            Error::CollectionExists(_) => "collection_exists",
+            Error::InvalidCollectionName { .. } => "invalid_collection_name",
+            Error::UnknownLanguage(_) => "unknown_language",
+            Error::SourceNotFound(_) => "source_not_found",
+            Error::SourceExists { .. } => "source_exists",
+            Error::InvalidSourcePath { .. } => "invalid_source_path",
+            Error::InvalidGlob { .. } => "invalid_glob",
+            Error::DocumentNotFound(_) => "document_not_found",
+            Error::WriterBusy { .. } => "writer_busy",
+            Error::SchemaTooNew { .. } => "schema_too_new",
+            Error::Watch { .. } => "watch_failed",
+            Error::DiskFull(_) => "disk_full",
+            Error::Sqlite(_) => "database_error",
+            Error::Tantivy(_) => "fulltext_error",
+            Error::FulltextOutOfSync(_) => "fulltext_out_of_sync",
+            Error::Io { .. } => "io_error",
+            Error::Internal(_) => "internal",
+        }
+    }
+
+    /// Who can fix it.
+    pub fn kind(&self) -> ErrorKind {
+        ERROR_CODES
+            .iter()
+            .find(|(code, _)| *code == self.code())
+            .map(|(_, kind)| *kind)
+            .unwrap_or(ErrorKind::Internal)
+    }
+}
+
+/// Every code with its kind: the table the boundaries map from.
+pub const ERROR_CODES: &[(&str, ErrorKind)] = &[
+    ("collection_not_found", ErrorKind::NotFound),
+    ("collection_exists", ErrorKind::InvalidInput),
+    ("invalid_collection_name", ErrorKind::InvalidInput),
+    ("unknown_language", ErrorKind::InvalidInput),
+    ("source_not_found", ErrorKind::NotFound),
+    ("source_exists", ErrorKind::InvalidInput),
+    ("invalid_source_path", ErrorKind::InvalidInput),
+    ("invalid_glob", ErrorKind::InvalidInput),
+    ("document_not_found", ErrorKind::NotFound),
+    ("writer_busy", ErrorKind::Unavailable),
+    ("schema_too_new", ErrorKind::Unavailable),
+    ("watch_failed", ErrorKind::Unavailable),
+    ("disk_full", ErrorKind::Unavailable),
+    ("database_error", ErrorKind::Internal),
+    ("fulltext_error", ErrorKind::Internal),
+    ("fulltext_out_of_sync", ErrorKind::Internal),
+    ("io_error", ErrorKind::Unavailable),
+    ("internal", ErrorKind::Internal),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_code_table_is_stable() {
+        let codes: Vec<&str> = ERROR_CODES.iter().map(|(c, _)| *c).collect();
+        assert_eq!(
+            codes.join(","),
+            "collection_not_found,collection_exists,invalid_collection_name,unknown_language,\
+source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,writer_busy,\
+schema_too_new,watch_failed,disk_full,database_error,fulltext_error,fulltext_out_of_sync,\
+io_error,internal"
+        );
+    }
+
+    #[test]
+    fn full_disk_gets_its_own_code() {
+        let err = Error::io("/x", std::io::Error::from_raw_os_error(28));
+        assert_eq!(err.code(), "disk_full");
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert_eq!(Error::CollectionNotFound("a".into()).kind(), ErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,341 @@
+//! The tantivy full-text index: derived from SQLite, never the source of truth.
+//!
+//! Contract: every chunk change in SQLite writes a `fulltext_outbox` row in the same
+//! transaction. [`FullText::sync`] applies outbox rows in sequence order (delete the chunk's
+//! term, then add it again if it still exists, so replaying is idempotent) and commits with the
+//! last applied sequence as the commit payload. On open, anything after that sequence is
+//! replayed, so a crash between the SQLite commit and the tantivy commit loses nothing. Only
+//! after the tantivy commit returns are outbox rows pruned; if tantivy is ever older than the
+//! pruned horizon (a restored or deleted index folder) it is rebuilt from SQLite.
+//!
+//! The schema has `title`, `heading` and `body` fields per stemming language, so each
+//! collection keeps its own stemmer while BM25 statistics stay comparable across collections.
+
+mod schema;
+
+pub use schema::LANGUAGE_NAMES;
+pub(crate) use schema::language_by_name;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
+use tantivy::schema::{IndexRecordOption, Value};
+use tantivy::snippet::SnippetGenerator;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+use schema::Fields;
+
+/// Memory budget of the index writer. 50 MB keeps RSS modest on small machines.
+const WRITER_MEMORY: usize = 50_000_000;
+/// Outbox rows read per round trip while syncing.
+const SYNC_BATCH: usize = 5_000;
+
+/// A full-text hit before it is joined with SQLite.
+#[derive(Debug, Clone)]
+pub struct FulltextHit {
+    /// The chunk.
+    pub chunk_id: i64,
+    /// BM25 score (with field boosts).
+    pub score: f32,
+}
+
+/// A highlighted excerpt.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Snippet {
+    /// Plain text excerpt.
+    pub text: String,
+    /// Byte ranges of `text` that matched the query.
+    pub highlights: Vec<(usize, usize)>,
+}
+
+/// The open full-text index.
+pub struct FullText {
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    writer: Option<IndexWriter>,
+}
+
+impl FullText {
+    /// Opens the index in `dir`, creating it if absent or unreadable (it is derived data).
+    pub fn open(dir: &Path) -> Result<FullText> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let (schema, fields) = schema::build();
+        let index = match Index::open_in_dir(dir) {
+            Ok(index) if index.schema() == schema => index,
+            Ok(_) => {
+                tracing::warn!(dir = %dir.display(), "full-text schema changed; rebuilding");
+                recreate(dir, schema)?
+            }
+            Err(tantivy::TantivyError::OpenDirectoryError(_))
+            | Err(tantivy::TantivyError::OpenReadError(_)) => {
+                Index::create_in_dir(dir, schema).or_else(|_| recreate(dir, schema::build().0))?
+            }
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), %err, "full-text index unreadable; rebuilding");
+                recreate(dir, schema)?
+            }
+        };
+        schema::register_tokenizers(&index);
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::OnCommitWithDelay)
+            .try_into()?;
+        Ok(FullText {
+            index,
+            reader,
+            fields,
+            writer: None,
+        })
+    }
+
+    /// Takes tantivy's writer (the caller already holds the library's write lock).
+    pub(crate) fn start_writing(&mut self) -> Result<()> {
+        if self.writer.is_none() {
+            let writer = self.index.writer_with_num_threads(1, WRITER_MEMORY)?;
+            self.writer = Some(writer);
+        }
+        Ok(())
+    }
+
+    /// The outbox sequence the last commit applied (0 for a new index).
+    pub fn applied_seq(&self) -> Result<i64> {
+        let metas = self.index.load_metas()?;
+        Ok(metas
+            .payload
+            .as_deref()
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+            .and_then(|v| v.get("outbox_seq").and_then(|s| s.as_i64()))
+            .unwrap_or(0))
+    }
+
+    /// Applies every pending outbox row and commits. Returns the sequence now applied.
+    /// Requires [`start_writing`](Self::start_writing).
+    pub(crate) fn sync(&mut self, store: &Store) -> Result<i64> {
+        let mut applied = self.applied_seq()?;
+        if applied < store.outbox_pruned_through()? {
+            return self.rebuild(store);
+        }
+        let target = store.outbox_max_seq()?;
+        if applied >= target {
+            return Ok(applied);
+        }
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| Error::Internal("full-text sync without a writer".into()))?;
+        loop {
+            let entries = store.outbox_after(applied, SYNC_BATCH)?;
+            let Some(last) = entries.last() else { break };
+            let last_seq = last.seq;
+            for entry in &entries {
+                writer.delete_term(Term::from_field_u64(
+                    self.fields.chunk_id,
+                    entry.chunk_id as u64,
+                ));
+                if entry.upsert {
+                    if let Some(row) = store.fulltext_row(entry.chunk_id)? {
+                        writer.add_document(self.fields.document(&row))?;
+                    }
+                }
+            }
+            applied = last_seq;
+        }
+        fail::fail_point!("fulltext_before_commit", |_| {
+            Err(Error::Internal("fail point fulltext_before_commit".into()))
+        });
+        commit_with_seq(writer, applied)?;
+        store.outbox_prune(applied)?;
+        self.reader.reload()?;
+        tracing::info!(seq = applied, "tantivy committed");
+        Ok(applied)
+    }
+
+    /// Drops everything and re-adds every chunk from SQLite.
+    pub(crate) fn rebuild(&mut self, store: &Store) -> Result<i64> {
+        tracing::warn!("rebuilding the full-text index from SQLite");
+        let target = store.outbox_max_seq()?;
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| Error::Internal("full-text rebuild without a writer".into()))?;
+        writer.delete_all_documents()?;
+        for id in store.all_chunk_ids()? {
+            if let Some(row) = store.fulltext_row(id)? {
+                writer.add_document(self.fields.document(&row))?;
+            }
+        }
+        commit_with_seq(writer, target)?;
+        store.outbox_prune(target)?;
+        self.reader.reload()?;
+        Ok(target)
+    }
+
+    /// Makes the latest commit visible to this process's searches now.
+    pub fn refresh(&self) -> Result<()> {
+        Ok(self.reader.reload()?)
+    }
+
+    /// Every chunk id in the committed index, for consistency checks.
+    pub fn chunk_ids(&self) -> Result<BTreeSet<i64>> {
+        let searcher = self.reader.searcher();
+        let mut ids = BTreeSet::new();
+        for segment in searcher.segment_readers() {
+            let column = segment.fast_fields().u64(schema::CHUNK_ID)?;
+            let alive = segment.alive_bitset();
+            for doc in 0..segment.max_doc() {
+                if alive.is_some_and(|a| !a.is_alive(doc)) {
+                    continue;
+                }
+                if let Some(id) = column.first(doc) {
+                    ids.insert(id as i64);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// BM25 search over the given languages' fields, optionally within some collections.
+    pub fn search(&self, query: &FulltextQuery<'_>) -> Result<FulltextResults> {
+        let searcher = self.reader.searcher();
+        let languages = if query.languages.is_empty() {
+            vec![schema::DEFAULT_LANGUAGE.to_string()]
+        } else {
+            query.languages.to_vec()
+        };
+        let mut fields = Vec::new();
+        let mut parser_boosts = Vec::new();
+        for lang in &languages {
+            let f = self.fields.language(lang)?;
+            fields.extend([f.title, f.heading, f.body]);
+            parser_boosts.extend([(f.title, 3.0), (f.heading, 2.0), (f.body, 1.0)]);
+        }
+        let mut parser = QueryParser::for_index(&self.index, fields);
+        for (field, boost) in parser_boosts {
+            parser.set_field_boost(field, boost);
+        }
+        // User input is free text: a stray quote or colon must not fail the search.
+        let (text_query, _errors) = parser.parse_query_lenient(query.text);
+        let full_query: Box<dyn Query> = if query.collection_ids.is_empty() {
+            text_query
+        } else {
+            let filters: Vec<(Occur, Box<dyn Query>)> = query
+                .collection_ids
+                .iter()
+                .map(|id| {
+                    let term = Term::from_field_u64(self.fields.collection_id, *id as u64);
+                    (
+                        Occur::Should,
+                        Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                    )
+                })
+                .collect();
+            Box::new(BooleanQuery::new(vec![
+                (Occur::Must, text_query),
+                (Occur::Must, Box::new(BooleanQuery::new(filters))),
+            ]))
+        };
+        let top = searcher.search(
+            &*full_query,
+            &TopDocs::with_limit(query.limit.max(1)).order_by_score(),
+        )?;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let chunk_id = doc
+                .get_first(self.fields.chunk_id)
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
+            hits.push(FulltextHit {
+                chunk_id: chunk_id as i64,
+                score,
+            });
+        }
+        Ok(FulltextResults {
+            hits,
+            searcher,
+            query: full_query,
+            fields: self.fields.clone(),
+            generators: HashMap::new(),
+        })
+    }
+
+    /// Releases the writer (and tantivy's lock file).
+    pub(crate) fn stop_writing(&mut self) {
+        self.writer = None;
+    }
+}
+
+/// What to search for.
+#[derive(Debug, Clone)]
+pub struct FulltextQuery<'a> {
+    /// Free text; `"quoted phrases"`, `+must`, `-not` and `field:` syntax work.
+    pub text: &'a str,
+    /// Stemming languages of the collections searched.
+    pub languages: &'a [String],
+    /// Restrict to these collections (empty: all).
+    pub collection_ids: &'a [i64],
+    /// How many hits.
+    pub limit: usize,
+}
+
+/// Hits plus what is needed to highlight them.
+pub struct FulltextResults {
+    /// Best first.
+    pub hits: Vec<FulltextHit>,
+    searcher: Searcher,
+    query: Box<dyn Query>,
+    fields: Fields,
+    generators: HashMap<String, SnippetGenerator>,
+}
+
+impl FulltextResults {
+    /// A highlighted excerpt of `text` (a chunk of a collection in `language`).
+    pub fn snippet(&mut self, language: &str, text: &str, max_chars: usize) -> Result<Snippet> {
+        if !self.generators.contains_key(language) {
+            let field = self.fields.language(language)?.body;
+            let mut generator = SnippetGenerator::create(&self.searcher, &*self.query, field)?;
+            generator.set_max_num_chars(max_chars);
+            self.generators.insert(language.to_string(), generator);
+        }
+        let generator = &self.generators[language];
+        let snippet = generator.snippet(text);
+        if snippet.is_empty() {
+            // No body term matched (a title-only hit): show the chunk's opening instead.
+            let end = text
+                .char_indices()
+                .nth(max_chars)
+                .map(|(i, _)| i)
+                .unwrap_or(text.len());
+            return Ok(Snippet {
+                text: text[..end].to_string(),
+                highlights: Vec::new(),
+            });
+        }
+        Ok(Snippet {
+            text: snippet.fragment().to_string(),
+            highlights: snippet
+                .highlighted()
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect(),
+        })
+    }
+}
+
+fn commit_with_seq(writer: &mut IndexWriter, seq: i64) -> Result<()> {
+    let mut prepared = writer.prepare_commit()?;
+    prepared.set_payload(&serde_json::json!({ "outbox_seq": seq }).to_string());
+    prepared.commit()?;
+    Ok(())
+}
+
+fn recreate(dir: &Path, schema: tantivy::schema::Schema) -> Result<Index> {
+    std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    Ok(Index::create_in_dir(dir, schema)?)
+}

@@ -1,0 +1,294 @@
+//! Structure-aware chunking.
+//!
+//! Rules, in order: a heading always starts a new chunk (and is its first line, so the chunk
+//! reads on its own); blocks are packed into a chunk while it stays within `max_tokens`; a
+//! block larger than that is cut into windows of `max_tokens` at token boundaries, each window
+//! overlapping the previous by `overlap_tokens`; when a chunk fills up between blocks, the
+//! next one starts with the trailing blocks that fit in `overlap_tokens`. Every chunk keeps
+//! its heading path, page, line and byte range.
+//!
+//! Tokens are counted with [`count_tokens`], an estimate of WordPiece tokens (MiniLM-style
+//! models) that needs no model: the real tokenizer would cost more than the extraction.
+
+use super::extract::{Block, BlockKind};
+use crate::store::{ChunkLocation, NewChunk};
+
+/// Chunk sizes, in estimated model tokens.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct ChunkOptions {
+    /// Most tokens in a chunk. Default 200 (fits a 256-token embedding window with room for a
+    /// title prefix).
+    pub max_tokens: usize,
+    /// Tokens repeated between consecutive chunks of one section. Default 32.
+    pub overlap_tokens: usize,
+}
+
+impl Default for ChunkOptions {
+    fn default() -> Self {
+        ChunkOptions {
+            max_tokens: 200,
+            overlap_tokens: 32,
+        }
+    }
+}
+
+/// Estimated WordPiece tokens: a word is one token per ~6 characters, each punctuation mark
+/// is one.
+pub fn count_tokens(text: &str) -> usize {
+    token_spans(text).len()
+}
+
+/// Byte spans of estimated tokens.
+fn token_spans(text: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut word_start: Option<usize> = None;
+    let close_word = |spans: &mut Vec<(usize, usize)>, start: usize, end: usize| {
+        // Long words split into pieces of about 6 bytes, like WordPiece does.
+        let mut s = start;
+        while end - s > 8 {
+            let mut cut = s + 6;
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            spans.push((s, cut));
+            s = cut;
+        }
+        spans.push((s, end));
+    };
+    for (i, c) in text.char_indices() {
+        if c.is_alphanumeric() || c == '_' {
+            if word_start.is_none() {
+                word_start = Some(i);
+            }
+        } else {
+            if let Some(s) = word_start.take() {
+                close_word(&mut spans, s, i);
+            }
+            if !c.is_whitespace() {
+                spans.push((i, i + c.len_utf8()));
+            }
+        }
+    }
+    if let Some(s) = word_start {
+        close_word(&mut spans, s, text.len());
+    }
+    spans
+}
+
+struct Piece {
+    text: String,
+    tokens: usize,
+    page: Option<u32>,
+    lines: Option<(u32, u32)>,
+    bytes: Option<(u64, u64)>,
+}
+
+/// Cuts blocks into chunks.
+pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewChunk> {
+    let max = options.max_tokens.max(16);
+    let overlap = options.overlap_tokens.min(max / 2);
+    let mut headings: Vec<(u8, String)> = Vec::new();
+    let mut chunks = Vec::new();
+    let mut current: Vec<Piece> = Vec::new();
+    let mut current_tokens = 0usize;
+    let mut heading_path = String::new();
+
+    for block in blocks {
+        let tokens = count_tokens(&block.text);
+        if tokens == 0 {
+            continue;
+        }
+        if let BlockKind::Heading(level) = block.kind {
+            emit(&mut chunks, &mut current, &heading_path);
+            current_tokens = 0;
+            headings.retain(|(l, _)| *l < level);
+            headings.push((level, block.text.clone()));
+            heading_path = headings
+                .iter()
+                .map(|(_, t)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(" › ");
+        }
+        if tokens > max {
+            emit(&mut chunks, &mut current, &heading_path);
+            current_tokens = 0;
+            for piece in windows(block, max, overlap) {
+                chunks.push(to_chunk(std::slice::from_ref(&piece), &heading_path));
+            }
+            continue;
+        }
+        if current_tokens + tokens > max {
+            // Carry the trailing blocks that fit in the overlap into the next chunk.
+            let mut carried = Vec::new();
+            let mut carried_tokens = 0;
+            for piece in current.iter().rev() {
+                if carried_tokens + piece.tokens > overlap || carried.len() + 1 == current.len() {
+                    break;
+                }
+                carried_tokens += piece.tokens;
+                carried.push(Piece { text: piece.text.clone(), ..*piece });
+            }
+            emit(&mut chunks, &mut current, &heading_path);
+            carried.reverse();
+            current = carried;
+            current_tokens = carried_tokens;
+        }
+        current_tokens += tokens;
+        current.push(Piece {
+            text: block.text.clone(),
+            tokens,
+            page: block.page,
+            lines: block.lines,
+            bytes: block.bytes,
+        });
+    }
+    emit(&mut chunks, &mut current, &heading_path);
+    chunks
+}
+
+impl Clone for Piece {
+    fn clone(&self) -> Self {
+        Piece { text: self.text.clone(), ..*self }
+    }
+}
+
+fn emit(chunks: &mut Vec<NewChunk>, current: &mut Vec<Piece>, heading_path: &str) {
+    if !current.is_empty() {
+        chunks.push(to_chunk(current, heading_path));
+        current.clear();
+    }
+}
+
+fn to_chunk(pieces: &[Piece], heading_path: &str) -> NewChunk {
+    let text = pieces
+        .iter()
+        .map(|p| p.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let min = |f: fn(&Piece) -> Option<u64>| pieces.iter().filter_map(f).min();
+    let max = |f: fn(&Piece) -> Option<u64>| pieces.iter().filter_map(f).max();
+    NewChunk {
+        token_count: pieces.iter().map(|p| p.tokens).sum::<usize>() as u32,
+        text,
+        heading_path: heading_path.to_string(),
+        location: ChunkLocation {
+            page: pieces.iter().find_map(|p| p.page),
+            line_start: min(|p| p.lines.map(|l| l.0 as u64)).map(|v| v as u32),
+            line_end: max(|p| p.lines.map(|l| l.1 as u64)).map(|v| v as u32),
+            byte_start: min(|p| p.bytes.map(|b| b.0)),
+            byte_end: max(|p| p.bytes.map(|b| b.1)),
+        },
+    }
+}
+
+/// Overlapping windows over one oversized block, cut at token boundaries (preferring the end
+/// of a line or sentence within the last quarter of the window).
+fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
+    let text = &block.text;
+    let spans = token_spans(text);
+    let mut out = Vec::new();
+    let mut first = 0usize;
+    while first < spans.len() {
+        let mut last = (first + max).min(spans.len()) - 1;
+        if last + 1 < spans.len() {
+            let floor = first + max * 3 / 4;
+            if let Some(better) = (floor..=last).rev().find(|&t| {
+                let end = spans[t].1;
+                let next = text[end..].chars().next();
+                matches!(&text[spans[t].0..end], "." | ";" | "}" | "!" | "?")
+                    || next == Some('\n')
+            }) {
+                last = better;
+            }
+        }
+        let start = if first == 0 { 0 } else { spans[first].0 };
+        let end = if last + 1 == spans.len() { text.len() } else { spans[last].1 };
+        let slice = &text[start..end];
+        let lines = block.lines.map(|(l0, _)| {
+            let a = l0 + text[..start].matches('\n').count() as u32;
+            (a, a + slice.trim_end().matches('\n').count() as u32)
+        });
+        out.push(Piece {
+            text: slice.trim().to_string(),
+            tokens: last + 1 - first,
+            page: block.page,
+            lines,
+            bytes: block.bytes.map(|(b0, _)| (b0 + start as u64, b0 + end as u64)),
+        });
+        if last + 1 >= spans.len() {
+            break;
+        }
+        first = (last + 1).saturating_sub(overlap).max(first + 1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(kind: BlockKind, text: &str, line: u32) -> Block {
+        let mut b = Block::new(kind, text.to_string());
+        b.lines = Some((line, line + text.matches('\n').count() as u32));
+        b
+    }
+
+    #[test]
+    fn headings_start_chunks_and_build_paths() {
+        let blocks = vec![
+            block(BlockKind::Heading(1), "Guide", 1),
+            block(BlockKind::Text, "Intro text.", 3),
+            block(BlockKind::Heading(2), "Install", 5),
+            block(BlockKind::Text, "Run the installer.", 7),
+            block(BlockKind::Heading(2), "Use", 9),
+            block(BlockKind::Text, "Open it.", 11),
+        ];
+        let chunks = chunk_blocks(&blocks, &ChunkOptions::default());
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks[0].heading_path, "Guide");
+        assert_eq!(chunks[1].heading_path, "Guide › Install");
+        assert_eq!(chunks[1].text, "Install\n\nRun the installer.");
+        assert_eq!(chunks[2].heading_path, "Guide › Use");
+        assert_eq!(chunks[1].location.line_start, Some(5));
+        assert_eq!(chunks[1].location.line_end, Some(7));
+    }
+
+    #[test]
+    fn large_blocks_become_overlapping_windows() {
+        let words: Vec<String> = (0..500).map(|i| format!("w{i}")).collect();
+        let text = words.join(" ");
+        let options = ChunkOptions { max_tokens: 100, overlap_tokens: 20 };
+        let chunks = chunk_blocks(&[block(BlockKind::Text, &text, 1)], &options);
+        assert!(chunks.len() >= 6, "{}", chunks.len());
+        for c in &chunks {
+            assert!(c.token_count as usize <= 100);
+        }
+        // Consecutive windows share their boundary words.
+        let first_end = chunks[0].text.split(' ').last().unwrap();
+        assert!(chunks[1].text.contains(first_end));
+        assert!(chunks.last().unwrap().text.ends_with("w499"));
+    }
+
+    #[test]
+    fn small_blocks_pack_up_to_the_limit_with_overlap() {
+        let blocks: Vec<Block> = (0..40)
+            .map(|i| block(BlockKind::Text, &format!("paragraph number {i} has words."), i * 2 + 1))
+            .collect();
+        let options = ChunkOptions { max_tokens: 40, overlap_tokens: 8 };
+        let chunks = chunk_blocks(&blocks, &options);
+        assert!(chunks.len() > 5);
+        for c in &chunks {
+            assert!(c.token_count <= 40);
+        }
+        // The last paragraph of a chunk opens the next one.
+        let tail = chunks[0].text.rsplit("\n\n").next().unwrap();
+        assert!(chunks[1].text.starts_with(tail));
+    }
+
+    #[test]
+    fn token_estimate() {
+        assert_eq!(count_tokens("hello, world"), 3);
+        assert_eq!(count_tokens("internationalization"), 3);
+        assert_eq!(count_tokens(""), 0);
+    }
+}

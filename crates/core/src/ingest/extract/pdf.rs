@@ -1,0 +1,54 @@
+//! PDF text through `pdf_oxide` (pure Rust): one block per paragraph, with its page.
+
+use super::{paragraphs, Block, BlockKind, Extracted, NotIndexed};
+
+pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
+    if !bytes.starts_with(b"%PDF") && !bytes[..bytes.len().min(1024)].windows(4).any(|w| w == b"%PDF") {
+        return Err(NotIndexed::failed("parse_error", "not a PDF (no %PDF header)"));
+    }
+    let doc = pdf_oxide::PdfDocument::from_bytes(bytes.to_vec())
+        .map_err(|e| NotIndexed::failed("parse_error", format!("malformed PDF: {e}")))?;
+    if doc.is_encrypted() && !doc.authenticate(b"").unwrap_or(false) {
+        return Err(NotIndexed::failed(
+            "encrypted",
+            "the PDF is password-protected; remove the password to index it",
+        ));
+    }
+    let pages = doc
+        .page_count()
+        .map_err(|e| NotIndexed::failed("parse_error", format!("malformed PDF: {e}")))?;
+    let mut blocks = Vec::new();
+    let mut failed_pages = 0usize;
+    let mut offset = 0u64;
+    for page in 0..pages {
+        let text = match doc.extract_text(page) {
+            Ok(t) => t,
+            Err(_) => {
+                failed_pages += 1;
+                continue;
+            }
+        };
+        for (start, end) in paragraphs(&text) {
+            let mut block = Block::new(BlockKind::Text, text[start..end].to_string());
+            block.page = Some(page as u32 + 1);
+            block.bytes = Some((offset + start as u64, offset + end as u64));
+            blocks.push(block);
+        }
+        offset += text.len() as u64 + 1;
+    }
+    if blocks.is_empty() {
+        return Err(if pages > 0 && failed_pages == pages {
+            NotIndexed::failed("parse_error", format!("malformed PDF: none of its {pages} page(s) could be read"))
+        } else {
+            NotIndexed::skipped("no_text", "the PDF has no extractable text (scanned images?)")
+        });
+    }
+    let warning = (failed_pages > 0)
+        .then(|| format!("{failed_pages} of {pages} page(s) could not be read"));
+    Ok(Extracted {
+        title: None,
+        format: "pdf",
+        blocks,
+        warning,
+    })
+}

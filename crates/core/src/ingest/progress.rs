@@ -1,0 +1,107 @@
+//! Indexing progress: a stream of events for the GUI and the CLI's progress bars.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Running totals of one indexing run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IndexProgress {
+    /// Files found by the walk so far.
+    pub files_discovered: u64,
+    /// Files handled (any outcome).
+    pub files_processed: u64,
+    /// Files extracted and written as a new revision.
+    pub files_indexed: u64,
+    /// Files whose content had not changed.
+    pub files_unchanged: u64,
+    /// Files left out on purpose.
+    pub files_skipped: u64,
+    /// Files that could not be read or parsed.
+    pub files_failed: u64,
+    /// Documents removed because their file is gone.
+    pub files_removed: u64,
+    /// Files recognised as renames (content unchanged, no re-extraction).
+    pub files_renamed: u64,
+    /// Chunks written.
+    pub chunks_written: u64,
+    /// Bytes of text extracted.
+    pub bytes_extracted: u64,
+    /// Bytes of files read.
+    pub bytes_read: u64,
+    /// Since the run started.
+    pub elapsed_ms: u64,
+    /// Processing rate.
+    pub files_per_sec: f64,
+    /// Extracted text rate, MB/s.
+    pub extracted_mb_per_sec: f64,
+    /// Estimated time to finish, once the walk is complete.
+    pub eta_ms: Option<u64>,
+}
+
+impl IndexProgress {
+    pub(crate) fn update_rates(&mut self, elapsed: Duration, walk_done: bool) {
+        self.elapsed_ms = elapsed.as_millis() as u64;
+        let secs = elapsed.as_secs_f64().max(1e-3);
+        self.files_per_sec = self.files_processed as f64 / secs;
+        self.extracted_mb_per_sec = self.bytes_extracted as f64 / 1e6 / secs;
+        self.eta_ms = (walk_done && self.files_per_sec > 0.0).then(|| {
+            let left = self.files_discovered.saturating_sub(self.files_processed) as f64;
+            (left / self.files_per_sec * 1000.0) as u64
+        });
+    }
+}
+
+/// What happened, as it happened.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum IndexEvent {
+    /// A source's walk began.
+    ScanStarted {
+        /// Source id.
+        source_id: i64,
+        /// Its folder.
+        root: PathBuf,
+    },
+    /// A source's walk finished.
+    ScanFinished {
+        /// Source id.
+        source_id: i64,
+        /// Entries found in scope.
+        discovered: u64,
+    },
+    /// A source's folder is gone; its documents are kept.
+    SourceMissing {
+        /// Source id.
+        source_id: i64,
+        /// Its folder.
+        root: PathBuf,
+    },
+    /// One file could not be indexed.
+    FileFailed {
+        /// The file.
+        path: PathBuf,
+        /// Machine reason.
+        reason: String,
+        /// Human message.
+        message: String,
+    },
+    /// A batch was committed to SQLite.
+    BatchCommitted {
+        /// Totals so far.
+        progress: IndexProgress,
+    },
+    /// The full-text index committed: everything up to `seq` is searchable.
+    FulltextCommitted {
+        /// Outbox sequence applied.
+        seq: i64,
+        /// Since the run started.
+        elapsed_ms: u64,
+    },
+    /// The run ended.
+    Finished {
+        /// Final totals.
+        progress: IndexProgress,
+    },
+}

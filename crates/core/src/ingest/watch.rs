@@ -1,0 +1,268 @@
+//! Keeping a library current: OS file events (debounced), with periodic rescans where events
+//! cannot be had.
+//!
+//! The watcher only collects changed paths; the indexer does the work ([`index_scope`] with
+//! [`Scope::Paths`]), so a watched change goes through exactly the code a full scan does. A
+//! rename arrives as a pair of paths and is recognised by content hash, without re-extraction.
+//!
+//! Degrading: when the OS refuses more watches (inotify's `max_user_watches`), or events were
+//! lost (queue overflow), the source falls back to a full rescan every `rescan_interval`, with
+//! a warning, instead of failing. A source whose folder disappears is marked missing (its
+//! documents stay), polled, and re-watched when it comes back.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{new_debouncer, DebounceEventResult};
+use serde::Serialize;
+
+use super::indexer::{index_scope, IndexOptions, Run, Scope};
+use super::progress::IndexEvent;
+use crate::error::Result;
+use crate::fulltext::FullText;
+use crate::store::{Source, Store};
+
+/// How the watcher behaves.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// Quiet time before a burst of events is handled. Default 400 ms.
+    pub debounce: Duration,
+    /// Full rescan interval for sources without OS events (or all sources when `poll_only`).
+    /// Default 30 s.
+    pub rescan_interval: Duration,
+    /// Never use OS events; rescan every `rescan_interval` (network drives). Default false.
+    pub poll_only: bool,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            debounce: Duration::from_millis(400),
+            rescan_interval: Duration::from_secs(30),
+            poll_only: false,
+        }
+    }
+}
+
+/// What the watcher is doing.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// A source is watched with OS events.
+    Watching {
+        /// Source id.
+        source_id: i64,
+        /// Its folder.
+        root: PathBuf,
+    },
+    /// A source falls back to periodic rescans.
+    Degraded {
+        /// Source id.
+        source_id: i64,
+        /// Why.
+        reason: String,
+    },
+    /// Paths changed and were re-indexed.
+    Changed {
+        /// The paths the OS reported.
+        paths: Vec<PathBuf>,
+    },
+    /// An indexing event from a rescan or a change.
+    Index(IndexEvent),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Events,
+    Poll,
+    Missing,
+}
+
+/// Runs until `stop` is set. The caller holds the library's write lock.
+pub(crate) fn watch(
+    store: &mut Store,
+    fulltext: &mut FullText,
+    index_options: &IndexOptions,
+    options: &WatchOptions,
+    on_event: &(dyn Fn(&WatchEvent) + Sync),
+    stop: &AtomicBool,
+) -> Result<()> {
+    let (tx, rx) = mpsc::channel::<DebounceEventResult>();
+    let mut debouncer = new_debouncer(options.debounce, None, move |res| {
+        let _ = tx.send(res);
+    })
+    .map_err(|e| crate::error::Error::Watch {
+        path: PathBuf::new(),
+        reason: e.to_string(),
+    })?;
+    let forward = |e: &IndexEvent| on_event(&WatchEvent::Index(e.clone()));
+    let mut sources: HashMap<i64, (Source, Mode, Instant)> = HashMap::new();
+    let mut last_source_reload = Instant::now() - Duration::from_secs(3600);
+    let mut last_sync = Instant::now();
+
+    while !stop.load(Ordering::Relaxed) {
+        // Sources added or removed by another process (or the GUI) are picked up here.
+        if last_source_reload.elapsed() >= Duration::from_secs(2) {
+            last_source_reload = Instant::now();
+            let current = store.sources()?;
+            let ids: BTreeSet<i64> = current.iter().map(|s| s.id).collect();
+            sources.retain(|id, (source, mode, _)| {
+                let keep = ids.contains(id);
+                if !keep && *mode == Mode::Events {
+                    let _ = debouncer.unwatch(&source.root);
+                }
+                keep
+            });
+            for source in current {
+                if sources.contains_key(&source.id) {
+                    continue;
+                }
+                let mode = start_watching(&mut debouncer, &source, options, on_event);
+                // A new source (or a first start) gets a full scan: it catches what changed
+                // while Quarry was not running.
+                let mut run = Run::new(&forward);
+                index_scope(store, fulltext, &source, &Scope::All, index_options, &mut run)?;
+                sources.insert(source.id, (source, mode, Instant::now()));
+            }
+        }
+
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(Ok(events)) => {
+                let rescan = events.iter().any(|e| e.need_rescan());
+                let paths: BTreeSet<PathBuf> =
+                    events.iter().flat_map(|e| e.paths.iter().cloned()).collect();
+                let paths: Vec<PathBuf> = paths.into_iter().collect();
+                let mut run = Run::new(&forward);
+                for (source, mode, last) in sources.values_mut() {
+                    let mine: Vec<PathBuf> = paths
+                        .iter()
+                        .filter(|p| p.starts_with(&source.root))
+                        .cloned()
+                        .collect();
+                    if mine.is_empty() && !rescan {
+                        continue;
+                    }
+                    let scope = if rescan { Scope::All } else { Scope::Paths(mine) };
+                    index_scope(store, fulltext, source, &scope, index_options, &mut run)?;
+                    *last = Instant::now();
+                    if !source.root.is_dir() {
+                        *mode = Mode::Missing;
+                    }
+                }
+                if !paths.is_empty() {
+                    on_event(&WatchEvent::Changed { paths });
+                }
+            }
+            Ok(Err(errors)) => {
+                for error in errors {
+                    let reason = error.to_string();
+                    tracing::warn!(%reason, "file watcher error; rescanning");
+                    for (source, mode, last) in sources.values_mut() {
+                        if error.paths.is_empty() || error.paths.iter().any(|p| p.starts_with(&source.root)) {
+                            if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) {
+                                let _ = debouncer.unwatch(&source.root);
+                                *mode = Mode::Poll;
+                                on_event(&WatchEvent::Degraded { source_id: source.id, reason: reason.clone() });
+                            }
+                            // Force a rescan on the next tick.
+                            *last = Instant::now() - options.rescan_interval;
+                        }
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+
+        // Periodic work: polled sources, missing folders coming back, and outbox rows
+        // written by other processes (a source removed from the CLI while we watch).
+        for (source, mode, last) in sources.values_mut() {
+            let back = *mode == Mode::Missing && source.root.is_dir();
+            let due = *mode != Mode::Events && last.elapsed() >= options.rescan_interval;
+            if back {
+                *mode = start_watching(&mut debouncer, source, options, on_event);
+            }
+            if back || due {
+                let mut run = Run::new(&forward);
+                index_scope(store, fulltext, source, &Scope::All, index_options, &mut run)?;
+                *last = Instant::now();
+                if !source.root.is_dir() {
+                    *mode = Mode::Missing;
+                }
+            }
+        }
+        if last_sync.elapsed() >= Duration::from_secs(2) {
+            last_sync = Instant::now();
+            let mut run = Run::new(&forward);
+            if store.outbox_max_seq()? > fulltext.applied_seq()? {
+                run.sync_fulltext(store, fulltext, true)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn start_watching<W: notify::Watcher, C: notify_debouncer_full::FileIdCache>(
+    debouncer: &mut notify_debouncer_full::Debouncer<W, C>,
+    source: &Source,
+    options: &WatchOptions,
+    on_event: &(dyn Fn(&WatchEvent) + Sync),
+) -> Mode {
+    if !source.root.is_dir() {
+        return Mode::Missing;
+    }
+    if options.poll_only {
+        on_event(&WatchEvent::Degraded {
+            source_id: source.id,
+            reason: "polling requested".into(),
+        });
+        return Mode::Poll;
+    }
+    match debouncer.watch(&source.root, RecursiveMode::Recursive) {
+        Ok(()) => {
+            on_event(&WatchEvent::Watching {
+                source_id: source.id,
+                root: source.root.clone(),
+            });
+            Mode::Events
+        }
+        Err(error) => {
+            let _ = debouncer.unwatch(&source.root);
+            let reason = degrade_reason(&error);
+            tracing::warn!(root = %source.root.display(), %reason, "falling back to periodic rescans");
+            on_event(&WatchEvent::Degraded {
+                source_id: source.id,
+                reason,
+            });
+            Mode::Poll
+        }
+    }
+}
+
+/// The message shown when OS events are not available for a folder.
+pub(crate) fn degrade_reason(error: &notify::Error) -> String {
+    match error.kind {
+        notify::ErrorKind::MaxFilesWatch => format!(
+            "the OS file-watch limit is reached ({error}); rescanning periodically instead. \
+             Raise fs.inotify.max_user_watches to get instant updates"
+        ),
+        _ => format!("cannot watch for changes ({error}); rescanning periodically instead"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_limit_message_says_what_to_do() {
+        let error = notify::Error::new(notify::ErrorKind::MaxFilesWatch);
+        let reason = degrade_reason(&error);
+        assert!(reason.contains("max_user_watches"), "{reason}");
+        assert!(reason.contains("rescanning periodically"));
+    }
+}

@@ -1,0 +1,38 @@
+//! quarry-core: the engine behind the Quarry desktop app and the `quarry` CLI.
+//!
+//! A [`Library`] is one data directory: `quarry.db` (SQLite, the source of truth) and
+//! `fulltext/` (tantivy, derived from SQLite through an outbox). Folders are added as sources
+//! of collections, indexed (walk → extract → chunk → SQLite + full text), kept current by a
+//! watcher, and searched.
+//!
+//! ```
+//! use quarry_core::{Library, IndexOptions, SearchRequest};
+//! # fn main() -> quarry_core::Result<()> {
+//! let data = tempfile::tempdir().unwrap();
+//! let docs = tempfile::tempdir().unwrap();
+//! std::fs::write(docs.path().join("notes.md"), "# Ferns\n\nFerns reproduce by spores.").unwrap();
+//!
+//! let mut library = Library::open(data.path())?;
+//! library.create_collection("notes", "internal", "english")?;
+//! library.add_source(docs.path(), "notes", &[], &[])?;
+//! library.writer()?.index_all(&IndexOptions::default(), &|_| {})?;
+//!
+//! let hits = library.search(&SearchRequest::new("spore"))?;
+//! assert_eq!(hits.hits[0].title.as_deref(), Some("Ferns"));
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod error;
+pub mod fulltext;
+pub mod ingest;
+mod library;
+mod lock;
+pub mod retrieve;
+pub mod store;
+
+pub use error::{Error, ErrorKind, Result, ERROR_CODES};
+pub use ingest::{ChunkOptions, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions};
+pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
+pub use retrieve::{Hit, SearchRequest, SearchResults};
+pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source, Stats};

@@ -1,0 +1,146 @@
+//! Versioned schema migrations, applied in order inside one transaction each.
+//!
+//! `PRAGMA user_version` holds the applied version. A database newer than this build is
+//! refused rather than guessed at.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+
+/// Each entry upgrades the schema from version `index` to `index + 1`. Never edit a shipped
+/// migration: append a new one.
+const MIGRATIONS: &[&str] = &[
+    // v1: the foundation.
+    "CREATE TABLE meta(
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE collections(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        sensitivity TEXT NOT NULL DEFAULT 'internal',
+        language TEXT NOT NULL DEFAULT 'english',
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE sources(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        root BLOB NOT NULL,
+        root_display TEXT NOT NULL,
+        include_globs TEXT NOT NULL DEFAULT '[]',
+        exclude_globs TEXT NOT NULL DEFAULT '[]',
+        status TEXT NOT NULL DEFAULT 'ok',
+        last_error TEXT,
+        last_scan_at INTEGER,
+        created_at INTEGER NOT NULL,
+        UNIQUE(collection_id, root)
+    );
+    CREATE TABLE documents(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+        path BLOB NOT NULL,
+        path_display TEXT NOT NULL,
+        size INTEGER,
+        mtime_ns INTEGER,
+        content_hash TEXT,
+        status TEXT NOT NULL CHECK (status IN ('indexed', 'skipped', 'failed')),
+        reason TEXT,
+        last_error TEXT,
+        warning TEXT,
+        title TEXT,
+        format TEXT,
+        current_revision_id INTEGER,
+        updated_at INTEGER NOT NULL,
+        UNIQUE(source_id, path)
+    );
+    CREATE INDEX documents_path ON documents(path);
+    CREATE INDEX documents_status ON documents(status);
+    CREATE TABLE revisions(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        content_hash TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        extracted_bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX revisions_document ON revisions(document_id);
+    CREATE TABLE chunks(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        revision_id INTEGER NOT NULL REFERENCES revisions(id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        heading_path TEXT NOT NULL DEFAULT '',
+        page INTEGER,
+        line_start INTEGER,
+        line_end INTEGER,
+        byte_start INTEGER,
+        byte_end INTEGER,
+        token_count INTEGER NOT NULL
+    );
+    CREATE INDEX chunks_document ON chunks(document_id, ordinal);
+    CREATE TABLE fulltext_outbox(
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        op TEXT NOT NULL CHECK (op IN ('upsert', 'delete')),
+        chunk_id INTEGER NOT NULL
+    );",
+];
+
+/// The schema version this build writes.
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: current,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Another process may have migrated while we waited for the lock.
+        let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if now > index as i64 {
+            continue;
+        }
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        tx.commit()?;
+        tracing::info!(version = index + 1, "applied schema migration");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, &path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let err = migrate(&mut conn, &path).unwrap_err();
+        assert_eq!(err.code(), "schema_too_new");
+        assert!(err.to_string().contains("q.db"));
+    }
+
+    #[test]
+    fn migrating_twice_is_a_no_op() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, &path).unwrap();
+        migrate(&mut conn, &path).unwrap();
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+}

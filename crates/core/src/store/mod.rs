@@ -1,0 +1,529 @@
+//! SQLite storage: the library's source of truth.
+//!
+//! Invariants:
+//! - Ids are `INTEGER PRIMARY KEY AUTOINCREMENT`, never reused, so a stale full-text hit can
+//!   never point at a newer chunk.
+//! - Every change to `chunks` writes a row to `fulltext_outbox` in the same transaction; the
+//!   full-text index is fed only from that outbox (see [`crate::fulltext`]).
+//! - Paths are stored as raw OS bytes (`path`) plus a lossy display form (`path_display`), so
+//!   file names that are not UTF-8, or contain newlines, round-trip exactly.
+//! - WAL mode: any number of readers search while one writer commits.
+
+mod migrations;
+mod records;
+pub(crate) mod writes;
+
+pub use records::{
+    ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
+    SourceStatus,
+};
+pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use crate::error::{Error, Result};
+
+/// One open connection to a library's `quarry.db`.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// Seconds since the Unix epoch, as stored in `*_at` columns.
+pub(crate) fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Store> {
+        let conn = Connection::open(path)?;
+        // A second writer waits for the first rather than failing at once; readers never wait
+        // in WAL mode.
+        conn.busy_timeout(Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
+        migrations::migrate(&mut store.conn, path)?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The raw connection, for the modules that own their own queries.
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Starts a write transaction (`BEGIN IMMEDIATE`, so the write lock is taken up front).
+    pub(crate) fn write(&mut self) -> Result<Transaction<'_>> {
+        Ok(self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
+    }
+
+    // ---- collections -------------------------------------------------------------------
+
+    /// Creates a collection.
+    pub fn create_collection(
+        &mut self,
+        name: &str,
+        sensitivity: &str,
+        language: &str,
+    ) -> Result<Collection> {
+        validate_collection_name(name)?;
+        if self.collection_by_name(name)?.is_some() {
+            return Err(Error::CollectionExists(name.to_string()));
+        }
+        self.conn.execute(
+            "INSERT INTO collections(name, sensitivity, language, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![name, sensitivity, language, now_unix()],
+        )?;
+        self.collection_by_name(name)?
+            .ok_or_else(|| Error::Internal("collection vanished after insert".into()))
+    }
+
+    /// All collections, by name.
+    pub fn collections(&self) -> Result<Vec<Collection>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, name, sensitivity, language, created_at FROM collections ORDER BY name",
+        )?;
+        let rows = stmt.query_map([], Collection::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The collection with this name, if any.
+    pub fn collection_by_name(&self, name: &str) -> Result<Option<Collection>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, name, sensitivity, language, created_at FROM collections WHERE name = ?1",
+                [name],
+                Collection::from_row,
+            )
+            .optional()?)
+    }
+
+    /// Deletes a collection with its sources, documents and chunks (queued for full-text removal).
+    pub fn delete_collection(&mut self, name: &str) -> Result<Collection> {
+        let collection = self
+            .collection_by_name(name)?
+            .ok_or_else(|| Error::CollectionNotFound(name.to_string()))?;
+        let tx = self.write()?;
+        tx.execute(
+            "INSERT INTO fulltext_outbox(op, chunk_id)
+             SELECT 'delete', c.id FROM chunks c JOIN documents d ON d.id = c.document_id
+             JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1",
+            [collection.id],
+        )?;
+        tx.execute("DELETE FROM collections WHERE id = ?1", [collection.id])?;
+        tx.commit()?;
+        Ok(collection)
+    }
+
+    // ---- sources -----------------------------------------------------------------------
+
+    /// Adds a folder to a collection.
+    pub fn create_source(
+        &mut self,
+        collection: &Collection,
+        root: &Path,
+        include: &[String],
+        exclude: &[String],
+    ) -> Result<Source> {
+        let bytes = path_to_bytes(root);
+        let exists: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT id FROM sources WHERE collection_id = ?1 AND root = ?2",
+                params![collection.id, bytes],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if exists.is_some() {
+            return Err(Error::SourceExists {
+                path: root.to_path_buf(),
+                collection: collection.name.clone(),
+            });
+        }
+        self.conn.execute(
+            "INSERT INTO sources(collection_id, root, root_display, include_globs, exclude_globs, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                collection.id,
+                bytes,
+                root.to_string_lossy(),
+                serde_json::to_string(include).expect("a list of strings serialises"),
+                serde_json::to_string(exclude).expect("a list of strings serialises"),
+                now_unix()
+            ],
+        )?;
+        let id = self.conn.last_insert_rowid();
+        self.source(id)
+    }
+
+    /// All sources with their collection's name.
+    pub fn sources(&self) -> Result<Vec<Source>> {
+        let mut stmt = self.conn.prepare(&format!("{SOURCE_SELECT} ORDER BY s.id"))?;
+        let rows = stmt.query_map([], Source::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One source by id.
+    pub fn source(&self, id: i64) -> Result<Source> {
+        self.conn
+            .query_row(&format!("{SOURCE_SELECT} WHERE s.id = ?1"), [id], Source::from_row)
+            .optional()?
+            .ok_or_else(|| Error::SourceNotFound(id.to_string()))
+    }
+
+    /// Deletes a source with its documents and chunks (queued for full-text removal).
+    pub fn delete_source(&mut self, id: i64) -> Result<()> {
+        let tx = self.write()?;
+        tx.execute(
+            "INSERT INTO fulltext_outbox(op, chunk_id)
+             SELECT 'delete', c.id FROM chunks c JOIN documents d ON d.id = c.document_id
+             WHERE d.source_id = ?1",
+            [id],
+        )?;
+        let n = tx.execute("DELETE FROM sources WHERE id = ?1", [id])?;
+        if n == 0 {
+            return Err(Error::SourceNotFound(id.to_string()));
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records whether a source's folder is reachable.
+    pub(crate) fn set_source_status(
+        &self,
+        id: i64,
+        status: SourceStatus,
+        error: Option<&str>,
+    ) -> Result<()> {
+        self.conn.execute(
+            "UPDATE sources SET status = ?2, last_error = ?3, last_scan_at = ?4 WHERE id = ?1",
+            params![id, status.as_str(), error, now_unix()],
+        )?;
+        Ok(())
+    }
+
+    // ---- documents ---------------------------------------------------------------------
+
+    /// What the index knows of every document of a source, for change detection.
+    pub(crate) fn document_states(&self, source_id: i64) -> Result<Vec<DocumentState>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, path, size, mtime_ns, content_hash, status FROM documents WHERE source_id = ?1",
+        )?;
+        let rows = stmt.query_map([source_id], DocumentState::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One document by its path (any source).
+    pub fn document_by_path(&self, path: &Path) -> Result<DocumentRecord> {
+        self.conn
+            .query_row(
+                &format!("{DOCUMENT_SELECT} WHERE d.path = ?1 ORDER BY d.id LIMIT 1"),
+                [path_to_bytes(path)],
+                DocumentRecord::from_row,
+            )
+            .optional()?
+            .ok_or_else(|| Error::DocumentNotFound(path.to_path_buf()))
+    }
+
+    /// Documents that were skipped or failed, newest first.
+    pub fn problem_documents(&self, limit: usize) -> Result<Vec<DocumentRecord>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{DOCUMENT_SELECT} WHERE d.status != 'indexed' OR d.warning IS NOT NULL
+             ORDER BY d.updated_at DESC, d.id DESC LIMIT ?1"
+        ))?;
+        let rows = stmt.query_map([limit as i64], DocumentRecord::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The current chunks of a document, in order.
+    pub fn chunks_of_document(&self, document_id: i64) -> Result<Vec<ChunkRecord>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{CHUNK_SELECT} WHERE c.document_id = ?1 ORDER BY c.ordinal"
+        ))?;
+        let rows = stmt.query_map([document_id], ChunkRecord::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Chunks by id (missing ids are left out: they were deleted since).
+    pub fn chunks_by_id(&self, ids: &[i64]) -> Result<Vec<ChunkRecord>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("{CHUNK_SELECT} WHERE c.id = ?1"))?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(c) = stmt.query_row([id], ChunkRecord::from_row).optional()? {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Counts for `quarry status`.
+    pub fn stats(&self) -> Result<Stats> {
+        let one = |sql: &str| -> Result<i64> { Ok(self.conn.query_row(sql, [], |r| r.get(0))?) };
+        let mut by_reason = Vec::new();
+        {
+            let mut stmt = self.conn.prepare(
+                "SELECT status, COALESCE(reason, ''), COUNT(*) FROM documents
+                 WHERE status != 'indexed' GROUP BY 1, 2 ORDER BY 3 DESC",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(ReasonCount {
+                    status: r.get(0)?,
+                    reason: r.get(1)?,
+                    count: r.get(2)?,
+                })
+            })?;
+            for row in rows {
+                by_reason.push(row?);
+            }
+        }
+        Ok(Stats {
+            collections: one("SELECT COUNT(*) FROM collections")?,
+            sources: one("SELECT COUNT(*) FROM sources")?,
+            documents_indexed: one("SELECT COUNT(*) FROM documents WHERE status = 'indexed'")?,
+            documents_skipped: one("SELECT COUNT(*) FROM documents WHERE status = 'skipped'")?,
+            documents_failed: one("SELECT COUNT(*) FROM documents WHERE status = 'failed'")?,
+            documents_with_warnings: one(
+                "SELECT COUNT(*) FROM documents WHERE warning IS NOT NULL",
+            )?,
+            chunks: one("SELECT COUNT(*) FROM chunks")?,
+            extracted_bytes: one(
+                "SELECT COALESCE(SUM(r.extracted_bytes), 0) FROM documents d
+                 JOIN revisions r ON r.id = d.current_revision_id",
+            )?,
+            outbox_pending: one("SELECT COUNT(*) FROM fulltext_outbox")?,
+            not_indexed_by_reason: by_reason,
+        })
+    }
+
+    // ---- outbox ------------------------------------------------------------------------
+
+    /// The highest outbox sequence ever issued (0 if none). AUTOINCREMENT keeps it monotonic
+    /// even after rows are pruned.
+    pub(crate) fn outbox_max_seq(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'fulltext_outbox'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// Outbox rows after `after_seq`, oldest first.
+    pub(crate) fn outbox_after(&self, after_seq: i64, limit: usize) -> Result<Vec<OutboxEntry>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, op, chunk_id FROM fulltext_outbox WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![after_seq, limit as i64], |r| {
+            Ok(OutboxEntry {
+                seq: r.get(0)?,
+                upsert: r.get::<_, String>(1)? == "upsert",
+                chunk_id: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Drops outbox rows the full-text index has durably applied.
+    pub(crate) fn outbox_prune(&self, through_seq: i64) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM fulltext_outbox WHERE seq <= ?1", [through_seq])?;
+        self.set_meta("fulltext_pruned_through", &through_seq.to_string())
+    }
+
+    /// The lowest sequence the outbox can still replay from.
+    pub(crate) fn outbox_pruned_through(&self) -> Result<i64> {
+        Ok(self
+            .meta("fulltext_pruned_through")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Everything the full-text index needs for one chunk, or `None` if it was deleted.
+    pub(crate) fn fulltext_row(&self, chunk_id: i64) -> Result<Option<FulltextRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT c.id, d.id, col.id, col.language, COALESCE(d.title, ''), c.heading_path, c.text
+             FROM chunks c JOIN documents d ON d.id = c.document_id
+             JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id
+             WHERE c.id = ?1",
+        )?;
+        Ok(stmt
+            .query_row([chunk_id], |r| {
+                Ok(FulltextRow {
+                    chunk_id: r.get(0)?,
+                    document_id: r.get(1)?,
+                    collection_id: r.get(2)?,
+                    language: r.get(3)?,
+                    title: r.get(4)?,
+                    heading_path: r.get(5)?,
+                    text: r.get(6)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// All chunk ids, ascending: for rebuilding or verifying the full-text index.
+    pub(crate) fn all_chunk_ids(&self) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare("SELECT id FROM chunks ORDER BY id")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+}
+
+/// One pending change for the full-text index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutboxEntry {
+    pub seq: i64,
+    pub upsert: bool,
+    pub chunk_id: i64,
+}
+
+/// The fields the full-text index holds for a chunk.
+#[derive(Debug, Clone)]
+pub(crate) struct FulltextRow {
+    pub chunk_id: i64,
+    pub document_id: i64,
+    pub collection_id: i64,
+    pub language: String,
+    pub title: String,
+    pub heading_path: String,
+    pub text: String,
+}
+
+/// Library-wide counts.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stats {
+    /// Collections.
+    pub collections: i64,
+    /// Sources (folders).
+    pub sources: i64,
+    /// Documents searchable now.
+    pub documents_indexed: i64,
+    /// Files deliberately left out (binary, too large, hidden, empty).
+    pub documents_skipped: i64,
+    /// Files that could not be read or parsed.
+    pub documents_failed: i64,
+    /// Indexed documents with a warning (e.g. decoded from a legacy encoding).
+    pub documents_with_warnings: i64,
+    /// Chunks.
+    pub chunks: i64,
+    /// Bytes of text extracted from the current revisions.
+    pub extracted_bytes: i64,
+    /// Changes SQLite has that the full-text index has not applied yet.
+    pub outbox_pending: i64,
+    /// Skipped and failed files grouped by reason.
+    pub not_indexed_by_reason: Vec<ReasonCount>,
+}
+
+/// How many files share a status and reason.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReasonCount {
+    /// `skipped` or `failed`.
+    pub status: String,
+    /// Machine reason (`binary`, `too_large`, `parse_error`, ...).
+    pub reason: String,
+    /// How many files.
+    pub count: i64,
+}
+
+fn validate_collection_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > 64 {
+        Some("it is longer than 64 characters")
+    } else if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    {
+        Some("use letters, digits, '-', '_' and '.' only")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidCollectionName {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+const SOURCE_SELECT: &str = "SELECT s.id, s.collection_id, c.name, s.root, s.include_globs,
+    s.exclude_globs, s.status, s.last_error, s.last_scan_at,
+    (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status = 'indexed'),
+    (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status != 'indexed')
+    FROM sources s JOIN collections c ON c.id = s.collection_id";
+
+const DOCUMENT_SELECT: &str = "SELECT d.id, d.source_id, col.name, d.path, d.size, d.mtime_ns,
+    d.content_hash, d.status, d.reason, d.last_error, d.warning, d.title, d.format,
+    d.current_revision_id, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id), d.updated_at
+    FROM documents d JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id";
+
+const CHUNK_SELECT: &str = "SELECT c.id, c.document_id, c.revision_id, c.ordinal, c.text,
+    c.heading_path, c.page, c.line_start, c.line_end, c.byte_start, c.byte_end, c.token_count,
+    d.path, d.title, col.name, d.mtime_ns
+    FROM chunks c JOIN documents d ON d.id = c.document_id JOIN sources s ON s.id = d.source_id
+    JOIN collections col ON col.id = s.collection_id";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collection_names_are_validated() {
+        assert!(validate_collection_name("notes-2024_a.b").is_ok());
+        for bad in ["", "has space", "slash/x", &"x".repeat(65)] {
+            let err = validate_collection_name(bad).unwrap_err();
+            assert_eq!(err.code(), "invalid_collection_name", "{bad}");
+        }
+    }
+
+    #[test]
+    fn ids_are_never_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let a = store.create_collection("a", "internal", "english").unwrap();
+        store.delete_collection("a").unwrap();
+        let b = store.create_collection("b", "internal", "english").unwrap();
+        assert!(b.id > a.id);
+    }
+}

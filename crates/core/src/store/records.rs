@@ -1,0 +1,324 @@
+//! Row types and their mapping from SQLite rows.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Row;
+use serde::Serialize;
+
+/// Raw OS bytes of a path: lossless for names that are not UTF-8 or contain newlines.
+#[cfg(unix)]
+pub(crate) fn path_to_bytes(path: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().to_vec()
+}
+
+/// Inverse of [`path_to_bytes`].
+#[cfg(unix)]
+pub(crate) fn bytes_to_path(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+#[cfg(not(unix))]
+pub(crate) fn path_to_bytes(path: &Path) -> Vec<u8> {
+    path.to_string_lossy().into_owned().into_bytes()
+}
+
+#[cfg(not(unix))]
+pub(crate) fn bytes_to_path(bytes: &[u8]) -> PathBuf {
+    PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// A named set of sources: the `namespace` of `knowledge_search`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Collection {
+    /// Never reused.
+    pub id: i64,
+    /// Unique name: letters, digits, `-`, `_`, `.`.
+    pub name: String,
+    /// Sensitivity label (e.g. `public`, `internal`, `confidential`).
+    pub sensitivity: String,
+    /// Stemming language of its full text (`english` by default).
+    pub language: String,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+impl Collection {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Collection {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            sensitivity: r.get(2)?,
+            language: r.get(3)?,
+            created_at: r.get(4)?,
+        })
+    }
+}
+
+/// Whether a source's folder was reachable at the last scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceStatus {
+    /// Scanned normally.
+    Ok,
+    /// The folder was gone (unmounted drive, deleted): its documents are kept until it returns
+    /// or the source is removed.
+    Missing,
+}
+
+impl SourceStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SourceStatus::Ok => "ok",
+            SourceStatus::Missing => "missing",
+        }
+    }
+}
+
+/// A folder indexed into a collection.
+#[derive(Debug, Clone, Serialize)]
+pub struct Source {
+    /// Never reused.
+    pub id: i64,
+    /// Owning collection.
+    pub collection_id: i64,
+    /// Owning collection's name.
+    pub collection: String,
+    /// Absolute folder.
+    pub root: PathBuf,
+    /// Globs a file must match (relative to `root`); empty means all.
+    pub include: Vec<String>,
+    /// Globs that exclude a file or folder.
+    pub exclude: Vec<String>,
+    /// Reachable at the last scan?
+    pub status: SourceStatus,
+    /// Why not, if not.
+    pub last_error: Option<String>,
+    /// Unix seconds of the last completed scan.
+    pub last_scan_at: Option<i64>,
+    /// Documents searchable now.
+    pub documents_indexed: i64,
+    /// Files skipped or failed.
+    pub documents_not_indexed: i64,
+}
+
+impl Source {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        let globs = |s: String| serde_json::from_str::<Vec<String>>(&s).unwrap_or_default();
+        Ok(Source {
+            id: r.get(0)?,
+            collection_id: r.get(1)?,
+            collection: r.get(2)?,
+            root: bytes_to_path(&r.get::<_, Vec<u8>>(3)?),
+            include: globs(r.get(4)?),
+            exclude: globs(r.get(5)?),
+            status: if r.get::<_, String>(6)? == "missing" {
+                SourceStatus::Missing
+            } else {
+                SourceStatus::Ok
+            },
+            last_error: r.get(7)?,
+            last_scan_at: r.get(8)?,
+            documents_indexed: r.get(9)?,
+            documents_not_indexed: r.get(10)?,
+        })
+    }
+}
+
+/// Where a document stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocumentStatus {
+    /// Extracted, chunked, searchable.
+    Indexed,
+    /// Deliberately left out (binary, too large, hidden, empty).
+    Skipped,
+    /// Could not be read or parsed; earlier chunks, if any, were kept.
+    Failed,
+}
+
+impl DocumentStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DocumentStatus::Indexed => "indexed",
+            DocumentStatus::Skipped => "skipped",
+            DocumentStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "indexed" => DocumentStatus::Indexed,
+            "skipped" => DocumentStatus::Skipped,
+            _ => DocumentStatus::Failed,
+        }
+    }
+}
+
+/// One file known to the library.
+#[derive(Debug, Clone, Serialize)]
+pub struct DocumentRecord {
+    /// Never reused.
+    pub id: i64,
+    /// Owning source.
+    pub source_id: i64,
+    /// Owning collection's name.
+    pub collection: String,
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Bytes on disk at the last scan.
+    pub size: Option<i64>,
+    /// Modification time (ns since the epoch) at the last scan.
+    pub mtime_ns: Option<i64>,
+    /// blake3 of the bytes of the indexed revision.
+    pub content_hash: Option<String>,
+    /// Indexed, skipped or failed.
+    pub status: DocumentStatus,
+    /// Machine reason for skipped/failed (`binary`, `too_large`, `parse_error`, ...).
+    pub reason: Option<String>,
+    /// Human message for skipped/failed.
+    pub last_error: Option<String>,
+    /// Something to know about an indexed file (e.g. its encoding was guessed).
+    pub warning: Option<String>,
+    /// Title from the document's metadata or first heading, else its file name.
+    pub title: Option<String>,
+    /// Extractor that read it (`markdown`, `pdf`, ...).
+    pub format: Option<String>,
+    /// Current revision.
+    pub revision_id: Option<i64>,
+    /// Current chunks.
+    pub chunk_count: i64,
+    /// Unix seconds of the last change to this row.
+    pub updated_at: i64,
+}
+
+impl DocumentRecord {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(DocumentRecord {
+            id: r.get(0)?,
+            source_id: r.get(1)?,
+            collection: r.get(2)?,
+            path: bytes_to_path(&r.get::<_, Vec<u8>>(3)?),
+            size: r.get(4)?,
+            mtime_ns: r.get(5)?,
+            content_hash: r.get(6)?,
+            status: DocumentStatus::parse(&r.get::<_, String>(7)?),
+            reason: r.get(8)?,
+            last_error: r.get(9)?,
+            warning: r.get(10)?,
+            title: r.get(11)?,
+            format: r.get(12)?,
+            revision_id: r.get(13)?,
+            chunk_count: r.get(14)?,
+            updated_at: r.get(15)?,
+        })
+    }
+}
+
+/// Where a chunk came from. Lines are 1-based and inclusive; byte ranges are into the file for
+/// text formats and into the extracted text for containers (PDF, DOCX, ...). Pages are 1-based.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChunkLocation {
+    /// PDF page.
+    pub page: Option<u32>,
+    /// First line.
+    pub line_start: Option<u32>,
+    /// Last line.
+    pub line_end: Option<u32>,
+    /// First byte.
+    pub byte_start: Option<u64>,
+    /// One past the last byte.
+    pub byte_end: Option<u64>,
+}
+
+/// A chunk about to be written.
+#[derive(Debug, Clone)]
+pub struct NewChunk {
+    /// Text as searched and shown.
+    pub text: String,
+    /// Headings above it, outermost first, joined with ` › `.
+    pub heading_path: String,
+    /// Where it came from.
+    pub location: ChunkLocation,
+    /// Approximate model tokens.
+    pub token_count: u32,
+}
+
+/// A stored chunk with what a hit needs to show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkRecord {
+    /// Never reused; equals the vector rowid and the full-text `chunk_id`.
+    pub id: i64,
+    /// Owning document.
+    pub document_id: i64,
+    /// The revision it was cut from.
+    pub revision_id: i64,
+    /// Position in the document, from 0.
+    pub ordinal: i64,
+    /// Text.
+    pub text: String,
+    /// Headings above it.
+    pub heading_path: String,
+    /// Where it came from.
+    pub location: ChunkLocation,
+    /// Approximate model tokens.
+    pub token_count: i64,
+    /// The document's path.
+    pub path: PathBuf,
+    /// The document's title.
+    pub title: Option<String>,
+    /// The collection's name.
+    pub collection: String,
+    /// The document's modification time (ns).
+    pub mtime_ns: Option<i64>,
+}
+
+impl ChunkRecord {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(ChunkRecord {
+            id: r.get(0)?,
+            document_id: r.get(1)?,
+            revision_id: r.get(2)?,
+            ordinal: r.get(3)?,
+            text: r.get(4)?,
+            heading_path: r.get(5)?,
+            location: ChunkLocation {
+                page: r.get(6)?,
+                line_start: r.get(7)?,
+                line_end: r.get(8)?,
+                byte_start: r.get::<_, Option<i64>>(9)?.map(|v| v as u64),
+                byte_end: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
+            },
+            token_count: r.get(11)?,
+            path: bytes_to_path(&r.get::<_, Vec<u8>>(12)?),
+            title: r.get(13)?,
+            collection: r.get(14)?,
+            mtime_ns: r.get(15)?,
+        })
+    }
+}
+
+/// What change detection needs to know of a stored document.
+#[derive(Debug, Clone)]
+pub(crate) struct DocumentState {
+    pub id: i64,
+    pub path: PathBuf,
+    pub size: Option<i64>,
+    pub mtime_ns: Option<i64>,
+    pub content_hash: Option<String>,
+    pub status: DocumentStatus,
+}
+
+impl DocumentState {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(DocumentState {
+            id: r.get(0)?,
+            path: bytes_to_path(&r.get::<_, Vec<u8>>(1)?),
+            size: r.get(2)?,
+            mtime_ns: r.get(3)?,
+            content_hash: r.get(4)?,
+            status: DocumentStatus::parse(&r.get::<_, String>(5)?),
+        })
+    }
+}

@@ -1,0 +1,237 @@
+//! Document writes, each inside the caller's transaction so an indexing batch commits (or
+//! vanishes) as a whole. Every chunk insert or delete queues a full-text outbox row.
+
+use std::path::Path;
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::{now_unix, path_to_bytes, DocumentStatus, NewChunk};
+use crate::error::Result;
+
+/// Facts about a file on disk.
+#[derive(Debug, Clone)]
+pub(crate) struct FileFacts<'a> {
+    pub path: &'a Path,
+    pub size: i64,
+    pub mtime_ns: i64,
+}
+
+/// What extraction produced, less the chunks.
+#[derive(Debug, Clone)]
+pub(crate) struct Extraction<'a> {
+    pub content_hash: &'a str,
+    pub title: &'a str,
+    pub format: &'a str,
+    pub warning: Option<&'a str>,
+    pub extracted_bytes: i64,
+}
+
+fn document_id(tx: &Transaction<'_>, source_id: i64, path: &Path) -> Result<Option<i64>> {
+    Ok(tx
+        .query_row(
+            "SELECT id FROM documents WHERE source_id = ?1 AND path = ?2",
+            params![source_id, path_to_bytes(path)],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO fulltext_outbox(op, chunk_id)
+         SELECT 'delete', id FROM chunks WHERE document_id = ?1",
+        [document_id],
+    )?;
+    tx.execute("DELETE FROM chunks WHERE document_id = ?1", [document_id])?;
+    Ok(())
+}
+
+/// Writes a new revision of a document: old chunks go, new ones come, in this transaction.
+pub(crate) fn write_revision(
+    tx: &Transaction<'_>,
+    source_id: i64,
+    file: &FileFacts<'_>,
+    extraction: &Extraction<'_>,
+    chunks: &[NewChunk],
+) -> Result<i64> {
+    let now = now_unix();
+    let doc_id = match document_id(tx, source_id, file.path)? {
+        Some(id) => {
+            queue_chunk_deletes(tx, id)?;
+            tx.execute(
+                "UPDATE documents SET size = ?2, mtime_ns = ?3, content_hash = ?4,
+                 status = 'indexed', reason = NULL, last_error = NULL, warning = ?5, title = ?6,
+                 format = ?7, updated_at = ?8 WHERE id = ?1",
+                params![
+                    id,
+                    file.size,
+                    file.mtime_ns,
+                    extraction.content_hash,
+                    extraction.warning,
+                    extraction.title,
+                    extraction.format,
+                    now
+                ],
+            )?;
+            id
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO documents(source_id, path, path_display, size, mtime_ns, content_hash,
+                 status, warning, title, format, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'indexed', ?7, ?8, ?9, ?10)",
+                params![
+                    source_id,
+                    path_to_bytes(file.path),
+                    file.path.to_string_lossy(),
+                    file.size,
+                    file.mtime_ns,
+                    extraction.content_hash,
+                    extraction.warning,
+                    extraction.title,
+                    extraction.format,
+                    now
+                ],
+            )?;
+            tx.last_insert_rowid()
+        }
+    };
+    tx.execute(
+        "INSERT INTO revisions(document_id, content_hash, size, mtime_ns, extracted_bytes, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            doc_id,
+            extraction.content_hash,
+            file.size,
+            file.mtime_ns,
+            extraction.extracted_bytes,
+            now
+        ],
+    )?;
+    let revision_id = tx.last_insert_rowid();
+    tx.execute(
+        "UPDATE documents SET current_revision_id = ?2 WHERE id = ?1",
+        params![doc_id, revision_id],
+    )?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO chunks(document_id, revision_id, ordinal, text, heading_path, page,
+         line_start, line_end, byte_start, byte_end, token_count)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
+    let mut outbox =
+        tx.prepare_cached("INSERT INTO fulltext_outbox(op, chunk_id) VALUES ('upsert', ?1)")?;
+    for (ordinal, chunk) in chunks.iter().enumerate() {
+        let loc = &chunk.location;
+        insert.execute(params![
+            doc_id,
+            revision_id,
+            ordinal as i64,
+            chunk.text,
+            chunk.heading_path,
+            loc.page,
+            loc.line_start,
+            loc.line_end,
+            loc.byte_start.map(|v| v as i64),
+            loc.byte_end.map(|v| v as i64),
+            chunk.token_count,
+        ])?;
+        outbox.execute([tx.last_insert_rowid()])?;
+    }
+    Ok(doc_id)
+}
+
+/// Records a file that was not indexed. A skipped file loses its chunks (it is out of scope
+/// now); a failed one keeps the chunks of its last good revision, so a file caught mid-write or
+/// corrupted later never makes earlier search results vanish.
+pub(crate) fn write_not_indexed(
+    tx: &Transaction<'_>,
+    source_id: i64,
+    file: &FileFacts<'_>,
+    status: DocumentStatus,
+    reason: &str,
+    message: &str,
+) -> Result<()> {
+    let now = now_unix();
+    match document_id(tx, source_id, file.path)? {
+        Some(id) => {
+            if status == DocumentStatus::Skipped {
+                queue_chunk_deletes(tx, id)?;
+                tx.execute(
+                    "UPDATE documents SET content_hash = NULL, current_revision_id = NULL,
+                     title = NULL, format = NULL, warning = NULL WHERE id = ?1",
+                    [id],
+                )?;
+            }
+            tx.execute(
+                "UPDATE documents SET size = ?2, mtime_ns = ?3, status = ?4, reason = ?5,
+                 last_error = ?6, updated_at = ?7 WHERE id = ?1",
+                params![id, file.size, file.mtime_ns, status.as_str(), reason, message, now],
+            )?;
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO documents(source_id, path, path_display, size, mtime_ns, status,
+                 reason, last_error, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    source_id,
+                    path_to_bytes(file.path),
+                    file.path.to_string_lossy(),
+                    file.size,
+                    file.mtime_ns,
+                    status.as_str(),
+                    reason,
+                    message,
+                    now
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Content unchanged, only size/mtime moved (e.g. `touch`).
+pub(crate) fn touch_document(tx: &Transaction<'_>, id: i64, size: i64, mtime_ns: i64) -> Result<()> {
+    tx.execute(
+        "UPDATE documents SET size = ?2, mtime_ns = ?3, updated_at = ?4 WHERE id = ?1",
+        params![id, size, mtime_ns, now_unix()],
+    )?;
+    Ok(())
+}
+
+/// A rename with unchanged content: the document keeps its id, revision and chunks; only the
+/// path (and a title derived from the file name) change, and its chunks are re-fed to full text.
+pub(crate) fn move_document(
+    tx: &Transaction<'_>,
+    id: i64,
+    from: &Path,
+    to: &FileFacts<'_>,
+) -> Result<()> {
+    let old_name = from.file_name().map(|n| n.to_string_lossy().into_owned());
+    let new_name = to.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    tx.execute(
+        "UPDATE documents SET path = ?2, path_display = ?3, size = ?4, mtime_ns = ?5,
+         title = CASE WHEN title IS ?6 THEN ?7 ELSE title END, updated_at = ?8 WHERE id = ?1",
+        params![
+            id,
+            path_to_bytes(to.path),
+            to.path.to_string_lossy(),
+            to.size,
+            to.mtime_ns,
+            old_name,
+            new_name,
+            now_unix()
+        ],
+    )?;
+    tx.execute(
+        "INSERT INTO fulltext_outbox(op, chunk_id) SELECT 'upsert', id FROM chunks WHERE document_id = ?1",
+        [id],
+    )?;
+    Ok(())
+}
+
+/// Removes documents whose files are gone.
+pub(crate) fn delete_document(tx: &Transaction<'_>, id: i64) -> Result<()> {
+    queue_chunk_deletes(tx, id)?;
+    tx.execute("DELETE FROM documents WHERE id = ?1", [id])?;
+    Ok(())
+}
