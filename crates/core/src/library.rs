@@ -25,6 +25,7 @@ pub struct Library {
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusReport {
     /// The data directory.
+    #[serde(serialize_with = "crate::store::serialize_path")]
     pub data_dir: PathBuf,
     /// Counts.
     pub stats: Stats,

@@ -109,6 +109,11 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
                 .collect::<Vec<_>>()
                 .join(" › ");
         }
+        // A page break ends a chunk, so every hit cites one page.
+        if current.last().is_some_and(|p| p.page != block.page) {
+            emit(&mut chunks, &mut current, &heading_path);
+            current_tokens = 0;
+        }
         if tokens > max {
             emit(&mut chunks, &mut current, &heading_path);
             current_tokens = 0;

@@ -62,6 +62,7 @@ pub enum IndexEvent {
         /// Source id.
         source_id: i64,
         /// Its folder.
+        #[serde(serialize_with = "crate::store::serialize_path")]
         root: PathBuf,
     },
     /// A source's walk finished.
@@ -76,11 +77,13 @@ pub enum IndexEvent {
         /// Source id.
         source_id: i64,
         /// Its folder.
+        #[serde(serialize_with = "crate::store::serialize_path")]
         root: PathBuf,
     },
     /// One file could not be indexed.
     FileFailed {
         /// The file.
+        #[serde(serialize_with = "crate::store::serialize_path")]
         path: PathBuf,
         /// Machine reason.
         reason: String,

@@ -57,6 +57,7 @@ pub enum WatchEvent {
         /// Source id.
         source_id: i64,
         /// Its folder.
+        #[serde(serialize_with = "crate::store::serialize_path")]
         root: PathBuf,
     },
     /// A source falls back to periodic rescans.
@@ -69,6 +70,7 @@ pub enum WatchEvent {
     /// Paths changed and were re-indexed.
     Changed {
         /// The paths the OS reported.
+        #[serde(serialize_with = "crate::store::serialize_paths")]
         paths: Vec<PathBuf>,
     },
     /// An indexing event from a rescan or a change.

@@ -52,6 +52,7 @@ pub struct Hit {
     /// Its document.
     pub document_id: i64,
     /// The file.
+    #[serde(serialize_with = "crate::store::serialize_path")]
     pub path: PathBuf,
     /// Document title.
     pub title: Option<String>,

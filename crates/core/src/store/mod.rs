@@ -32,6 +32,21 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// Serialises a path as a string, lossily for names that are not UTF-8 (JSON has no bytes).
+pub(crate) fn serialize_path<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
+}
+
+/// [`serialize_path`] for a list.
+pub(crate) fn serialize_paths<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(paths.len()))?;
+    for p in paths {
+        seq.serialize_element(&p.to_string_lossy())?;
+    }
+    seq.end()
+}
+
 /// Seconds since the Unix epoch, as stored in `*_at` columns.
 pub(crate) fn now_unix() -> i64 {
     std::time::SystemTime::now()

@@ -86,6 +86,7 @@ pub struct Source {
     /// Owning collection's name.
     pub collection: String,
     /// Absolute folder.
+    #[serde(serialize_with = "crate::store::serialize_path")]
     pub root: PathBuf,
     /// Globs a file must match (relative to `root`); empty means all.
     pub include: Vec<String>,
@@ -166,6 +167,7 @@ pub struct DocumentRecord {
     /// Owning collection's name.
     pub collection: String,
     /// Absolute path.
+    #[serde(serialize_with = "crate::store::serialize_path")]
     pub path: PathBuf,
     /// Bytes on disk at the last scan.
     pub size: Option<i64>,
@@ -265,6 +267,7 @@ pub struct ChunkRecord {
     /// Approximate model tokens.
     pub token_count: i64,
     /// The document's path.
+    #[serde(serialize_with = "crate::store::serialize_path")]
     pub path: PathBuf,
     /// The document's title.
     pub title: Option<String>,

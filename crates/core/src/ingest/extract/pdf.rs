@@ -36,15 +36,23 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
         }
         offset += text.len() as u64 + 1;
     }
+    // A file cut short (a copy or download in progress) has no end-of-file marker.
+    let tail = &bytes[bytes.len().saturating_sub(1024)..];
+    let truncated = !tail.windows(5).any(|w| w == b"%%EOF");
     if blocks.is_empty() {
-        return Err(if pages > 0 && failed_pages == pages {
+        return Err(if truncated {
+            NotIndexed::failed("parse_error", "malformed PDF: the file is truncated (no %%EOF marker)")
+        } else if pages > 0 && failed_pages == pages {
             NotIndexed::failed("parse_error", format!("malformed PDF: none of its {pages} page(s) could be read"))
         } else {
             NotIndexed::skipped("no_text", "the PDF has no extractable text (scanned images?)")
         });
     }
-    let warning = (failed_pages > 0)
-        .then(|| format!("{failed_pages} of {pages} page(s) could not be read"));
+    let warning = match (failed_pages > 0, truncated) {
+        (true, _) => Some(format!("{failed_pages} of {pages} page(s) could not be read")),
+        (false, true) => Some("the PDF looks truncated (no %%EOF marker); its text may be incomplete".into()),
+        _ => None,
+    };
     Ok(Extracted {
         title: None,
         format: "pdf",
