@@ -201,6 +201,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    quarry_core::init_failpoints_from_env();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

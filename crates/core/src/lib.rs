@@ -36,3 +36,11 @@ pub use ingest::{ChunkOptions, IndexEvent, IndexOptions, IndexProgress, WatchEve
 pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
 pub use retrieve::{Hit, SearchRequest, SearchResults};
 pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source, Stats};
+
+/// Arms the fail points named in the `FAILPOINTS` environment variable (crash tests only;
+/// a no-op unless built with the `failpoints` feature).
+#[doc(hidden)]
+pub fn init_failpoints_from_env() {
+    #[cfg(feature = "failpoints")]
+    std::mem::forget(fail::FailScenario::setup());
+}
