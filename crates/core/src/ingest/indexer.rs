@@ -184,6 +184,8 @@ pub(crate) fn index_scope(
             );
         }
     }
+    // Tests delete files here to check what happens to a file that vanishes after the walk.
+    fail::fail_point!("index_after_walk");
     run.progress.files_discovered += walked.len() as u64;
     run.emit(IndexEvent::ScanFinished {
         source_id: source.id,

@@ -64,25 +64,37 @@ impl FileStat {
     }
 }
 
-/// Builds the include/exclude overrides of a source, rejecting a bad glob by name.
-pub(crate) fn overrides(root: &Path, include: &[String], exclude: &[String]) -> Result<Override> {
-    let mut builder = OverrideBuilder::new(root);
-    for glob in include {
-        builder.add(glob).map_err(|e| Error::InvalidGlob {
-            glob: glob.clone(),
+/// Builds a source's matchers, rejecting a bad glob by name: the excludes as ignore-style
+/// overrides, the includes as a separate whitelist. (An include cannot be an override: the
+/// `ignore` crate lets a whitelist override beat `.gitignore`, and an include must not.)
+pub(crate) fn overrides(root: &Path, include: &[String], exclude: &[String]) -> Result<(Override, Option<Override>)> {
+    let includes = if include.is_empty() {
+        None
+    } else {
+        let mut builder = OverrideBuilder::new(root);
+        for glob in include {
+            builder.add(glob).map_err(|e| Error::InvalidGlob {
+                glob: glob.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        Some(builder.build().map_err(|e| Error::InvalidGlob {
+            glob: include.join(", "),
             reason: e.to_string(),
-        })?;
-    }
+        })?)
+    };
+    let mut builder = OverrideBuilder::new(root);
     for glob in exclude {
         builder.add(&format!("!{glob}")).map_err(|e| Error::InvalidGlob {
             glob: glob.clone(),
             reason: e.to_string(),
         })?;
     }
-    builder.build().map_err(|e| Error::InvalidGlob {
-        glob: include.iter().chain(exclude).cloned().collect::<Vec<_>>().join(", "),
+    let excludes = builder.build().map_err(|e| Error::InvalidGlob {
+        glob: exclude.join(", "),
         reason: e.to_string(),
-    })
+    })?;
+    Ok((excludes, includes))
 }
 
 fn is_hidden(path: &Path) -> bool {
@@ -99,7 +111,7 @@ pub(crate) fn walk(
     exclude: &[String],
     max_file_size: u64,
 ) -> Result<Vec<WalkItem>> {
-    let overrides = overrides(root, include, exclude)?;
+    let (excludes, includes) = overrides(root, include, exclude)?;
     // Hidden entries are found here and recorded, so `quarry status` can say why a dotfile is
     // absent; the walk does not descend into them.
     let hidden: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
@@ -111,7 +123,7 @@ pub(crate) fn walk(
         .follow_links(true)
         .require_git(false)
         .git_global(false)
-        .overrides(overrides)
+        .overrides(excludes)
         .filter_entry(move |entry| {
             if entry.depth() > 0 && entry.path() != scope_owned && is_hidden(entry.path()) {
                 if let Ok(mut h) = hidden_seen.lock() {
@@ -131,6 +143,9 @@ pub(crate) fn walk(
                 let path = entry.path();
                 let Some(file_type) = entry.file_type() else { continue };
                 if file_type.is_dir() {
+                    continue;
+                }
+                if includes.as_ref().is_some_and(|inc| !inc.matched(path, false).is_whitelist()) {
                     continue;
                 }
                 let meta = match entry.metadata() {
