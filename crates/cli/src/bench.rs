@@ -32,7 +32,11 @@ pub enum BenchCommand {
 
 pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode> {
     match command {
-        BenchCommand::Index { path, keep, threads } => {
+        BenchCommand::Index {
+            path,
+            keep,
+            threads,
+        } => {
             let temp = tempfile::tempdir()?;
             let dir = keep.unwrap_or_else(|| temp.path().to_path_buf());
             let mut library = Library::open(&dir)?;
@@ -52,18 +56,43 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             let secs = started.elapsed().as_secs_f64();
             let status = library.status()?;
             println!("corpus            {}", path.display());
-            println!("files             {} indexed, {} skipped, {} failed", progress.files_indexed, progress.files_skipped, progress.files_failed);
-            println!("read              {:.1} MB", progress.bytes_read as f64 / 1e6);
-            println!("extracted text    {:.1} MB", progress.bytes_extracted as f64 / 1e6);
+            println!(
+                "files             {} indexed, {} skipped, {} failed",
+                progress.files_indexed, progress.files_skipped, progress.files_failed
+            );
+            println!(
+                "read              {:.1} MB",
+                progress.bytes_read as f64 / 1e6
+            );
+            println!(
+                "extracted text    {:.1} MB",
+                progress.bytes_extracted as f64 / 1e6
+            );
             println!("chunks            {}", progress.chunks_written);
             println!("wall time         {secs:.2} s");
-            println!("files/s           {:.0}", progress.files_indexed as f64 / secs);
-            println!("MB/s (extracted)  {:.2}", progress.bytes_extracted as f64 / 1e6 / secs);
-            println!("MB/s (read)       {:.2}", progress.bytes_read as f64 / 1e6 / secs);
-            println!("chunks/s          {:.0}", progress.chunks_written as f64 / secs);
+            println!(
+                "files/s           {:.0}",
+                progress.files_indexed as f64 / secs
+            );
+            println!(
+                "MB/s (extracted)  {:.2}",
+                progress.bytes_extracted as f64 / 1e6 / secs
+            );
+            println!(
+                "MB/s (read)       {:.2}",
+                progress.bytes_read as f64 / 1e6 / secs
+            );
+            println!(
+                "chunks/s          {:.0}",
+                progress.chunks_written as f64 / secs
+            );
             println!(
                 "first searchable  {} ms",
-                first_searchable.lock().expect("not poisoned").map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+                first_searchable
+                    .lock()
+                    .expect("not poisoned")
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "-".into())
             );
             println!("library on disk   {:.1} MB", status.disk_bytes as f64 / 1e6);
             println!("peak RSS          {}", peak_rss());
@@ -88,10 +117,18 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
     let chunks = library.store().chunks_by_id(&ids)?;
     let words: Vec<String> = chunks
         .iter()
-        .flat_map(|c| c.text.split(|ch: char| !ch.is_alphanumeric()).map(str::to_lowercase).collect::<Vec<_>>())
+        .flat_map(|c| {
+            c.text
+                .split(|ch: char| !ch.is_alphanumeric())
+                .map(str::to_lowercase)
+                .collect::<Vec<_>>()
+        })
         .filter(|w| w.len() >= 5 && w.len() <= 14 && w.chars().all(|c| c.is_ascii_alphabetic()))
         .collect();
-    anyhow::ensure!(!words.is_empty(), "the library has no text to sample queries from");
+    anyhow::ensure!(
+        !words.is_empty(),
+        "the library has no text to sample queries from"
+    );
     let mut seed = 0x9E3779B97F4A7C15u64;
     let mut next = || {
         seed ^= seed << 13;
@@ -102,11 +139,16 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
     let queries: Vec<String> = (0..count.max(1))
         .map(|_| {
             let n = 1 + (next() % 3) as usize;
-            (0..n).map(|_| words[(next() % words.len() as u64) as usize].clone()).collect::<Vec<_>>().join(" ")
+            (0..n)
+                .map(|_| words[(next() % words.len() as u64) as usize].clone())
+                .collect::<Vec<_>>()
+                .join(" ")
         })
         .collect();
     for q in queries.iter().take(20) {
-        library.search(&SearchRequest::new(q.as_str())).context("warm-up")?;
+        library
+            .search(&SearchRequest::new(q.as_str()))
+            .context("warm-up")?;
     }
     let mut times = Vec::with_capacity(queries.len());
     let mut empty = 0;
@@ -135,6 +177,10 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
 fn peak_rss() -> String {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l[6..].trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l[6..].trim().to_string())
+        })
         .unwrap_or_else(|| "-".into())
 }

@@ -35,12 +35,18 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
             temp.path().to_path_buf()
         }
     };
-    println!("Quarry demo: indexing {} into {}", corpus.display(), data_dir.display());
+    println!(
+        "Quarry demo: indexing {} into {}",
+        corpus.display(),
+        data_dir.display()
+    );
     let mut library = Library::open(&data_dir)?;
     if library.find_source(&corpus.display().to_string()).is_err() {
         library.add_source(&corpus, "demo", &[], &[])?;
     }
-    let progress = library.writer()?.index_all(&IndexOptions::default(), &|_| {})?;
+    let progress = library
+        .writer()?
+        .index_all(&IndexOptions::default(), &|_| {})?;
     crate::output::summary(&progress);
     for query in [
         "how do lifetimes relate to the borrow checker",

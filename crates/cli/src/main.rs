@@ -15,7 +15,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use quarry_core::{IndexOptions, Library, SearchRequest, WatchOptions};
 
 #[derive(Parser)]
-#[command(name = "quarry", version, about = "Local knowledge bases: index folders, search them")]
+#[command(
+    name = "quarry",
+    version,
+    about = "Local knowledge bases: index folders, search them"
+)]
 struct Cli {
     /// Library data directory [default: the platform data dir]
     #[arg(long, global = true, env = "QUARRY_DATA_DIR")]
@@ -216,7 +220,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let data_dir = cli.data_dir.clone().unwrap_or_else(Library::default_data_dir);
+    let data_dir = cli
+        .data_dir
+        .clone()
+        .unwrap_or_else(Library::default_data_dir);
     match cli.command {
         Command::Demo { corpus } => return demo::run(cli.data_dir, corpus),
         Command::Bench(command) => return bench::run(command, cli.data_dir),
@@ -224,9 +231,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
     let mut library = Library::open(&data_dir)?;
     match cli.command {
-        Command::Collection(CollectionCommand::Add { name, sensitivity, language }) => {
+        Command::Collection(CollectionCommand::Add {
+            name,
+            sensitivity,
+            language,
+        }) => {
             let c = library.create_collection(&name, &sensitivity, &language)?;
-            println!("created collection {} ({}, {})", c.name, c.sensitivity, c.language);
+            println!(
+                "created collection {} ({}, {})",
+                c.name, c.sensitivity, c.language
+            );
         }
         Command::Collection(CollectionCommand::List { json }) => {
             output::collections(&library.collections()?, json)?;
@@ -235,7 +249,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             library.remove_collection(&name)?;
             println!("removed collection {name}");
         }
-        Command::Source(SourceCommand::Add { path, collection, include, exclude }) => {
+        Command::Source(SourceCommand::Add {
+            path,
+            collection,
+            include,
+            exclude,
+        }) => {
             let s = library.add_source(&path, &collection, &include, &exclude)?;
             println!(
                 "added source {} ({}) to collection {}; run `quarry index` to index it",
@@ -244,7 +263,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 s.collection
             );
         }
-        Command::Source(SourceCommand::List { json }) => output::sources(&library.sources()?, json)?,
+        Command::Source(SourceCommand::List { json }) => {
+            output::sources(&library.sources()?, json)?
+        }
         Command::Source(SourceCommand::Remove { source }) => {
             let s = library.find_source(&source)?;
             library.remove_source(s.id)?;
@@ -263,7 +284,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Status { json } => output::status(&library.status()?, json)?,
-        Command::Doc(DocCommand::Show { path, json }) => output::document(&library.document(&path)?, json)?,
+        Command::Doc(DocCommand::Show { path, json }) => {
+            output::document(&library.document(&path)?, json)?
+        }
         Command::Check { repair, json } => {
             let report = library.verify()?;
             output::check(&report, json)?;
@@ -279,22 +302,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         }
-        Command::Demo { .. } | Command::Bench(_) => unreachable!("handled before opening a library"),
+        Command::Demo { .. } | Command::Bench(_) => {
+            unreachable!("handled before opening a library")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
     if library.sources()?.is_empty() {
-        anyhow::bail!("no sources yet: add a folder with `quarry source add PATH --collection NAME`");
+        anyhow::bail!(
+            "no sources yet: add a folder with `quarry source add PATH --collection NAME`"
+        );
     }
     let options = args.options();
     let style = match args.progress {
-        ProgressStyle::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => ProgressStyle::Bar,
+        ProgressStyle::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+            ProgressStyle::Bar
+        }
         ProgressStyle::Auto => ProgressStyle::None,
         other => other,
     };
-    let reporter = output::ProgressReporter::new(style == ProgressStyle::Bar, style == ProgressStyle::Json);
+    let reporter =
+        output::ProgressReporter::new(style == ProgressStyle::Bar, style == ProgressStyle::Json);
     let mut writer = library.writer()?;
     let progress = writer.index_all(&options, &|e| reporter.index_event(e))?;
     reporter.finish();
@@ -311,7 +341,12 @@ fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
             ..WatchOptions::default()
         };
         eprintln!("watching for changes (Ctrl-C to stop)");
-        writer.watch(&options, &watch_options, &|e| reporter.watch_event(e), &stop)?;
+        writer.watch(
+            &options,
+            &watch_options,
+            &|e| reporter.watch_event(e),
+            &stop,
+        )?;
     }
     Ok(())
 }

@@ -46,7 +46,11 @@ pub fn sources(list: &[Source], as_json: bool) -> Result<()> {
             s.documents_indexed,
             s.documents_not_indexed,
             s.root.display(),
-            if s.status == quarry_core::store::SourceStatus::Missing { "  [folder missing]" } else { "" }
+            if s.status == quarry_core::store::SourceStatus::Missing {
+                "  [folder missing]"
+            } else {
+                ""
+            }
         );
     }
     Ok(())
@@ -54,7 +58,11 @@ pub fn sources(list: &[Source], as_json: bool) -> Result<()> {
 
 /// Snippet with matches in bold on a terminal, `**marked**` otherwise.
 fn highlight(text: &str, ranges: &[(usize, usize)], tty: bool) -> String {
-    let (open, close) = if tty { ("\x1b[1m", "\x1b[0m") } else { ("**", "**") };
+    let (open, close) = if tty {
+        ("\x1b[1m", "\x1b[0m")
+    } else {
+        ("**", "**")
+    };
     let mut out = String::new();
     let mut at = 0;
     for &(s, e) in ranges {
@@ -99,9 +107,16 @@ pub fn hits(results: &SearchResults, as_json: bool) -> Result<()> {
         if !hit.heading_path.is_empty() {
             println!("    § {}", hit.heading_path);
         }
-        println!("    {}", highlight(&hit.snippet.text, &hit.snippet.highlights, tty));
+        println!(
+            "    {}",
+            highlight(&hit.snippet.text, &hit.snippet.highlights, tty)
+        );
     }
-    println!("({} results, {:.1} ms)", results.hits.len(), results.took_us as f64 / 1000.0);
+    println!(
+        "({} results, {:.1} ms)",
+        results.hits.len(),
+        results.took_us as f64 / 1000.0
+    );
     Ok(())
 }
 
@@ -125,11 +140,20 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
     println!(
         "full text    applied through #{}{}",
         report.fulltext_applied_seq,
-        if s.outbox_pending > 0 { format!(", {} change(s) pending", s.outbox_pending) } else { String::new() }
+        if s.outbox_pending > 0 {
+            format!(", {} change(s) pending", s.outbox_pending)
+        } else {
+            String::new()
+        }
     );
     for source in &report.sources {
         if let Some(err) = &source.last_error {
-            println!("source {}     {}: {}", source.id, source.root.display(), err);
+            println!(
+                "source {}     {}: {}",
+                source.id,
+                source.root.display(),
+                err
+            );
         }
     }
     if !s.not_indexed_by_reason.is_empty() {
@@ -141,7 +165,11 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
     if !report.problems.is_empty() {
         println!("recent problems:");
         for d in &report.problems {
-            let what = d.last_error.as_deref().or(d.warning.as_deref()).unwrap_or("");
+            let what = d
+                .last_error
+                .as_deref()
+                .or(d.warning.as_deref())
+                .unwrap_or("");
             let label = match d.status {
                 quarry_core::DocumentStatus::Indexed => "warning".to_string(),
                 _ => d.reason.clone().unwrap_or_default(),
@@ -159,24 +187,46 @@ pub fn document(view: &DocumentView, as_json: bool) -> Result<()> {
     let d = &view.document;
     println!("path      {}", d.path.display());
     println!("title     {}", d.title.as_deref().unwrap_or("-"));
-    println!("status    {:?}{}", d.status, d.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default());
+    println!(
+        "status    {:?}{}",
+        d.status,
+        d.reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
     if let Some(e) = &d.last_error {
         println!("error     {e}");
     }
     if let Some(w) = &d.warning {
         println!("warning   {w}");
     }
-    println!("format    {}   size {} bytes   chunks {}", d.format.as_deref().unwrap_or("-"), d.size.unwrap_or(0), d.chunk_count);
+    println!(
+        "format    {}   size {} bytes   chunks {}",
+        d.format.as_deref().unwrap_or("-"),
+        d.size.unwrap_or(0),
+        d.chunk_count
+    );
     println!("hash      {}", d.content_hash.as_deref().unwrap_or("-"));
     for c in &view.chunks {
         let lines = match (c.location.line_start, c.location.line_end) {
             (Some(a), Some(b)) => format!("lines {a}-{b}"),
             _ => String::new(),
         };
-        let page = c.location.page.map(|p| format!("page {p} ")).unwrap_or_default();
-        println!("--- chunk {} (#{}, {} tokens) {page}{lines} {}", c.ordinal, c.id, c.token_count, c.heading_path);
+        let page = c
+            .location
+            .page
+            .map(|p| format!("page {p} "))
+            .unwrap_or_default();
+        println!(
+            "--- chunk {} (#{}, {} tokens) {page}{lines} {}",
+            c.ordinal, c.id, c.token_count, c.heading_path
+        );
         let preview: String = c.text.chars().take(240).collect();
-        println!("{}", preview.split_whitespace().collect::<Vec<_>>().join(" "));
+        println!(
+            "{}",
+            preview.split_whitespace().collect::<Vec<_>>().join(" ")
+        );
     }
     Ok(())
 }
@@ -192,7 +242,11 @@ pub fn check(report: &ConsistencyReport, as_json: bool) -> Result<()> {
         report.missing_from_fulltext.len(),
         report.stale_in_fulltext.len(),
         report.duplicate_paths,
-        if report.is_consistent() { "consistent" } else { "INCONSISTENT" }
+        if report.is_consistent() {
+            "consistent"
+        } else {
+            "INCONSISTENT"
+        }
     );
     Ok(())
 }
@@ -236,7 +290,11 @@ impl ProgressReporter {
             );
             pb
         });
-        ProgressReporter { bar, json, lock: Mutex::new(()) }
+        ProgressReporter {
+            bar,
+            json,
+            lock: Mutex::new(()),
+        }
     }
 
     fn print_json<T: Serialize>(&self, value: &T) {
@@ -262,9 +320,10 @@ impl ProgressReporter {
                     progress.chunks_written, progress.extracted_mb_per_sec, progress.files_failed
                 ));
             }
-            IndexEvent::SourceMissing { root, .. } => {
-                bar.println(format!("source folder missing: {} (documents kept)", root.display()))
-            }
+            IndexEvent::SourceMissing { root, .. } => bar.println(format!(
+                "source folder missing: {} (documents kept)",
+                root.display()
+            )),
             _ => {}
         }
     }

@@ -24,8 +24,17 @@ fn corpus(env: &TestEnv) {
 
 fn assert_consistent(env: &TestEnv) {
     let report = env.json(&["check"]);
-    assert!(report["missing_from_fulltext"].as_array().unwrap().is_empty(), "{report:#}");
-    assert!(report["stale_in_fulltext"].as_array().unwrap().is_empty(), "{report:#}");
+    assert!(
+        report["missing_from_fulltext"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{report:#}"
+    );
+    assert!(
+        report["stale_in_fulltext"].as_array().unwrap().is_empty(),
+        "{report:#}"
+    );
     assert_eq!(report["duplicate_paths"], 0);
 }
 
@@ -33,7 +42,10 @@ fn assert_complete(env: &TestEnv) {
     env.ok(&["index"]);
     assert_consistent(env);
     let status = env.status();
-    assert_eq!(status["stats"]["documents_indexed"], FILES as u64, "{status:#}");
+    assert_eq!(
+        status["stats"]["documents_indexed"], FILES as u64,
+        "{status:#}"
+    );
     assert_eq!(status["stats"]["documents_failed"], 0);
     for i in [0, 1, FILES / 2, FILES - 1] {
         let hits = env.search_paths(&format!("uniq{i}x"));
@@ -65,7 +77,12 @@ fn kill_after(env: &TestEnv, event: &str, count: usize) {
 
 #[test]
 fn sigkill_at_several_points_then_restart() {
-    for (event, count) in [("batch_committed", 1), ("fulltext_committed", 1), ("batch_committed", 3), ("scan_finished", 1)] {
+    for (event, count) in [
+        ("batch_committed", 1),
+        ("fulltext_committed", 1),
+        ("batch_committed", 3),
+        ("scan_finished", 1),
+    ] {
         let env = TestEnv::new();
         corpus(&env);
         kill_after(&env, event, count);
@@ -80,13 +97,21 @@ fn sigkill_at_random_times_then_restart() {
     let env = TestEnv::new();
     corpus(&env);
     for delay_ms in [30u64, 120, 250] {
-        let mut child = env.command(&["index", "--threads", "1"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = env
+            .command(&["index", "--threads", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
         let _ = child.kill();
         child.wait().unwrap();
         assert_consistent(&env);
         // Touch some files so the next run has real work between kills.
-        write(&env.docs().join(format!("dir0/extra{delay_ms}.md")), format!("extra note {delay_ms}"));
+        write(
+            &env.docs().join(format!("dir0/extra{delay_ms}.md")),
+            format!("extra note {delay_ms}"),
+        );
     }
     std::fs::remove_file(env.docs().join("dir0/extra30.md")).unwrap();
     std::fs::remove_file(env.docs().join("dir0/extra120.md")).unwrap();
@@ -100,10 +125,17 @@ fn abort_between_sqlite_and_fulltext_commit_is_repaired() {
     corpus(&env);
     // The fail point aborts the process right after the first SQLite batch commits, before
     // tantivy has seen it.
-    let out = env.command(&["index"]).env("FAILPOINTS", "index_after_sqlite_commit=return").output().unwrap();
+    let out = env
+        .command(&["index"])
+        .env("FAILPOINTS", "index_after_sqlite_commit=return")
+        .output()
+        .unwrap();
     assert!(!out.status.success(), "the process aborted");
     let status = env.json(&["status"]);
-    assert!(status["stats"]["chunks"].as_u64().unwrap() > 0, "SQLite kept the first batch");
+    assert!(
+        status["stats"]["chunks"].as_u64().unwrap() > 0,
+        "SQLite kept the first batch"
+    );
     assert_consistent(&env);
     assert_complete(&env);
 }

@@ -22,15 +22,59 @@ fn problem<'a>(status: &'a serde_json::Value, file: &str) -> &'a serde_json::Val
 fn every_format_is_extracted_and_searchable() {
     let env = TestEnv::new();
     let d = env.docs();
-    write(&d.join("report.pdf"), pdf(&["Quarterly turbine efficiency rose", "Second page about gearbox wear"], false));
-    write(&d.join("memo.docx"), docx("Budget memo", "Travel budget", &["The zeppelin fleet needs new envelopes."]));
-    write(&d.join("minutes.odt"), odt("Board minutes", "Decisions", "The board approved the heliograph purchase."));
-    write(&d.join("novel.epub"), epub("A short novel", &[("Chapter One", "The lighthouse keeper counted puffins."), ("Chapter Two", "A storm reached the archipelago.")]));
-    write(&d.join("table.csv"), "city,landmark\nParis,Eiffel tower\nAgra,Taj Mahal\n");
-    write(&d.join("config.json"), r#"{"server": {"hostname": "quokka.example"}}"#);
-    write(&d.join("main.py"), "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n");
+    write(
+        &d.join("report.pdf"),
+        pdf(
+            &[
+                "Quarterly turbine efficiency rose",
+                "Second page about gearbox wear",
+            ],
+            false,
+        ),
+    );
+    write(
+        &d.join("memo.docx"),
+        docx(
+            "Budget memo",
+            "Travel budget",
+            &["The zeppelin fleet needs new envelopes."],
+        ),
+    );
+    write(
+        &d.join("minutes.odt"),
+        odt(
+            "Board minutes",
+            "Decisions",
+            "The board approved the heliograph purchase.",
+        ),
+    );
+    write(
+        &d.join("novel.epub"),
+        epub(
+            "A short novel",
+            &[
+                ("Chapter One", "The lighthouse keeper counted puffins."),
+                ("Chapter Two", "A storm reached the archipelago."),
+            ],
+        ),
+    );
+    write(
+        &d.join("table.csv"),
+        "city,landmark\nParis,Eiffel tower\nAgra,Taj Mahal\n",
+    );
+    write(
+        &d.join("config.json"),
+        r#"{"server": {"hostname": "quokka.example"}}"#,
+    );
+    write(
+        &d.join("main.py"),
+        "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+    );
     write(&d.join("page.html"), "<html><head><title>Glaciers</title></head><body><h1>Glaciers</h1><p>Moraines mark the glacier's furthest advance.</p></body></html>");
-    write(&d.join("README"), "Plain text without an extension mentions the axolotl.");
+    write(
+        &d.join("README"),
+        "Plain text without an extension mentions the axolotl.",
+    );
     env.add_docs_source("fixtures");
     env.ok(&["index"]);
 
@@ -70,32 +114,63 @@ fn every_format_is_extracted_and_searchable() {
 fn bad_input_is_recorded_and_indexing_continues() {
     let env = TestEnv::new();
     let d = env.docs();
-    write(&d.join("good.md"), "# Good\n\nThe pangolin is a scaly mammal.");
+    write(
+        &d.join("good.md"),
+        "# Good\n\nThe pangolin is a scaly mammal.",
+    );
     let full = pdf(&["Intact text about lighthouses"], false);
     write(&d.join("truncated.pdf"), &full[..full.len() / 2]);
-    write(&d.join("garbage.pdf"), b"%PDF-1.7\nthis is not really a pdf at all\x00\x01\x02");
+    write(
+        &d.join("garbage.pdf"),
+        b"%PDF-1.7\nthis is not really a pdf at all\x00\x01\x02",
+    );
     write(&d.join("encrypted.pdf"), pdf(&["secret plans"], true));
     write(&d.join("bomb.docx"), docx_bomb(80 << 20));
-    write(&d.join("latin1.txt"), b"Le caf\xe9 de la gr\xe8ve sert une cr\xe8me br\xfbl\xe9e.");
+    write(
+        &d.join("latin1.txt"),
+        b"Le caf\xe9 de la gr\xe8ve sert une cr\xe8me br\xfbl\xe9e.",
+    );
     let mut mixed = "naïve UTF-8 text about marmots ".as_bytes().to_vec();
     mixed.extend_from_slice(b"and a stray caf\xe9");
     write(&d.join("mixed.txt"), mixed);
     write(&d.join("empty.txt"), b"");
-    write(&d.join("binary.dat"), b"\x7fELF\x02\x01\x01\x00\x00\x00binary");
+    write(
+        &d.join("binary.dat"),
+        b"\x7fELF\x02\x01\x01\x00\x00\x00binary",
+    );
     // A 1 GB file, sparse so the test stays fast.
-    std::fs::File::create(d.join("huge.log")).unwrap().set_len(1 << 30).unwrap();
+    std::fs::File::create(d.join("huge.log"))
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
     std::os::unix::fs::symlink(d, d.join("loop")).unwrap();
-    write(&d.join("name\nwith newline.md"), "The okapi lives in the Congo.");
+    write(
+        &d.join("name\nwith newline.md"),
+        "The okapi lives in the Congo.",
+    );
     let odd = std::ffi::OsStr::from_bytes(b"caf\xe9-\xff.md");
     write(&d.join(odd), "The narwhal has a long tusk.");
     write(&d.join(".hidden.md"), "hidden tapir");
-    assert!(Command::new("mkfifo").arg(d.join("pipe.txt")).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(d.join("pipe.txt"))
+        .status()
+        .unwrap()
+        .success());
     env.add_docs_source("bad");
     let out = env.run(&["index"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let status = env.status();
-    let reason = |file: &str| problem(&status, file)["reason"].as_str().unwrap_or("").to_string();
+    let reason = |file: &str| {
+        problem(&status, file)["reason"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
     assert_eq!(reason("truncated.pdf"), "parse_error");
     assert_eq!(reason("garbage.pdf"), "parse_error");
     assert_eq!(reason("encrypted.pdf"), "encrypted");
@@ -107,24 +182,48 @@ fn bad_input_is_recorded_and_indexing_continues() {
     assert_eq!(reason(".hidden.md"), "hidden");
     assert_eq!(reason("loop"), "symlink_loop");
     for file in ["truncated.pdf", "encrypted.pdf", "bomb.docx", "huge.log"] {
-        let message = problem(&status, file)["last_error"].as_str().unwrap().to_string();
+        let message = problem(&status, file)["last_error"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(!message.is_empty(), "{file} has a message");
     }
-    assert!(problem(&status, "encrypted.pdf")["last_error"].as_str().unwrap().contains("password"));
+    assert!(problem(&status, "encrypted.pdf")["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("password"));
     // Legacy and mixed encodings are indexed, with a warning saying what was guessed.
-    assert!(problem(&status, "latin1.txt")["warning"].as_str().unwrap().contains("windows-1252"));
-    assert!(problem(&status, "mixed.txt")["warning"].as_str().unwrap().contains("mixed encodings"));
-    assert!(env.search_paths("crème brûlée").iter().any(|p| p.ends_with("latin1.txt")));
-    assert!(env.search_paths("marmots").iter().any(|p| p.ends_with("mixed.txt")));
+    assert!(problem(&status, "latin1.txt")["warning"]
+        .as_str()
+        .unwrap()
+        .contains("windows-1252"));
+    assert!(problem(&status, "mixed.txt")["warning"]
+        .as_str()
+        .unwrap()
+        .contains("mixed encodings"));
+    assert!(env
+        .search_paths("crème brûlée")
+        .iter()
+        .any(|p| p.ends_with("latin1.txt")));
+    assert!(env
+        .search_paths("marmots")
+        .iter()
+        .any(|p| p.ends_with("mixed.txt")));
     // Odd file names are indexed and round-trip.
     assert!(env.search_paths("okapi")[0].ends_with("name\nwith newline.md"));
     let narwhal = env.json(&["search", "narwhal"]);
     assert_eq!(narwhal["hits"].as_array().unwrap().len(), 1);
     assert!(env.search_paths("pangolin")[0].ends_with("good.md"));
-    assert!(env.search_paths("tapir").is_empty(), "hidden files stay out");
+    assert!(
+        env.search_paths("tapir").is_empty(),
+        "hidden files stay out"
+    );
     // `quarry status` (human) lists the failures by reason.
     let human = env.ok(&["status"]);
-    assert!(human.contains("encrypted") && human.contains("too_large"), "{human}");
+    assert!(
+        human.contains("encrypted") && human.contains("too_large"),
+        "{human}"
+    );
     // Indexing again changes nothing and fails nothing new.
     let again = env.run(&["index"]);
     assert!(again.status.success());
@@ -135,7 +234,10 @@ fn bad_input_is_recorded_and_indexing_continues() {
 fn a_broken_new_revision_keeps_the_old_one_searchable() {
     let env = TestEnv::new();
     let path = env.docs().join("report.pdf");
-    write(&path, pdf(&["The albatross has the largest wingspan."], false));
+    write(
+        &path,
+        pdf(&["The albatross has the largest wingspan."], false),
+    );
     env.add_docs_source("c");
     env.ok(&["index"]);
     assert_eq!(env.search_paths("albatross").len(), 1);
@@ -143,7 +245,11 @@ fn a_broken_new_revision_keeps_the_old_one_searchable() {
     let good = std::fs::read(&path).unwrap();
     write(&path, &good[..good.len() / 3]);
     env.ok(&["index"]);
-    assert_eq!(env.search_paths("albatross").len(), 1, "old revision still searchable");
+    assert_eq!(
+        env.search_paths("albatross").len(),
+        1,
+        "old revision still searchable"
+    );
     let doc = env.json(&["doc", "show", path.to_str().unwrap()]);
     assert_eq!(doc["document"]["status"], "failed");
     assert_eq!(doc["chunks"].as_array().unwrap().len(), 1);
@@ -164,15 +270,25 @@ fn unreadable_files_and_folders_are_recorded() {
     // the same refusal a normal user would.
     let mut cmd = if is_root() {
         let mut c = Command::new("setpriv");
-        c.arg("--bounding-set=-dac_override,-dac_read_search").arg(env!("CARGO_BIN_EXE_quarry"));
+        c.arg("--bounding-set=-dac_override,-dac_read_search")
+            .arg(env!("CARGO_BIN_EXE_quarry"));
         c
     } else {
         Command::new(env!("CARGO_BIN_EXE_quarry"))
     };
-    let out = cmd.arg("--data-dir").arg(env.data.path()).arg("index").output().unwrap();
+    let out = cmd
+        .arg("--data-dir")
+        .arg(env.data.path())
+        .arg("index")
+        .output()
+        .unwrap();
     std::fs::set_permissions(d.join("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(d.join("secret.md"), std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let status = env.status();
     assert_eq!(problem(&status, "secret.md")["reason"], "unreadable");
     assert_eq!(problem(&status, "locked")["reason"], "unreadable");
@@ -189,13 +305,27 @@ fn bad_requests_name_what_is_wrong() {
     let missing = env.run(&["source", "add", "/definitely/not/here", "--collection", "c"]);
     assert_eq!(missing.status.code(), Some(2));
     let err = String::from_utf8_lossy(&missing.stderr);
-    assert!(err.contains("invalid_source_path") && err.contains("/definitely/not/here"), "{err}");
-    let glob = env.run(&["source", "add", env.docs().to_str().unwrap(), "-c", "c", "--include", "a[b"]);
+    assert!(
+        err.contains("invalid_source_path") && err.contains("/definitely/not/here"),
+        "{err}"
+    );
+    let glob = env.run(&[
+        "source",
+        "add",
+        env.docs().to_str().unwrap(),
+        "-c",
+        "c",
+        "--include",
+        "a[b",
+    ]);
     let err = String::from_utf8_lossy(&glob.stderr);
     assert!(err.contains("invalid_glob") && err.contains("a[b"), "{err}");
     let coll = env.run(&["search", "x", "--collection", "nope"]);
     let err = String::from_utf8_lossy(&coll.stderr);
-    assert!(err.contains("collection_not_found") && err.contains("nope"), "{err}");
+    assert!(
+        err.contains("collection_not_found") && err.contains("nope"),
+        "{err}"
+    );
     let name = env.run(&["collection", "add", "has space"]);
     assert!(String::from_utf8_lossy(&name.stderr).contains("invalid_collection_name"));
     let lang = env.run(&["collection", "add", "fr", "--language", "klingon"]);

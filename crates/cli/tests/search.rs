@@ -9,13 +9,37 @@ use common::*;
 fn search_ranks_stems_filters_and_locates() {
     let env = TestEnv::new();
     let d = env.docs();
-    write(&d.join("en/borrow.md"), "# Borrowing\n\nintro line\n\nThe borrow checker validates lifetimes of references.\n");
-    write(&d.join("en/other.md"), "# Cooking\n\nA recipe that mentions a checker pattern tablecloth.\n");
-    write(&d.join("en/title.md"), "# Lifetimes explained\n\nNothing else here about it.\n");
-    write(&d.join("fr/chat.txt"), "Les chats mangent des souris dans les maisons.");
+    write(
+        &d.join("en/borrow.md"),
+        "# Borrowing\n\nintro line\n\nThe borrow checker validates lifetimes of references.\n",
+    );
+    write(
+        &d.join("en/other.md"),
+        "# Cooking\n\nA recipe that mentions a checker pattern tablecloth.\n",
+    );
+    write(
+        &d.join("en/title.md"),
+        "# Lifetimes explained\n\nNothing else here about it.\n",
+    );
+    write(
+        &d.join("fr/chat.txt"),
+        "Les chats mangent des souris dans les maisons.",
+    );
     env.ok(&["collection", "add", "french", "--language", "french"]);
-    env.ok(&["source", "add", d.join("en").to_str().unwrap(), "--collection", "english"]);
-    env.ok(&["source", "add", d.join("fr").to_str().unwrap(), "--collection", "french"]);
+    env.ok(&[
+        "source",
+        "add",
+        d.join("en").to_str().unwrap(),
+        "--collection",
+        "english",
+    ]);
+    env.ok(&[
+        "source",
+        "add",
+        d.join("fr").to_str().unwrap(),
+        "--collection",
+        "french",
+    ]);
     env.ok(&["index"]);
 
     // English stemming: "checking" and "checker" share nothing, but "lifetime" matches "lifetimes".
@@ -23,15 +47,25 @@ fn search_ranks_stems_filters_and_locates() {
     let hits = v["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 2);
     // A title match outranks a body match.
-    assert!(hits[0]["path"].as_str().unwrap().ends_with("title.md"), "{v:#}");
+    assert!(
+        hits[0]["path"].as_str().unwrap().ends_with("title.md"),
+        "{v:#}"
+    );
     // Locations and highlighted snippets.
     let borrow = &env.json(&["search", "\"borrow checker\""])["hits"];
-    assert_eq!(borrow.as_array().unwrap().len(), 1, "a phrase needs the words together");
+    assert_eq!(
+        borrow.as_array().unwrap().len(),
+        1,
+        "a phrase needs the words together"
+    );
     assert_eq!(borrow[0]["location"]["line_start"], 1);
     assert_eq!(borrow[0]["location"]["line_end"], 5);
     let snippet = &borrow[0]["snippet"];
     let text = snippet["text"].as_str().unwrap();
-    let (s, e) = (snippet["highlights"][0][0].as_u64().unwrap() as usize, snippet["highlights"][0][1].as_u64().unwrap() as usize);
+    let (s, e) = (
+        snippet["highlights"][0][0].as_u64().unwrap() as usize,
+        snippet["highlights"][0][1].as_u64().unwrap() as usize,
+    );
     assert!(text[s..e].to_lowercase().starts_with("borrow"), "{snippet}");
     // French stemming in the French collection: "maison" finds "maisons".
     let fr = env.json(&["search", "maison", "--collection", "french"]);
@@ -45,7 +79,10 @@ fn search_ranks_stems_filters_and_locates() {
     assert!(String::from_utf8_lossy(&none.stdout).contains("no results"));
     // Human output shows path:line and the heading path.
     let human = env.ok(&["search", "borrow checker"]);
-    assert!(human.contains("borrow.md:1") && human.contains("§ Borrowing"), "{human}");
+    assert!(
+        human.contains("borrow.md:1") && human.contains("§ Borrowing"),
+        "{human}"
+    );
     // Stray query syntax does not fail a search.
     env.ok(&["search", "lifetimes \"unbalanced"]);
 }
@@ -60,11 +97,20 @@ fn collections_and_sources_can_be_listed_and_removed() {
     assert_eq!(list[0]["name"], "animals");
     let sources = env.json(&["source", "list"]);
     assert_eq!(sources[0]["documents_indexed"], 1);
-    let dup = env.run(&["source", "add", env.docs().to_str().unwrap(), "-c", "animals"]);
+    let dup = env.run(&[
+        "source",
+        "add",
+        env.docs().to_str().unwrap(),
+        "-c",
+        "animals",
+    ]);
     assert!(String::from_utf8_lossy(&dup.stderr).contains("source_exists"));
     env.ok(&["collection", "remove", "animals"]);
     assert!(env.search_paths("jackal").is_empty());
-    assert!(env.json(&["check"])["stale_in_fulltext"].as_array().unwrap().is_empty());
+    assert!(env.json(&["check"])["stale_in_fulltext"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -83,7 +129,17 @@ fn include_and_exclude_globs_and_gitignore_apply() {
     write(&d.join("build/out.md"), "The walrus build artefact.");
     write(&d.join("ignored.md"), "The walrus ignored by git.");
     write(&d.join(".gitignore"), "ignored.md\n");
-    env.ok(&["source", "add", d.to_str().unwrap(), "-c", "g", "--include", "*.md", "--exclude", "build"]);
+    env.ok(&[
+        "source",
+        "add",
+        d.to_str().unwrap(),
+        "-c",
+        "g",
+        "--include",
+        "*.md",
+        "--exclude",
+        "build",
+    ]);
     env.ok(&["index"]);
     let paths = env.search_paths("walrus");
     assert_eq!(paths.len(), 1, "{paths:?}");

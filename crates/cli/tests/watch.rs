@@ -21,7 +21,12 @@ impl Drop for Watcher {
 fn start(env: &TestEnv, extra: &[&str]) -> Watcher {
     let mut args = vec!["index", "--watch", "--progress", "json"];
     args.extend_from_slice(extra);
-    let mut child = env.command(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = env
+        .command(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -31,7 +36,8 @@ fn start(env: &TestEnv, extra: &[&str]) -> Watcher {
             }
         }
     });
-    rx.recv_timeout(std::time::Duration::from_secs(60)).expect("watcher started");
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("watcher started");
     Watcher(child)
 }
 
@@ -39,8 +45,14 @@ fn start(env: &TestEnv, extra: &[&str]) -> Watcher {
 fn edits_renames_deletes_and_new_files_are_reflected() {
     let env = TestEnv::new();
     let d = env.docs();
-    write(&d.join("alpha.md"), "# Alpha\n\nThe capybara is the largest rodent.");
-    write(&d.join("beta.md"), "# Beta\n\nThe heron waits in the shallows.");
+    write(
+        &d.join("alpha.md"),
+        "# Alpha\n\nThe capybara is the largest rodent.",
+    );
+    write(
+        &d.join("beta.md"),
+        "# Beta\n\nThe heron waits in the shallows.",
+    );
     env.add_docs_source("w");
     let watcher = start(&env, &[]);
     assert!(env.search_paths("capybara")[0].ends_with("alpha.md"));
@@ -48,30 +60,50 @@ fn edits_renames_deletes_and_new_files_are_reflected() {
     // Another writer is refused with the holder named; readers keep working.
     let busy = env.run(&["index"]);
     let err = String::from_utf8_lossy(&busy.stderr);
-    assert!(err.contains("writer_busy") && err.contains(&format!("pid {}", watcher.0.id())), "{err}");
+    assert!(
+        err.contains("writer_busy") && err.contains(&format!("pid {}", watcher.0.id())),
+        "{err}"
+    );
 
     // Edit.
-    write(&d.join("alpha.md"), "# Alpha\n\nThe capybara swims with the marmoset.");
-    eventually(15, "edit is searchable", || !env.search_paths("marmoset").is_empty());
+    write(
+        &d.join("alpha.md"),
+        "# Alpha\n\nThe capybara swims with the marmoset.",
+    );
+    eventually(15, "edit is searchable", || {
+        !env.search_paths("marmoset").is_empty()
+    });
 
     // Rename: same document id, no re-extraction.
     let before = env.json(&["doc", "show", d.join("beta.md").to_str().unwrap()]);
     std::fs::rename(d.join("beta.md"), d.join("gamma.md")).unwrap();
     eventually(15, "rename is reflected", || {
-        env.search_paths("heron").first().is_some_and(|p| p.ends_with("gamma.md"))
+        env.search_paths("heron")
+            .first()
+            .is_some_and(|p| p.ends_with("gamma.md"))
     });
     let after = env.json(&["doc", "show", d.join("gamma.md").to_str().unwrap()]);
-    assert_eq!(before["document"]["id"], after["document"]["id"], "a rename keeps the document");
-    assert_eq!(before["chunks"][0]["id"], after["chunks"][0]["id"], "and its chunks");
+    assert_eq!(
+        before["document"]["id"], after["document"]["id"],
+        "a rename keeps the document"
+    );
+    assert_eq!(
+        before["chunks"][0]["id"], after["chunks"][0]["id"],
+        "and its chunks"
+    );
     assert_eq!(after["document"]["title"], "Beta");
 
     // Delete.
     std::fs::remove_file(d.join("gamma.md")).unwrap();
-    eventually(15, "delete is reflected", || env.search_paths("heron").is_empty());
+    eventually(15, "delete is reflected", || {
+        env.search_paths("heron").is_empty()
+    });
 
     // New file in a new folder.
     write(&d.join("sub/delta.md"), "The ocelot hunts at night.");
-    eventually(15, "new file is searchable", || !env.search_paths("ocelot").is_empty());
+    eventually(15, "new file is searchable", || {
+        !env.search_paths("ocelot").is_empty()
+    });
 
     // The whole folder disappears: the watcher survives and keeps what was indexed.
     let moved = env.data.path().join("moved-away");
@@ -79,18 +111,26 @@ fn edits_renames_deletes_and_new_files_are_reflected() {
     eventually(15, "source marked missing", || {
         env.json(&["source", "list"])[0]["status"] == "missing"
     });
-    assert!(!env.search_paths("capybara").is_empty(), "documents are kept");
+    assert!(
+        !env.search_paths("capybara").is_empty(),
+        "documents are kept"
+    );
     // It comes back: re-watched and rescanned.
     std::fs::rename(&moved, d).unwrap();
     write(&d.join("epsilon.md"), "The pelican returns.");
-    eventually(20, "returned folder is rescanned", || !env.search_paths("pelican").is_empty());
+    eventually(20, "returned folder is rescanned", || {
+        !env.search_paths("pelican").is_empty()
+    });
     assert_eq!(env.json(&["source", "list"])[0]["status"], "ok");
 
     // A source removed from another process leaves the results.
     env.ok(&["source", "remove", d.to_str().unwrap()]);
     assert!(env.search_paths("pelican").is_empty());
     eventually(15, "full text catches up with the removal", || {
-        env.json(&["check"])["stale_in_fulltext"].as_array().unwrap().is_empty()
+        env.json(&["check"])["stale_in_fulltext"]
+            .as_array()
+            .unwrap()
+            .is_empty()
     });
     drop(watcher);
 }
@@ -103,7 +143,11 @@ fn polling_mode_picks_up_changes() {
     let _watcher = start(&env, &["--poll", "--rescan-secs", "1"]);
     assert!(!env.search_paths("kestrel").is_empty());
     write(&env.docs().join("two.txt"), "The kingfisher dives.");
-    eventually(15, "polled change is searchable", || !env.search_paths("kingfisher").is_empty());
+    eventually(15, "polled change is searchable", || {
+        !env.search_paths("kingfisher").is_empty()
+    });
     std::fs::remove_file(env.docs().join("one.txt")).unwrap();
-    eventually(15, "polled delete is reflected", || env.search_paths("kestrel").is_empty());
+    eventually(15, "polled delete is reflected", || {
+        env.search_paths("kestrel").is_empty()
+    });
 }

@@ -213,6 +213,9 @@ io_error,internal"
         let err = Error::io("/x", std::io::Error::from_raw_os_error(28));
         assert_eq!(err.code(), "disk_full");
         assert_eq!(err.kind(), ErrorKind::Unavailable);
-        assert_eq!(Error::CollectionNotFound("a".into()).kind(), ErrorKind::NotFound);
+        assert_eq!(
+            Error::CollectionNotFound("a".into()).kind(),
+            ErrorKind::NotFound
+        );
     }
 }

@@ -8,7 +8,9 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
 use crate::ingest::walk::overrides;
-use crate::ingest::{index_scope, Run, IndexEvent, IndexOptions, IndexProgress, Scope, WatchEvent, WatchOptions};
+use crate::ingest::{
+    index_scope, IndexEvent, IndexOptions, IndexProgress, Run, Scope, WatchEvent, WatchOptions,
+};
 use crate::lock::WriterLock;
 use crate::retrieve::{self, SearchRequest, SearchResults};
 use crate::store::{ChunkRecord, Collection, DocumentRecord, Source, Stats, Store};
@@ -120,11 +122,19 @@ impl Library {
         let lock = WriterLock::acquire(&self.data_dir)?;
         self.fulltext.start_writing()?;
         self.fulltext.sync(&self.store)?;
-        Ok(LibraryWriter { library: self, _lock: lock })
+        Ok(LibraryWriter {
+            library: self,
+            _lock: lock,
+        })
     }
 
     /// Creates a collection. `language` picks the stemmer (see [`crate::fulltext::LANGUAGE_NAMES`]).
-    pub fn create_collection(&mut self, name: &str, sensitivity: &str, language: &str) -> Result<Collection> {
+    pub fn create_collection(
+        &mut self,
+        name: &str,
+        sensitivity: &str,
+        language: &str,
+    ) -> Result<Collection> {
         let language = language_by_name(&language.to_ascii_lowercase())?;
         self.store.create_collection(name, sensitivity, language)
     }
@@ -143,7 +153,13 @@ impl Library {
 
     /// Adds a folder to a collection (created with defaults if it does not exist). Globs are
     /// relative to the folder, gitignore-style.
-    pub fn add_source(&mut self, root: &Path, collection: &str, include: &[String], exclude: &[String]) -> Result<Source> {
+    pub fn add_source(
+        &mut self,
+        root: &Path,
+        collection: &str,
+        include: &[String],
+        exclude: &[String],
+    ) -> Result<Source> {
         let canonical = root.canonicalize().map_err(|e| Error::InvalidSourcePath {
             path: root.to_path_buf(),
             reason: e.to_string(),
@@ -154,7 +170,12 @@ impl Library {
                 reason: "not a folder".into(),
             });
         }
-        if canonical.starts_with(&self.data_dir) || self.data_dir.canonicalize().is_ok_and(|d| d.starts_with(&canonical)) {
+        if canonical.starts_with(&self.data_dir)
+            || self
+                .data_dir
+                .canonicalize()
+                .is_ok_and(|d| d.starts_with(&canonical))
+        {
             return Err(Error::InvalidSourcePath {
                 path: root.to_path_buf(),
                 reason: "it overlaps the library's own data directory".into(),
@@ -165,7 +186,8 @@ impl Library {
             Some(c) => c,
             None => self.create_collection(collection, "internal", "english")?,
         };
-        self.store.create_source(&collection, &canonical, include, exclude)
+        self.store
+            .create_source(&collection, &canonical, include, exclude)
     }
 
     /// All sources.
@@ -236,7 +258,8 @@ impl Library {
     /// Compares SQLite's chunks with tantivy's committed documents.
     pub fn verify(&self) -> Result<ConsistencyReport> {
         self.fulltext.refresh()?;
-        let sqlite: std::collections::BTreeSet<i64> = self.store.all_chunk_ids()?.into_iter().collect();
+        let sqlite: std::collections::BTreeSet<i64> =
+            self.store.all_chunk_ids()?.into_iter().collect();
         let fulltext = self.fulltext.chunk_ids()?;
         let duplicate_paths: i64 = self.store.conn().query_row(
             "SELECT COUNT(*) FROM (SELECT 1 FROM documents GROUP BY source_id, path HAVING COUNT(*) > 1)",
@@ -261,35 +284,77 @@ pub struct LibraryWriter<'a> {
 
 impl LibraryWriter<'_> {
     /// Scans every source and indexes what changed.
-    pub fn index_all(&mut self, options: &IndexOptions, on_event: &(dyn Fn(&IndexEvent) + Sync)) -> Result<IndexProgress> {
+    pub fn index_all(
+        &mut self,
+        options: &IndexOptions,
+        on_event: &(dyn Fn(&IndexEvent) + Sync),
+    ) -> Result<IndexProgress> {
         let sources = self.library.store.sources()?;
         self.index_sources(&sources, options, on_event)
     }
 
     /// Scans the given sources.
-    pub fn index_sources(&mut self, sources: &[Source], options: &IndexOptions, on_event: &(dyn Fn(&IndexEvent) + Sync)) -> Result<IndexProgress> {
+    pub fn index_sources(
+        &mut self,
+        sources: &[Source],
+        options: &IndexOptions,
+        on_event: &(dyn Fn(&IndexEvent) + Sync),
+    ) -> Result<IndexProgress> {
         let mut run = Run::new(on_event);
         for source in sources {
             let lib = &mut *self.library;
-            index_scope(&mut lib.store, &mut lib.fulltext, source, &Scope::All, options, &mut run)?;
+            index_scope(
+                &mut lib.store,
+                &mut lib.fulltext,
+                source,
+                &Scope::All,
+                options,
+                &mut run,
+            )?;
         }
         run.finish();
         Ok(run.progress)
     }
 
     /// Re-indexes just these paths of a source (files or folders; gone ones are removed).
-    pub fn index_paths(&mut self, source: &Source, paths: Vec<PathBuf>, options: &IndexOptions, on_event: &(dyn Fn(&IndexEvent) + Sync)) -> Result<IndexProgress> {
+    pub fn index_paths(
+        &mut self,
+        source: &Source,
+        paths: Vec<PathBuf>,
+        options: &IndexOptions,
+        on_event: &(dyn Fn(&IndexEvent) + Sync),
+    ) -> Result<IndexProgress> {
         let mut run = Run::new(on_event);
         let lib = &mut *self.library;
-        index_scope(&mut lib.store, &mut lib.fulltext, source, &Scope::Paths(paths), options, &mut run)?;
+        index_scope(
+            &mut lib.store,
+            &mut lib.fulltext,
+            source,
+            &Scope::Paths(paths),
+            options,
+            &mut run,
+        )?;
         run.finish();
         Ok(run.progress)
     }
 
     /// Watches every source until `stop` is set (a full scan of each comes first).
-    pub fn watch(&mut self, index_options: &IndexOptions, options: &WatchOptions, on_event: &(dyn Fn(&WatchEvent) + Sync), stop: &AtomicBool) -> Result<()> {
+    pub fn watch(
+        &mut self,
+        index_options: &IndexOptions,
+        options: &WatchOptions,
+        on_event: &(dyn Fn(&WatchEvent) + Sync),
+        stop: &AtomicBool,
+    ) -> Result<()> {
         let lib = &mut *self.library;
-        crate::ingest::watch(&mut lib.store, &mut lib.fulltext, index_options, options, on_event, stop)
+        crate::ingest::watch(
+            &mut lib.store,
+            &mut lib.fulltext,
+            index_options,
+            options,
+            on_event,
+            stop,
+        )
     }
 
     /// Drops and rebuilds the full-text index from SQLite.
@@ -314,7 +379,9 @@ fn dir_size(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             match entry.metadata() {
                 Ok(m) if m.is_dir() => stack.push(entry.path()),

@@ -84,7 +84,13 @@ impl TestEnv {
     }
 
     pub fn add_docs_source(&self, collection: &str) {
-        self.ok(&["source", "add", self.docs().to_str().unwrap(), "--collection", collection]);
+        self.ok(&[
+            "source",
+            "add",
+            self.docs().to_str().unwrap(),
+            "--collection",
+            collection,
+        ]);
     }
 }
 
@@ -115,15 +121,24 @@ pub fn pdf(pages: &[&str], encrypt: bool) -> Vec<u8> {
     // 1: catalog, 2: pages, 3: font, then per page: page object, content stream.
     objects.push("<< /Type /Catalog /Pages 2 0 R >>".into());
     let kids: Vec<String> = (0..n).map(|i| format!("{} 0 R", 4 + i * 2)).collect();
-    objects.push(format!("<< /Type /Pages /Kids [{}] /Count {n} >>", kids.join(" ")));
+    objects.push(format!(
+        "<< /Type /Pages /Kids [{}] /Count {n} >>",
+        kids.join(" ")
+    ));
     objects.push("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into());
     for (i, text) in pages.iter().enumerate() {
         objects.push(format!(
             "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
             5 + i * 2
         ));
-        let stream = format!("BT /F1 12 Tf 72 720 Td ({}) Tj ET", text.replace('(', "\\(").replace(')', "\\)"));
-        objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
+        let stream = format!(
+            "BT /F1 12 Tf 72 720 Td ({}) Tj ET",
+            text.replace('(', "\\(").replace(')', "\\)")
+        );
+        objects.push(format!(
+            "<< /Length {} >>\nstream\n{stream}\nendstream",
+            stream.len()
+        ));
     }
     let mut out = b"%PDF-1.4\n".to_vec();
     let mut offsets = Vec::new();
@@ -147,9 +162,14 @@ pub fn pdf(pages: &[&str], encrypt: bool) -> Vec<u8> {
     let xref = out.len();
     write!(out, "xref\n0 {}\n0000000000 65535 f \n", offsets.len() + 1).unwrap();
     for o in &offsets {
-        write!(out, "{o:010} 00000 n \n").unwrap();
+        writeln!(out, "{o:010} 00000 n ").unwrap();
     }
-    write!(out, "trailer\n<< /Size {} /Root 1 0 R{encrypt_ref} >>\nstartxref\n{xref}\n%%EOF\n", offsets.len() + 1).unwrap();
+    write!(
+        out,
+        "trailer\n<< /Size {} /Root 1 0 R{encrypt_ref} >>\nstartxref\n{xref}\n%%EOF\n",
+        offsets.len() + 1
+    )
+    .unwrap();
     out
 }
 
@@ -175,7 +195,9 @@ pub fn docx(title: &str, heading: &str, paragraphs: &[&str]) -> Vec<u8> {
         r#"<w:p><w:pPr><w:pStyle w:val="Heading1"/></w:pPr><w:r><w:t>{heading}</w:t></w:r></w:p>"#
     );
     for p in paragraphs {
-        body.push_str(&format!(r#"<w:p><w:r><w:t xml:space="preserve">{p}</w:t></w:r></w:p>"#));
+        body.push_str(&format!(
+            r#"<w:p><w:r><w:t xml:space="preserve">{p}</w:t></w:r></w:p>"#
+        ));
     }
     let document = format!(
         r#"<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>{body}</w:body></w:document>"#
@@ -200,7 +222,8 @@ pub fn docx_bomb(inflated: usize) -> Vec<u8> {
             .compression_level(Some(1))
             .large_file(inflated > u32::MAX as usize);
         z.start_file("word/document.xml", options).unwrap();
-        z.write_all(b"<w:document xmlns:w=\"w\"><w:body><w:p><w:r><w:t>").unwrap();
+        z.write_all(b"<w:document xmlns:w=\"w\"><w:body><w:p><w:r><w:t>")
+            .unwrap();
         let block = vec![b' '; 1 << 20];
         for _ in 0..inflated / block.len() {
             z.write_all(&block).unwrap();
@@ -230,7 +253,9 @@ pub fn epub(title: &str, chapters: &[(&str, &str)]) -> Vec<u8> {
     let mut spine = String::new();
     let mut files = Vec::new();
     for (i, (heading, text)) in chapters.iter().enumerate() {
-        manifest.push_str(&format!(r#"<item id="c{i}" href="chapter%20{i}.xhtml" media-type="application/xhtml+xml"/>"#));
+        manifest.push_str(&format!(
+            r#"<item id="c{i}" href="chapter%20{i}.xhtml" media-type="application/xhtml+xml"/>"#
+        ));
         spine.push_str(&format!(r#"<itemref idref="c{i}"/>"#));
         files.push((
             format!("OEBPS/chapter {i}.xhtml"),

@@ -13,8 +13,8 @@
 
 mod schema;
 
-pub use schema::LANGUAGE_NAMES;
 pub(crate) use schema::language_by_name;
+pub use schema::LANGUAGE_NAMES;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;

@@ -131,7 +131,10 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
                     break;
                 }
                 carried_tokens += piece.tokens;
-                carried.push(Piece { text: piece.text.clone(), ..*piece });
+                carried.push(Piece {
+                    text: piece.text.clone(),
+                    ..*piece
+                });
             }
             emit(&mut chunks, &mut current, &heading_path);
             carried.reverse();
@@ -153,7 +156,10 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
 
 impl Clone for Piece {
     fn clone(&self) -> Self {
-        Piece { text: self.text.clone(), ..*self }
+        Piece {
+            text: self.text.clone(),
+            ..*self
+        }
     }
 }
 
@@ -200,14 +206,17 @@ fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
             if let Some(better) = (floor..=last).rev().find(|&t| {
                 let end = spans[t].1;
                 let next = text[end..].chars().next();
-                matches!(&text[spans[t].0..end], "." | ";" | "}" | "!" | "?")
-                    || next == Some('\n')
+                matches!(&text[spans[t].0..end], "." | ";" | "}" | "!" | "?") || next == Some('\n')
             }) {
                 last = better;
             }
         }
         let start = if first == 0 { 0 } else { spans[first].0 };
-        let end = if last + 1 == spans.len() { text.len() } else { spans[last].1 };
+        let end = if last + 1 == spans.len() {
+            text.len()
+        } else {
+            spans[last].1
+        };
         let slice = &text[start..end];
         let lines = block.lines.map(|(l0, _)| {
             let a = l0 + text[..start].matches('\n').count() as u32;
@@ -218,7 +227,9 @@ fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
             tokens: last + 1 - first,
             page: block.page,
             lines,
-            bytes: block.bytes.map(|(b0, _)| (b0 + start as u64, b0 + end as u64)),
+            bytes: block
+                .bytes
+                .map(|(b0, _)| (b0 + start as u64, b0 + end as u64)),
         });
         if last + 1 >= spans.len() {
             break;
@@ -262,14 +273,17 @@ mod tests {
     fn large_blocks_become_overlapping_windows() {
         let words: Vec<String> = (0..500).map(|i| format!("w{i}")).collect();
         let text = words.join(" ");
-        let options = ChunkOptions { max_tokens: 100, overlap_tokens: 20 };
+        let options = ChunkOptions {
+            max_tokens: 100,
+            overlap_tokens: 20,
+        };
         let chunks = chunk_blocks(&[block(BlockKind::Text, &text, 1)], &options);
         assert!(chunks.len() >= 6, "{}", chunks.len());
         for c in &chunks {
             assert!(c.token_count as usize <= 100);
         }
         // Consecutive windows share their boundary words.
-        let first_end = chunks[0].text.split(' ').last().unwrap();
+        let first_end = chunks[0].text.split(' ').next_back().unwrap();
         assert!(chunks[1].text.contains(first_end));
         assert!(chunks.last().unwrap().text.ends_with("w499"));
     }
@@ -277,9 +291,18 @@ mod tests {
     #[test]
     fn small_blocks_pack_up_to_the_limit_with_overlap() {
         let blocks: Vec<Block> = (0..40)
-            .map(|i| block(BlockKind::Text, &format!("paragraph number {i} has words."), i * 2 + 1))
+            .map(|i| {
+                block(
+                    BlockKind::Text,
+                    &format!("paragraph number {i} has words."),
+                    i * 2 + 1,
+                )
+            })
             .collect();
-        let options = ChunkOptions { max_tokens: 40, overlap_tokens: 8 };
+        let options = ChunkOptions {
+            max_tokens: 40,
+            overlap_tokens: 8,
+        };
         let chunks = chunk_blocks(&blocks, &options);
         assert!(chunks.len() > 5);
         for c in &chunks {

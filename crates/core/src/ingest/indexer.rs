@@ -117,7 +117,11 @@ enum Outcome {
     /// Same content, new mtime.
     Touched { doc_id: i64, stat: FileStat },
     /// Same content as a document whose file is gone: a rename.
-    Renamed { stat: FileStat, hash: String, from: Vec<i64> },
+    Renamed {
+        stat: FileStat,
+        hash: String,
+        from: Vec<i64>,
+    },
     /// New content.
     Indexed {
         stat: FileStat,
@@ -174,13 +178,25 @@ pub(crate) fn index_scope(
     let mut walked = Vec::new();
     for path in &scope_paths {
         if path.is_dir() {
-            walked.extend(walk(&source.root, path, &source.include, &source.exclude, options.max_file_size)?);
+            walked.extend(walk(
+                &source.root,
+                path,
+                &source.include,
+                &source.exclude,
+                options.max_file_size,
+            )?);
         } else if path.exists() {
             let parent = path.parent().unwrap_or(&source.root);
             walked.extend(
-                walk(&source.root, parent, &source.include, &source.exclude, options.max_file_size)?
-                    .into_iter()
-                    .filter(|item| item.path() == path),
+                walk(
+                    &source.root,
+                    parent,
+                    &source.include,
+                    &source.exclude,
+                    options.max_file_size,
+                )?
+                .into_iter()
+                .filter(|item| item.path() == path),
             );
         }
     }
@@ -207,7 +223,10 @@ pub(crate) fn index_scope(
     let mut removed_by_hash: HashMap<String, Vec<i64>> = HashMap::new();
     for doc in &removed {
         if let (DocumentStatus::Indexed, Some(hash)) = (doc.status, &doc.content_hash) {
-            removed_by_hash.entry(hash.clone()).or_default().push(doc.id);
+            removed_by_hash
+                .entry(hash.clone())
+                .or_default()
+                .push(doc.id);
         }
     }
 
@@ -230,17 +249,36 @@ pub(crate) fn index_scope(
                     work.push((stat, prev.cloned()));
                 }
             }
-            WalkItem::Skipped { stat, reason, message } => {
-                if prev.is_some_and(|p| p.status == DocumentStatus::Skipped && p.size == Some(stat.size as i64)) {
+            WalkItem::Skipped {
+                stat,
+                reason,
+                message,
+            } => {
+                if prev.is_some_and(|p| {
+                    p.status == DocumentStatus::Skipped && p.size == Some(stat.size as i64)
+                }) {
                     run.progress.files_processed += 1;
                     run.progress.files_skipped += 1;
                 } else {
-                    rows.push(Outcome::NotIndexed { stat, status: DocumentStatus::Skipped, reason, message });
+                    rows.push(Outcome::NotIndexed {
+                        stat,
+                        status: DocumentStatus::Skipped,
+                        reason,
+                        message,
+                    });
                 }
             }
-            WalkItem::Failed { path, reason, message } => {
+            WalkItem::Failed {
+                path,
+                reason,
+                message,
+            } => {
                 rows.push(Outcome::NotIndexed {
-                    stat: FileStat { path, size: 0, mtime_ns: 0 },
+                    stat: FileStat {
+                        path,
+                        size: 0,
+                        mtime_ns: 0,
+                    },
                     status: DocumentStatus::Failed,
                     reason,
                     message,
@@ -266,7 +304,9 @@ pub(crate) fn index_scope(
             let (work, next, removed_by_hash) = (&work, &next, &removed_by_hash);
             s.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((stat, prev)) = work.get(i) else { break };
+                let Some((stat, prev)) = work.get(i) else {
+                    break;
+                };
                 let outcome = process_file(stat.clone(), prev.as_ref(), removed_by_hash, options);
                 if tx.send(outcome).is_err() {
                     break;
@@ -348,41 +388,50 @@ fn process_file(
     }
     if prev.is_none() {
         if let Some(from) = removed_by_hash.get(&hash) {
-            return Outcome::Renamed { stat, hash, from: from.clone() };
+            return Outcome::Renamed {
+                stat,
+                hash,
+                from: from.clone(),
+            };
         }
     }
-    extract_outcome(stat, hash, &bytes, options).unwrap_or_else(|n| n)
+    extract_outcome(stat, hash, &bytes, options)
 }
 
-fn extract_outcome(
-    stat: FileStat,
-    hash: String,
-    bytes: &[u8],
-    options: &IndexOptions,
-) -> std::result::Result<Outcome, Outcome> {
+fn extract_outcome(stat: FileStat, hash: String, bytes: &[u8], options: &IndexOptions) -> Outcome {
     let extracted = match extract(&stat.path, bytes, &options.limits) {
         Ok(e) => e,
         Err(NotIndexed::Skipped { reason, message }) => {
-            return Err(Outcome::NotIndexed { stat, status: DocumentStatus::Skipped, reason, message })
+            return Outcome::NotIndexed {
+                stat,
+                status: DocumentStatus::Skipped,
+                reason,
+                message,
+            };
         }
         Err(NotIndexed::Failed { reason, message }) => {
-            return Err(Outcome::NotIndexed { stat, status: DocumentStatus::Failed, reason, message })
+            return Outcome::NotIndexed {
+                stat,
+                status: DocumentStatus::Failed,
+                reason,
+                message,
+            };
         }
     };
     let chunks = chunk_blocks(&extracted.blocks, &options.chunk);
     if chunks.is_empty() {
-        return Err(Outcome::NotIndexed {
+        return Outcome::NotIndexed {
             stat,
             status: DocumentStatus::Skipped,
             reason: "no_text",
             message: "no indexable text".into(),
-        });
+        };
     }
     let title = extracted
         .title
         .clone()
         .unwrap_or_else(|| file_name(&stat.path));
-    Ok(Outcome::Indexed {
+    Outcome::Indexed {
         extracted_bytes: extracted.text_bytes() as u64,
         title,
         format: extracted.format,
@@ -390,7 +439,7 @@ fn extract_outcome(
         chunks,
         hash,
         stat,
-    })
+    }
 }
 
 fn file_name(path: &Path) -> String {
@@ -412,7 +461,9 @@ fn read_limited(path: &Path, max: u64) -> std::result::Result<Vec<u8>, NotIndexe
     };
     let file = std::fs::File::open(path).map_err(io_failure)?;
     let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes).map_err(io_failure)?;
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_failure)?;
     if bytes.len() as u64 > max {
         return Err(NotIndexed::skipped(
             "too_large",
@@ -462,7 +513,9 @@ impl BatchWriter<'_> {
                     match from.iter().find(|id| !self.claimed.contains(id)) {
                         Some(&id) => {
                             let old_path: Option<Vec<u8>> = tx
-                                .query_row("SELECT path FROM documents WHERE id = ?1", [id], |r| r.get(0))
+                                .query_row("SELECT path FROM documents WHERE id = ?1", [id], |r| {
+                                    r.get(0)
+                                })
                                 .ok();
                             let old_path = old_path
                                 .map(|b| crate::store::bytes_to_path(&b))
@@ -471,7 +524,11 @@ impl BatchWriter<'_> {
                                 &tx,
                                 id,
                                 &old_path,
-                                &FileFacts { path: &stat.path, size: stat.size as i64, mtime_ns: stat.mtime_ns },
+                                &FileFacts {
+                                    path: &stat.path,
+                                    size: stat.size as i64,
+                                    mtime_ns: stat.mtime_ns,
+                                },
                             )?;
                             self.claimed.insert(id);
                             run.progress.files_renamed += 1;
@@ -480,7 +537,7 @@ impl BatchWriter<'_> {
                         }
                         // Another copy already took that document: index this one normally.
                         None => match std::fs::read(&stat.path) {
-                            Ok(bytes) => extract_outcome(stat, hash, &bytes, self.options).unwrap_or_else(|n| n),
+                            Ok(bytes) => extract_outcome(stat, hash, &bytes, self.options),
                             Err(e) => Outcome::NotIndexed {
                                 stat,
                                 status: DocumentStatus::Failed,
@@ -498,11 +555,23 @@ impl BatchWriter<'_> {
                     writes::touch_document(&tx, doc_id, stat.size as i64, stat.mtime_ns)?;
                     run.progress.files_unchanged += 1;
                 }
-                Outcome::Indexed { stat, hash, title, format, warning, extracted_bytes, chunks } => {
+                Outcome::Indexed {
+                    stat,
+                    hash,
+                    title,
+                    format,
+                    warning,
+                    extracted_bytes,
+                    chunks,
+                } => {
                     writes::write_revision(
                         &tx,
                         self.source_id,
-                        &FileFacts { path: &stat.path, size: stat.size as i64, mtime_ns: stat.mtime_ns },
+                        &FileFacts {
+                            path: &stat.path,
+                            size: stat.size as i64,
+                            mtime_ns: stat.mtime_ns,
+                        },
                         &Extraction {
                             content_hash: &hash,
                             title: &title,
@@ -517,11 +586,20 @@ impl BatchWriter<'_> {
                     run.progress.bytes_extracted += extracted_bytes;
                     run.progress.bytes_read += stat.size;
                 }
-                Outcome::NotIndexed { stat, status, reason, message } => {
+                Outcome::NotIndexed {
+                    stat,
+                    status,
+                    reason,
+                    message,
+                } => {
                     writes::write_not_indexed(
                         &tx,
                         self.source_id,
-                        &FileFacts { path: &stat.path, size: stat.size as i64, mtime_ns: stat.mtime_ns },
+                        &FileFacts {
+                            path: &stat.path,
+                            size: stat.size as i64,
+                            mtime_ns: stat.mtime_ns,
+                        },
                         status,
                         reason,
                         &message,

@@ -16,5 +16,5 @@ pub use chunk::{count_tokens, ChunkOptions};
 pub use indexer::IndexOptions;
 pub(crate) use indexer::{index_scope, Run, Scope};
 pub use progress::{IndexEvent, IndexProgress};
-pub use watch::{WatchEvent, WatchOptions};
 pub(crate) use watch::watch;
+pub use watch::{WatchEvent, WatchOptions};

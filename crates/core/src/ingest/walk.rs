@@ -67,7 +67,11 @@ impl FileStat {
 /// Builds a source's matchers, rejecting a bad glob by name: the excludes as ignore-style
 /// overrides, the includes as a separate whitelist. (An include cannot be an override: the
 /// `ignore` crate lets a whitelist override beat `.gitignore`, and an include must not.)
-pub(crate) fn overrides(root: &Path, include: &[String], exclude: &[String]) -> Result<(Override, Option<Override>)> {
+pub(crate) fn overrides(
+    root: &Path,
+    include: &[String],
+    exclude: &[String],
+) -> Result<(Override, Option<Override>)> {
     let includes = if include.is_empty() {
         None
     } else {
@@ -85,10 +89,12 @@ pub(crate) fn overrides(root: &Path, include: &[String], exclude: &[String]) -> 
     };
     let mut builder = OverrideBuilder::new(root);
     for glob in exclude {
-        builder.add(&format!("!{glob}")).map_err(|e| Error::InvalidGlob {
-            glob: glob.clone(),
-            reason: e.to_string(),
-        })?;
+        builder
+            .add(&format!("!{glob}"))
+            .map_err(|e| Error::InvalidGlob {
+                glob: glob.clone(),
+                reason: e.to_string(),
+            })?;
     }
     let excludes = builder.build().map_err(|e| Error::InvalidGlob {
         glob: exclude.join(", "),
@@ -141,11 +147,16 @@ pub(crate) fn walk(
         match result {
             Ok(entry) => {
                 let path = entry.path();
-                let Some(file_type) = entry.file_type() else { continue };
+                let Some(file_type) = entry.file_type() else {
+                    continue;
+                };
                 if file_type.is_dir() {
                     continue;
                 }
-                if includes.as_ref().is_some_and(|inc| !inc.matched(path, false).is_whitelist()) {
+                if includes
+                    .as_ref()
+                    .is_some_and(|inc| !inc.matched(path, false).is_whitelist())
+                {
                     continue;
                 }
                 let meta = match entry.metadata() {
@@ -186,7 +197,11 @@ pub(crate) fn walk(
     for path in hidden {
         let stat = std::fs::symlink_metadata(&path)
             .map(|m| FileStat::of(&path, &m))
-            .unwrap_or(FileStat { path: path.clone(), size: 0, mtime_ns: 0 });
+            .unwrap_or(FileStat {
+                path: path.clone(),
+                size: 0,
+                mtime_ns: 0,
+            });
         items.push(WalkItem::Skipped {
             stat,
             reason: "hidden",
@@ -201,12 +216,20 @@ fn walk_failure(path: PathBuf, err: &ignore::Error) -> WalkItem {
         ("symlink_loop", format!("symbolic link loop: {err}"))
     } else {
         match err.io_error().map(|e| e.kind()) {
-            Some(std::io::ErrorKind::PermissionDenied) => ("unreadable", format!("permission denied: {err}")),
-            Some(std::io::ErrorKind::NotFound) => ("vanished", format!("disappeared during the walk: {err}")),
+            Some(std::io::ErrorKind::PermissionDenied) => {
+                ("unreadable", format!("permission denied: {err}"))
+            }
+            Some(std::io::ErrorKind::NotFound) => {
+                ("vanished", format!("disappeared during the walk: {err}"))
+            }
             _ => ("walk_error", err.to_string()),
         }
     };
-    WalkItem::Failed { path, reason, message }
+    WalkItem::Failed {
+        path,
+        reason,
+        message,
+    }
 }
 
 fn is_loop(err: &ignore::Error) -> bool {

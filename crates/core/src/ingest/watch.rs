@@ -127,7 +127,14 @@ pub(crate) fn watch(
                 // A new source (or a first start) gets a full scan: it catches what changed
                 // while Quarry was not running.
                 let mut run = Run::new(&forward);
-                index_scope(store, fulltext, &source, &Scope::All, index_options, &mut run)?;
+                index_scope(
+                    store,
+                    fulltext,
+                    &source,
+                    &Scope::All,
+                    index_options,
+                    &mut run,
+                )?;
                 sources.insert(source.id, (source, mode, Instant::now()));
             }
         }
@@ -135,8 +142,10 @@ pub(crate) fn watch(
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(Ok(events)) => {
                 let rescan = events.iter().any(|e| e.need_rescan());
-                let paths: BTreeSet<PathBuf> =
-                    events.iter().flat_map(|e| e.paths.iter().cloned()).collect();
+                let paths: BTreeSet<PathBuf> = events
+                    .iter()
+                    .flat_map(|e| e.paths.iter().cloned())
+                    .collect();
                 let paths: Vec<PathBuf> = paths.into_iter().collect();
                 let mut run = Run::new(&forward);
                 for (source, mode, last) in sources.values_mut() {
@@ -148,7 +157,11 @@ pub(crate) fn watch(
                     if mine.is_empty() && !rescan {
                         continue;
                     }
-                    let scope = if rescan { Scope::All } else { Scope::Paths(mine) };
+                    let scope = if rescan {
+                        Scope::All
+                    } else {
+                        Scope::Paths(mine)
+                    };
                     index_scope(store, fulltext, source, &scope, index_options, &mut run)?;
                     *last = Instant::now();
                     if !source.root.is_dir() {
@@ -164,11 +177,16 @@ pub(crate) fn watch(
                     let reason = error.to_string();
                     tracing::warn!(%reason, "file watcher error; rescanning");
                     for (source, mode, last) in sources.values_mut() {
-                        if error.paths.is_empty() || error.paths.iter().any(|p| p.starts_with(&source.root)) {
+                        if error.paths.is_empty()
+                            || error.paths.iter().any(|p| p.starts_with(&source.root))
+                        {
                             if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) {
                                 let _ = debouncer.unwatch(&source.root);
                                 *mode = Mode::Poll;
-                                on_event(&WatchEvent::Degraded { source_id: source.id, reason: reason.clone() });
+                                on_event(&WatchEvent::Degraded {
+                                    source_id: source.id,
+                                    reason: reason.clone(),
+                                });
                             }
                             // Force a rescan on the next tick.
                             *last = Instant::now() - options.rescan_interval;
@@ -190,7 +208,14 @@ pub(crate) fn watch(
             }
             if back || due {
                 let mut run = Run::new(&forward);
-                index_scope(store, fulltext, source, &Scope::All, index_options, &mut run)?;
+                index_scope(
+                    store,
+                    fulltext,
+                    source,
+                    &Scope::All,
+                    index_options,
+                    &mut run,
+                )?;
                 *last = Instant::now();
                 if !source.root.is_dir() {
                     *mode = Mode::Missing;

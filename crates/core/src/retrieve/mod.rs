@@ -77,7 +77,11 @@ pub struct SearchResults {
     pub took_us: u64,
 }
 
-pub(crate) fn search(store: &Store, fulltext: &FullText, request: &SearchRequest) -> Result<SearchResults> {
+pub(crate) fn search(
+    store: &Store,
+    fulltext: &FullText,
+    request: &SearchRequest,
+) -> Result<SearchResults> {
     let started = std::time::Instant::now();
     let mut collection_ids = Vec::new();
     let mut languages: Vec<String> = Vec::new();
@@ -101,11 +105,17 @@ pub(crate) fn search(store: &Store, fulltext: &FullText, request: &SearchRequest
             languages.push(c.language.clone());
         }
     }
-    let language_of: HashMap<String, String> =
-        all.iter().map(|c| (c.name.clone(), c.language.clone())).collect();
+    let language_of: HashMap<String, String> = all
+        .iter()
+        .map(|c| (c.name.clone(), c.language.clone()))
+        .collect();
     let limit = request.limit.max(1);
     // Ask for more than needed: some hits fold into an earlier one of the same document.
-    let fetch = if request.max_per_document == 0 { limit } else { limit * 5 };
+    let fetch = if request.max_per_document == 0 {
+        limit
+    } else {
+        limit * 5
+    };
     let mut results = fulltext.search(&FulltextQuery {
         text: &request.query,
         languages: &languages,
@@ -121,7 +131,9 @@ pub(crate) fn search(store: &Store, fulltext: &FullText, request: &SearchRequest
     let mut per_document: HashMap<i64, usize> = HashMap::new();
     let mut hits = Vec::new();
     for raw in results.hits.clone() {
-        let Some(chunk) = chunks.get(&raw.chunk_id) else { continue };
+        let Some(chunk) = chunks.get(&raw.chunk_id) else {
+            continue;
+        };
         let seen = per_document.entry(chunk.document_id).or_default();
         if request.max_per_document > 0 && *seen >= request.max_per_document {
             continue;

@@ -140,7 +140,9 @@ mod tests {
         let mut conn = Connection::open(&path).unwrap();
         migrate(&mut conn, &path).unwrap();
         migrate(&mut conn, &path).unwrap();
-        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(v, SCHEMA_VERSION);
     }
 }

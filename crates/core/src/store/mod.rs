@@ -13,11 +13,11 @@ mod migrations;
 mod records;
 pub(crate) mod writes;
 
+pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
 pub use records::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
     SourceStatus,
 };
-pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,7 +38,10 @@ pub(crate) fn serialize_path<S: serde::Serializer>(path: &Path, s: S) -> Result<
 }
 
 /// [`serialize_path`] for a list.
-pub(crate) fn serialize_paths<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize_paths<S: serde::Serializer>(
+    paths: &[PathBuf],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeSeq;
     let mut seq = s.serialize_seq(Some(paths.len()))?;
     for p in paths {
@@ -192,7 +195,9 @@ impl Store {
 
     /// All sources with their collection's name.
     pub fn sources(&self) -> Result<Vec<Source>> {
-        let mut stmt = self.conn.prepare(&format!("{SOURCE_SELECT} ORDER BY s.id"))?;
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{SOURCE_SELECT} ORDER BY s.id"))?;
         let rows = stmt.query_map([], Source::from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -200,7 +205,11 @@ impl Store {
     /// One source by id.
     pub fn source(&self, id: i64) -> Result<Source> {
         self.conn
-            .query_row(&format!("{SOURCE_SELECT} WHERE s.id = ?1"), [id], Source::from_row)
+            .query_row(
+                &format!("{SOURCE_SELECT} WHERE s.id = ?1"),
+                [id],
+                Source::from_row,
+            )
             .optional()?
             .ok_or_else(|| Error::SourceNotFound(id.to_string()))
     }
@@ -322,10 +331,8 @@ impl Store {
                 "SELECT COUNT(*) FROM documents WHERE warning IS NOT NULL",
             )?,
             chunks: one("SELECT COUNT(*) FROM chunks")?,
-            extracted_bytes: one(
-                "SELECT COALESCE(SUM(r.extracted_bytes), 0) FROM documents d
-                 JOIN revisions r ON r.id = d.current_revision_id",
-            )?,
+            extracted_bytes: one("SELECT COALESCE(SUM(r.extracted_bytes), 0) FROM documents d
+                 JOIN revisions r ON r.id = d.current_revision_id")?,
             outbox_pending: one("SELECT COUNT(*) FROM fulltext_outbox")?,
             not_indexed_by_reason: by_reason,
         })

@@ -165,7 +165,15 @@ pub(crate) fn write_not_indexed(
             tx.execute(
                 "UPDATE documents SET size = ?2, mtime_ns = ?3, status = ?4, reason = ?5,
                  last_error = ?6, updated_at = ?7 WHERE id = ?1",
-                params![id, file.size, file.mtime_ns, status.as_str(), reason, message, now],
+                params![
+                    id,
+                    file.size,
+                    file.mtime_ns,
+                    status.as_str(),
+                    reason,
+                    message,
+                    now
+                ],
             )?;
         }
         None => {
@@ -190,7 +198,12 @@ pub(crate) fn write_not_indexed(
 }
 
 /// Content unchanged, only size/mtime moved (e.g. `touch`).
-pub(crate) fn touch_document(tx: &Transaction<'_>, id: i64, size: i64, mtime_ns: i64) -> Result<()> {
+pub(crate) fn touch_document(
+    tx: &Transaction<'_>,
+    id: i64,
+    size: i64,
+    mtime_ns: i64,
+) -> Result<()> {
     tx.execute(
         "UPDATE documents SET size = ?2, mtime_ns = ?3, updated_at = ?4 WHERE id = ?1",
         params![id, size, mtime_ns, now_unix()],
@@ -207,7 +220,10 @@ pub(crate) fn move_document(
     to: &FileFacts<'_>,
 ) -> Result<()> {
     let old_name = from.file_name().map(|n| n.to_string_lossy().into_owned());
-    let new_name = to.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let new_name = to
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
     tx.execute(
         "UPDATE documents SET path = ?2, path_display = ?3, size = ?4, mtime_ns = ?5,
          title = CASE WHEN title IS ?6 THEN ?7 ELSE title END, updated_at = ?8 WHERE id = ?1",

@@ -22,8 +22,8 @@ pub(crate) fn extract_csv(text: &str, delimiter: u8) -> Result<Extracted, NotInd
         blocks.push(header);
     }
     for record in reader.records() {
-        let record = record
-            .map_err(|e| NotIndexed::failed("parse_error", format!("malformed CSV: {e}")))?;
+        let record =
+            record.map_err(|e| NotIndexed::failed("parse_error", format!("malformed CSV: {e}")))?;
         let fields: Vec<String> = record
             .iter()
             .enumerate()
@@ -62,7 +62,10 @@ pub(crate) fn extract_json(text: &str, lines: bool) -> Result<Extracted, NotInde
                 continue;
             }
             let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-                NotIndexed::failed("parse_error", format!("malformed JSON on line {}: {e}", i + 1))
+                NotIndexed::failed(
+                    "parse_error",
+                    format!("malformed JSON on line {}: {e}", i + 1),
+                )
             })?;
             let mut out = Vec::new();
             flatten("", &value, &mut out);
@@ -103,7 +106,11 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<String>) {
     match value {
         Value::Object(map) => {
             for (k, v) in map {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 flatten(&key, v, out);
             }
         }
@@ -128,7 +135,10 @@ mod tests {
     fn csv_rows_are_labelled() {
         let e = extract_csv("name,city\nAda,London\nAlan,\n", b',').unwrap();
         let texts: Vec<_> = e.blocks.iter().map(|b| b.text.as_str()).collect();
-        assert_eq!(texts, vec!["name | city", "name: Ada; city: London", "name: Alan"]);
+        assert_eq!(
+            texts,
+            vec!["name | city", "name: Ada; city: London", "name: Alan"]
+        );
         assert_eq!(e.blocks[1].lines, Some((2, 2)));
     }
 
@@ -137,6 +147,12 @@ mod tests {
         let e = extract_json(r#"{"a": {"b": [1, "x"]}, "c": null}"#, false).unwrap();
         assert_eq!(e.blocks[0].text, "a.b[0]: 1\na.b[1]: x");
         let err = extract_json("{\"a\": ", false).unwrap_err();
-        assert!(matches!(err, NotIndexed::Failed { reason: "parse_error", .. }));
+        assert!(matches!(
+            err,
+            NotIndexed::Failed {
+                reason: "parse_error",
+                ..
+            }
+        ));
     }
 }

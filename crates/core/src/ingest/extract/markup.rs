@@ -129,9 +129,30 @@ const SKIPPED: &[&str] = &[
 
 /// Elements that end a block of text.
 const BLOCK_LEVEL: &[&str] = &[
-    "p", "div", "section", "article", "main", "aside", "header", "footer", "li", "dt", "dd",
-    "blockquote", "table", "tr", "ul", "ol", "dl", "figure", "figcaption", "details", "summary",
-    "br", "hr", "body",
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "aside",
+    "header",
+    "footer",
+    "li",
+    "dt",
+    "dd",
+    "blockquote",
+    "table",
+    "tr",
+    "ul",
+    "ol",
+    "dl",
+    "figure",
+    "figcaption",
+    "details",
+    "summary",
+    "br",
+    "hr",
+    "body",
 ];
 
 struct HtmlWalker<'a> {

@@ -251,7 +251,10 @@ impl LineIndex {
 
     /// Inclusive line range of `start..end`.
     pub(crate) fn lines_of(&self, start: usize, end: usize) -> (u32, u32) {
-        (self.line_of(start), self.line_of(end.saturating_sub(1).max(start)))
+        (
+            self.line_of(start),
+            self.line_of(end.saturating_sub(1).max(start)),
+        )
     }
 }
 

@@ -36,7 +36,10 @@ impl<'a> Container<'a> {
 
     fn read(&mut self, name: &str) -> Result<String, NotIndexed> {
         let mut member = self.archive.by_name(name).map_err(|e| {
-            NotIndexed::failed("parse_error", format!("missing `{name}` in the container: {e}"))
+            NotIndexed::failed(
+                "parse_error",
+                format!("missing `{name}` in the container: {e}"),
+            )
         })?;
         let budget = self
             .limits
@@ -46,7 +49,9 @@ impl<'a> Container<'a> {
         (&mut member)
             .take(budget + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| NotIndexed::failed("parse_error", format!("cannot inflate `{name}`: {e}")))?;
+            .map_err(|e| {
+                NotIndexed::failed("parse_error", format!("cannot inflate `{name}`: {e}"))
+            })?;
         if bytes.len() as u64 > budget {
             return Err(NotIndexed::failed(
                 "too_large_inflated",
@@ -112,7 +117,9 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
     let mut in_text = false;
     let mut offset = 0u64;
     loop {
-        let event = reader.read_event().map_err(|e| xml_error("word/document.xml", e))?;
+        let event = reader
+            .read_event()
+            .map_err(|e| xml_error("word/document.xml", e))?;
         match event {
             Event::Start(e) | Event::Empty(e) => match local_name(&e).as_slice() {
                 b"p" => {
@@ -136,11 +143,19 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
                 _ => {}
             },
             Event::Text(t) if in_text => {
-                buf.push_str(&t.unescape().map_err(|e| xml_error("word/document.xml", e))?);
+                buf.push_str(
+                    &t.unescape()
+                        .map_err(|e| xml_error("word/document.xml", e))?,
+                );
             }
             Event::End(e) => match e.local_name().as_ref() {
                 b"t" => in_text = false,
-                b"p" => push_block(&mut blocks, &mut buf, level.map(BlockKind::Heading), &mut offset),
+                b"p" => push_block(
+                    &mut blocks,
+                    &mut buf,
+                    level.map(BlockKind::Heading),
+                    &mut offset,
+                ),
                 _ => {}
             },
             Event::Eof => break,
@@ -155,7 +170,12 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
     })
 }
 
-fn push_block(blocks: &mut Vec<Block>, buf: &mut String, kind: Option<BlockKind>, offset: &mut u64) {
+fn push_block(
+    blocks: &mut Vec<Block>,
+    buf: &mut String,
+    kind: Option<BlockKind>,
+    offset: &mut u64,
+) {
     let text = buf.trim();
     if !text.is_empty() {
         let mut block = Block::new(kind.unwrap_or(BlockKind::Text), text.to_string());
@@ -183,12 +203,19 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
     let mut depth = 0usize;
     let mut offset = 0u64;
     loop {
-        let event = reader.read_event().map_err(|e| xml_error("content.xml", e))?;
+        let event = reader
+            .read_event()
+            .map_err(|e| xml_error("content.xml", e))?;
         match event {
             Event::Start(e) => match local_name(&e).as_slice() {
                 b"h" | b"p" if e.name().as_ref().starts_with(b"text:") => {
                     // A paragraph nested in another (a note, a frame) starts a block of its own.
-                    push_block(&mut blocks, &mut buf, level.map(BlockKind::Heading), &mut offset);
+                    push_block(
+                        &mut blocks,
+                        &mut buf,
+                        level.map(BlockKind::Heading),
+                        &mut offset,
+                    );
                     depth += 1;
                     level = (local_name(&e) == b"h").then(|| {
                         attr(&e, b"outline-level")
@@ -201,7 +228,9 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
             },
             Event::Empty(e) => match local_name(&e).as_slice() {
                 b"s" => {
-                    let n = attr(&e, b"c").and_then(|c| c.parse().ok()).unwrap_or(1usize);
+                    let n = attr(&e, b"c")
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(1usize);
                     buf.push_str(&" ".repeat(n.min(64)));
                 }
                 b"tab" => buf.push('\t'),
@@ -213,7 +242,12 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
             }
             Event::End(e) => match e.local_name().as_ref() {
                 b"h" | b"p" if e.name().as_ref().starts_with(b"text:") => {
-                    push_block(&mut blocks, &mut buf, level.map(BlockKind::Heading), &mut offset);
+                    push_block(
+                        &mut blocks,
+                        &mut buf,
+                        level.map(BlockKind::Heading),
+                        &mut offset,
+                    );
                     level = None;
                     depth = depth.saturating_sub(1);
                 }
@@ -239,7 +273,10 @@ pub(crate) fn extract_epub(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
         NotIndexed::failed("parse_error", "META-INF/container.xml names no rootfile")
     })?;
     let opf = container.read(&opf_path)?;
-    let base = opf_path.rsplit_once('/').map(|(d, _)| format!("{d}/")).unwrap_or_default();
+    let base = opf_path
+        .rsplit_once('/')
+        .map(|(d, _)| format!("{d}/"))
+        .unwrap_or_default();
     let mut items = std::collections::HashMap::new();
     let mut spine = Vec::new();
     let mut reader = Reader::from_str(&opf);
@@ -261,7 +298,9 @@ pub(crate) fn extract_epub(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
     let mut blocks = Vec::new();
     let mut offset = 0u64;
     for idref in spine {
-        let Some(href) = items.get(&idref) else { continue };
+        let Some(href) = items.get(&idref) else {
+            continue;
+        };
         let href = href.split('#').next().unwrap_or(href);
         let chapter = container.read(&format!("{base}{}", percent_decode(href)))?;
         for mut block in html_blocks(&chapter, false).blocks {
@@ -298,7 +337,10 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Some(v) = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            if let Some(v) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
                 out.push(v);
                 i += 3;
                 continue;

@@ -3,8 +3,15 @@
 use super::{paragraphs, Block, BlockKind, Extracted, NotIndexed};
 
 pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
-    if !bytes.starts_with(b"%PDF") && !bytes[..bytes.len().min(1024)].windows(4).any(|w| w == b"%PDF") {
-        return Err(NotIndexed::failed("parse_error", "not a PDF (no %PDF header)"));
+    if !bytes.starts_with(b"%PDF")
+        && !bytes[..bytes.len().min(1024)]
+            .windows(4)
+            .any(|w| w == b"%PDF")
+    {
+        return Err(NotIndexed::failed(
+            "parse_error",
+            "not a PDF (no %PDF header)",
+        ));
     }
     let doc = pdf_oxide::PdfDocument::from_bytes(bytes.to_vec())
         .map_err(|e| NotIndexed::failed("parse_error", format!("malformed PDF: {e}")))?;
@@ -41,16 +48,29 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
     let truncated = !tail.windows(5).any(|w| w == b"%%EOF");
     if blocks.is_empty() {
         return Err(if truncated {
-            NotIndexed::failed("parse_error", "malformed PDF: the file is truncated (no %%EOF marker)")
+            NotIndexed::failed(
+                "parse_error",
+                "malformed PDF: the file is truncated (no %%EOF marker)",
+            )
         } else if pages > 0 && failed_pages == pages {
-            NotIndexed::failed("parse_error", format!("malformed PDF: none of its {pages} page(s) could be read"))
+            NotIndexed::failed(
+                "parse_error",
+                format!("malformed PDF: none of its {pages} page(s) could be read"),
+            )
         } else {
-            NotIndexed::skipped("no_text", "the PDF has no extractable text (scanned images?)")
+            NotIndexed::skipped(
+                "no_text",
+                "the PDF has no extractable text (scanned images?)",
+            )
         });
     }
     let warning = match (failed_pages > 0, truncated) {
-        (true, _) => Some(format!("{failed_pages} of {pages} page(s) could not be read")),
-        (false, true) => Some("the PDF looks truncated (no %%EOF marker); its text may be incomplete".into()),
+        (true, _) => Some(format!(
+            "{failed_pages} of {pages} page(s) could not be read"
+        )),
+        (false, true) => {
+            Some("the PDF looks truncated (no %%EOF marker); its text may be incomplete".into())
+        }
         _ => None,
     };
     Ok(Extracted {

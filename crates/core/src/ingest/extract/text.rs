@@ -24,7 +24,8 @@ pub(crate) fn decode_text(bytes: &[u8]) -> Decoded {
         return Decoded {
             text: text.into_owned(),
             offset: bom_len,
-            warning: had_errors.then(|| format!("invalid {} sequences were replaced", encoding.name())),
+            warning: had_errors
+                .then(|| format!("invalid {} sequences were replaced", encoding.name())),
         };
     }
     if let Ok(text) = std::str::from_utf8(bytes) {
