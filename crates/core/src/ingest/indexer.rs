@@ -359,20 +359,6 @@ fn process_file(
     removed_by_hash: &HashMap<String, Vec<i64>>,
     options: &IndexOptions,
 ) -> Outcome {
-    let not_indexed = |stat: FileStat, n: NotIndexed| match n {
-        NotIndexed::Skipped { reason, message } => Outcome::NotIndexed {
-            stat,
-            status: DocumentStatus::Skipped,
-            reason,
-            message,
-        },
-        NotIndexed::Failed { reason, message } => Outcome::NotIndexed {
-            stat,
-            status: DocumentStatus::Failed,
-            reason,
-            message,
-        },
-    };
     let bytes = match read_limited(&stat.path, options.max_file_size) {
         Ok(b) => b,
         Err(n) => return not_indexed(stat, n),
@@ -398,25 +384,27 @@ fn process_file(
     extract_outcome(stat, hash, &bytes, options)
 }
 
+fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
+    match n {
+        NotIndexed::Skipped { reason, message } => Outcome::NotIndexed {
+            stat,
+            status: DocumentStatus::Skipped,
+            reason,
+            message,
+        },
+        NotIndexed::Failed { reason, message } => Outcome::NotIndexed {
+            stat,
+            status: DocumentStatus::Failed,
+            reason,
+            message,
+        },
+    }
+}
+
 fn extract_outcome(stat: FileStat, hash: String, bytes: &[u8], options: &IndexOptions) -> Outcome {
     let extracted = match extract(&stat.path, bytes, &options.limits) {
         Ok(e) => e,
-        Err(NotIndexed::Skipped { reason, message }) => {
-            return Outcome::NotIndexed {
-                stat,
-                status: DocumentStatus::Skipped,
-                reason,
-                message,
-            };
-        }
-        Err(NotIndexed::Failed { reason, message }) => {
-            return Outcome::NotIndexed {
-                stat,
-                status: DocumentStatus::Failed,
-                reason,
-                message,
-            };
-        }
+        Err(n) => return not_indexed(stat, n),
     };
     let chunks = chunk_blocks(&extracted.blocks, &options.chunk);
     if chunks.is_empty() {
