@@ -75,6 +75,7 @@ fn token_spans(text: &str) -> Vec<(usize, usize)> {
     spans
 }
 
+#[derive(Clone)]
 struct Piece {
     text: String,
     tokens: usize,
@@ -131,10 +132,7 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
                     break;
                 }
                 carried_tokens += piece.tokens;
-                carried.push(Piece {
-                    text: piece.text.clone(),
-                    ..*piece
-                });
+                carried.push(piece.clone());
             }
             emit(&mut chunks, &mut current, &heading_path);
             carried.reverse();
@@ -152,15 +150,6 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
     }
     emit(&mut chunks, &mut current, &heading_path);
     chunks
-}
-
-impl Clone for Piece {
-    fn clone(&self) -> Self {
-        Piece {
-            text: self.text.clone(),
-            ..*self
-        }
-    }
 }
 
 fn emit(chunks: &mut Vec<NewChunk>, current: &mut Vec<Piece>, heading_path: &str) {

@@ -208,13 +208,12 @@ pub(crate) fn index_scope(
         discovered: walked.len() as u64,
     });
 
-    let in_scope = |p: &Path| scope_paths.iter().any(|s| p.starts_with(s));
-    let states: HashMap<PathBuf, DocumentState> = store
-        .document_states(source.id)?
-        .into_iter()
-        .filter(|s| in_scope(&s.path))
-        .map(|s| (s.path.clone(), s))
-        .collect();
+    let mut states: HashMap<PathBuf, DocumentState> = HashMap::new();
+    for scope_path in &scope_paths {
+        for state in store.document_states(source.id, scope_path)? {
+            states.insert(state.path.clone(), state);
+        }
+    }
     let walked_paths: HashSet<&Path> = walked.iter().map(|w| w.path()).collect();
     let removed: Vec<&DocumentState> = states
         .values()

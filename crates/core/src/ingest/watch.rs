@@ -102,14 +102,16 @@ pub(crate) fn watch(
         reason: e.to_string(),
     })?;
     let forward = |e: &IndexEvent| on_event(&WatchEvent::Index(e.clone()));
-    let mut sources: HashMap<i64, (Source, Mode, Instant)> = HashMap::new();
-    let mut last_source_reload = Instant::now() - Duration::from_secs(3600);
+    // Per source: its row, how it is watched, and when it was last scanned (`None`: a rescan
+    // is due now, e.g. after the OS reported lost events).
+    let mut sources: HashMap<i64, (Source, Mode, Option<Instant>)> = HashMap::new();
+    let mut last_source_reload: Option<Instant> = None;
     let mut last_sync = Instant::now();
 
     while !stop.load(Ordering::Relaxed) {
         // Sources added or removed by another process (or the GUI) are picked up here.
-        if last_source_reload.elapsed() >= Duration::from_secs(2) {
-            last_source_reload = Instant::now();
+        if last_source_reload.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
+            last_source_reload = Some(Instant::now());
             let current = store.sources()?;
             let ids: BTreeSet<i64> = current.iter().map(|s| s.id).collect();
             sources.retain(|id, (source, mode, _)| {
@@ -135,7 +137,7 @@ pub(crate) fn watch(
                     index_options,
                     &mut run,
                 )?;
-                sources.insert(source.id, (source, mode, Instant::now()));
+                sources.insert(source.id, (source, mode, Some(Instant::now())));
             }
         }
 
@@ -163,7 +165,7 @@ pub(crate) fn watch(
                         Scope::Paths(mine)
                     };
                     index_scope(store, fulltext, source, &scope, index_options, &mut run)?;
-                    *last = Instant::now();
+                    *last = Some(Instant::now());
                     if !source.root.is_dir() {
                         *mode = Mode::Missing;
                     }
@@ -188,8 +190,8 @@ pub(crate) fn watch(
                                     reason: reason.clone(),
                                 });
                             }
-                            // Force a rescan on the next tick.
-                            *last = Instant::now() - options.rescan_interval;
+                            // Events may have been lost: rescan on the next tick.
+                            *last = None;
                         }
                     }
                 }
@@ -202,7 +204,10 @@ pub(crate) fn watch(
         // written by other processes (a source removed from the CLI while we watch).
         for (source, mode, last) in sources.values_mut() {
             let back = *mode == Mode::Missing && source.root.is_dir();
-            let due = *mode != Mode::Events && last.elapsed() >= options.rescan_interval;
+            let due = match last {
+                None => *mode != Mode::Missing,
+                Some(t) => *mode == Mode::Poll && t.elapsed() >= options.rescan_interval,
+            };
             if back {
                 *mode = start_watching(&mut debouncer, source, options, on_event);
             }
@@ -216,7 +221,7 @@ pub(crate) fn watch(
                     index_options,
                     &mut run,
                 )?;
-                *last = Instant::now();
+                *last = Some(Instant::now());
                 if !source.root.is_dir() {
                     *mode = Mode::Missing;
                 }

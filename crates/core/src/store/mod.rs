@@ -247,12 +247,30 @@ impl Store {
 
     // ---- documents ---------------------------------------------------------------------
 
-    /// What the index knows of every document of a source, for change detection.
-    pub(crate) fn document_states(&self, source_id: i64) -> Result<Vec<DocumentState>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, path, size, mtime_ns, content_hash, status FROM documents WHERE source_id = ?1",
+    /// What the index knows of the documents of a source at `scope` or below it, for change
+    /// detection. A range scan on the path index: a watcher event in a large source does not
+    /// read every row of the source.
+    pub(crate) fn document_states(
+        &self,
+        source_id: i64,
+        scope: &Path,
+    ) -> Result<Vec<DocumentState>> {
+        let exact = path_to_bytes(scope);
+        let mut below = exact.clone();
+        if below.last() != Some(&b'/') {
+            below.push(b'/');
+        }
+        // Every path below `scope` starts with `scope/` and sorts before `scope0` ('0' follows '/').
+        let mut upper = below.clone();
+        *upper.last_mut().expect("not empty") = b'0';
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, path, size, mtime_ns, content_hash, status FROM documents
+             WHERE source_id = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
         )?;
-        let rows = stmt.query_map([source_id], DocumentState::from_row)?;
+        let rows = stmt.query_map(
+            params![source_id, exact, below, upper],
+            DocumentState::from_row,
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -537,6 +555,54 @@ mod tests {
             let err = validate_collection_name(bad).unwrap_err();
             assert_eq!(err.code(), "invalid_collection_name", "{bad}");
         }
+    }
+
+    #[test]
+    fn document_states_cover_exactly_a_path_and_what_is_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let c = store.create_collection("c", "internal", "english").unwrap();
+        let source = store.create_source(&c, Path::new("/a"), &[], &[]).unwrap();
+        let tx = store.write().unwrap();
+        for p in [
+            "/a/b",
+            "/a/b/c.md",
+            "/a/b/d/e.md",
+            "/a/bc.md",
+            "/a/b0",
+            "/a/b.md",
+        ] {
+            let file = writes::FileFacts {
+                path: Path::new(p),
+                size: 1,
+                mtime_ns: 1,
+            };
+            writes::write_not_indexed(
+                &tx,
+                source.id,
+                &file,
+                DocumentStatus::Skipped,
+                "hidden",
+                "x",
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        let mut found: Vec<String> = store
+            .document_states(source.id, Path::new("/a/b"))
+            .unwrap()
+            .into_iter()
+            .map(|s| s.path.display().to_string())
+            .collect();
+        found.sort();
+        assert_eq!(found, vec!["/a/b", "/a/b/c.md", "/a/b/d/e.md"]);
+        assert_eq!(
+            store
+                .document_states(source.id, Path::new("/a"))
+                .unwrap()
+                .len(),
+            6
+        );
     }
 
     #[test]

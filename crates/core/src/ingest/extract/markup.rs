@@ -158,7 +158,6 @@ const BLOCK_LEVEL: &[&str] = &[
 struct HtmlWalker<'a> {
     source: &'a str,
     lines: Option<LineIndex>,
-    offset: usize,
     cursor: usize,
     buf: String,
     blocks: Vec<Block>,
@@ -180,13 +179,16 @@ impl HtmlWalker<'_> {
             // scraper keeps no source positions: find the block's opening words in the
             // source, searching forward from the previous block within a bounded window.
             let probe: String = block.text.chars().take(24).collect();
-            let window_end = (self.cursor + (64 << 10)).min(self.source.len());
+            let mut window_end = (self.cursor + (64 << 10)).min(self.source.len());
+            while !self.source.is_char_boundary(window_end) {
+                window_end -= 1;
+            }
             let window = self.source.get(self.cursor..window_end).unwrap_or("");
             if let Some(found) = window.find(probe.as_str()) {
                 let start = self.cursor + found;
                 let end = start + block.text.len().min(self.source.len() - start);
                 block.lines = Some(lines.lines_of(start, end));
-                block.bytes = Some(((start + self.offset) as u64, (end + self.offset) as u64));
+                block.bytes = Some((start as u64, end as u64));
                 self.cursor = start + probe.len();
             }
         }
@@ -243,15 +245,8 @@ fn collapse_whitespace(s: &str) -> String {
 /// structure and `<pre>` as code. Lines are located approximately (see [`HtmlWalker::flush`]).
 pub(crate) fn extract_html(text: &str, offset: usize) -> Result<Extracted, NotIndexed> {
     let mut extracted = html_blocks(text, true);
-    extracted.blocks.iter_mut().for_each(|b| {
-        if let Some((s, e)) = b.bytes {
-            b.bytes = Some((s, e.max(s)));
-        }
-    });
-    if offset > 0 {
-        for b in &mut extracted.blocks {
-            b.bytes = b.bytes.map(|(s, e)| (s + offset as u64, e + offset as u64));
-        }
+    for b in &mut extracted.blocks {
+        b.bytes = b.bytes.map(|(s, e)| (s + offset as u64, e + offset as u64));
     }
     Ok(extracted)
 }
@@ -267,7 +262,6 @@ pub(crate) fn html_blocks(text: &str, with_lines: bool) -> Extracted {
     let mut walker = HtmlWalker {
         source: text,
         lines: with_lines.then(|| LineIndex::new(text)),
-        offset: 0,
         cursor: 0,
         buf: String::new(),
         blocks: Vec::new(),
