@@ -338,6 +338,8 @@ fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
         let watch_options = WatchOptions {
             rescan_interval: Duration::from_secs(args.rescan_secs.max(1)),
             poll_only: args.poll,
+            // index_all just scanned every source.
+            scan_on_start: false,
             ..WatchOptions::default()
         };
         eprintln!("watching for changes (Ctrl-C to stop)");

@@ -5,19 +5,25 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use common::*;
 
-struct Watcher(Child);
+struct Watcher {
+    child: Child,
+    /// Scans started since the watcher began watching.
+    scans: Arc<AtomicUsize>,
+}
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// Starts the watcher and waits until its first full scan is done.
+/// Starts the watcher and waits until it watches (after its first full scan).
 fn start(env: &TestEnv, extra: &[&str]) -> Watcher {
     let mut args = vec!["index", "--watch", "--progress", "json"];
     args.extend_from_slice(extra);
@@ -29,16 +35,44 @@ fn start(env: &TestEnv, extra: &[&str]) -> Watcher {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let scans = Arc::new(AtomicUsize::new(0));
+    let counter = scans.clone();
     std::thread::spawn(move || {
+        let mut watching = false;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if line.contains("\"watching\"") || line.contains("\"degraded\"") {
+                watching = true;
                 let _ = tx.send(());
+            } else if watching && line.contains("\"scan_started\"") {
+                counter.fetch_add(1, Ordering::Relaxed);
             }
         }
     });
     rx.recv_timeout(std::time::Duration::from_secs(60))
         .expect("watcher started");
-    Watcher(child)
+    Watcher { child, scans }
+}
+
+#[test]
+fn an_idle_watcher_stays_idle() {
+    let env = TestEnv::new();
+    write(&env.docs().join(".gitignore"), "target/\n");
+    write(&env.docs().join("a.md"), "The stoat naps.");
+    env.add_docs_source("idle");
+    let watcher = start(&env, &[]);
+    // One change, one scan; the scan's own reads (folders, .gitignore) must not look like
+    // changes that start the next one.
+    write(&env.docs().join("b.md"), "The weasel hunts.");
+    eventually(15, "change is searchable", || {
+        !env.search_paths("weasel").is_empty()
+    });
+    let after_change = watcher.scans.load(Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        watcher.scans.load(Ordering::Relaxed),
+        after_change,
+        "no scans while nothing changes"
+    );
 }
 
 #[test]
@@ -53,6 +87,9 @@ fn edits_renames_deletes_and_new_files_are_reflected() {
         &d.join("beta.md"),
         "# Beta\n\nThe heron waits in the shallows.",
     );
+    write(&d.join(".gitignore"), "target/\n");
+    write(&d.join("target/keep.txt"), "build output");
+    write(&d.join(".cache/keep.txt"), "cache");
     env.add_docs_source("w");
     let watcher = start(&env, &[]);
     assert!(env.search_paths("capybara")[0].ends_with("alpha.md"));
@@ -61,8 +98,21 @@ fn edits_renames_deletes_and_new_files_are_reflected() {
     let busy = env.run(&["index"]);
     let err = String::from_utf8_lossy(&busy.stderr);
     assert!(
-        err.contains("writer_busy") && err.contains(&format!("pid {}", watcher.0.id())),
+        err.contains("writer_busy") && err.contains(&format!("pid {}", watcher.child.id())),
         "{err}"
+    );
+
+    // Changes inside gitignored or hidden folders are ignored, as a full scan ignores them.
+    write(&d.join("target/gen.md"), "The lemming is generated.");
+    write(&d.join(".cache/deep/x.md"), "The lemming is cached.");
+    write(&d.join("sentinel.md"), "The sentinel arrives after them.");
+    eventually(15, "sentinel is searchable", || {
+        !env.search_paths("sentinel").is_empty()
+    });
+    let lemmings = env.search_paths("lemming");
+    assert!(
+        lemmings.is_empty(),
+        "ignored folders stay out: {lemmings:?}"
     );
 
     // Edit.

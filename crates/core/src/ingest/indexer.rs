@@ -175,31 +175,13 @@ pub(crate) fn index_scope(
             .cloned()
             .collect(),
     };
-    let mut walked = Vec::new();
-    for path in &scope_paths {
-        if path.is_dir() {
-            walked.extend(walk(
-                &source.root,
-                path,
-                &source.include,
-                &source.exclude,
-                options.max_file_size,
-            )?);
-        } else if path.exists() {
-            let parent = path.parent().unwrap_or(&source.root);
-            walked.extend(
-                walk(
-                    &source.root,
-                    parent,
-                    &source.include,
-                    &source.exclude,
-                    options.max_file_size,
-                )?
-                .into_iter()
-                .filter(|item| item.path() == path),
-            );
-        }
-    }
+    let walked = walk(
+        &source.root,
+        &scope_paths,
+        &source.include,
+        &source.exclude,
+        options.max_file_size,
+    )?;
     // Tests delete files here to check what happens to a file that vanishes after the walk.
     fail::fail_point!("index_after_walk");
     run.progress.files_discovered += walked.len() as u64;

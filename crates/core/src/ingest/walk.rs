@@ -109,10 +109,13 @@ fn is_hidden(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Walks `scope` (the source root or a folder or file inside it).
+/// Walks the source `root`, limited to `scopes` (the root itself, or files and folders inside
+/// it that changed). The walk always starts at the root and descends only along the way to a
+/// scope, so the same rules apply to a scope as in a full scan: a change inside a hidden,
+/// excluded or gitignored folder is ignored as the full scan would ignore it.
 pub(crate) fn walk(
     root: &Path,
-    scope: &Path,
+    scopes: &[PathBuf],
     include: &[String],
     exclude: &[String],
     max_file_size: u64,
@@ -122,8 +125,8 @@ pub(crate) fn walk(
     // absent; the walk does not descend into them.
     let hidden: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
     let hidden_seen = hidden.clone();
-    let scope_owned = scope.to_path_buf();
-    let mut builder = WalkBuilder::new(scope);
+    let scopes_owned = scopes.to_vec();
+    let mut builder = WalkBuilder::new(root);
     builder
         .hidden(false)
         .follow_links(true)
@@ -131,17 +134,21 @@ pub(crate) fn walk(
         .git_global(false)
         .overrides(excludes)
         .filter_entry(move |entry| {
-            if entry.depth() > 0 && entry.path() != scope_owned && is_hidden(entry.path()) {
-                if let Ok(mut h) = hidden_seen.lock() {
-                    h.push(entry.path().to_path_buf());
+            let path = entry.path();
+            let in_scope = scopes_owned.iter().any(|s| path.starts_with(s));
+            if !in_scope && !scopes_owned.iter().any(|s| s.starts_with(path)) {
+                return false; // neither inside a scope nor on the way to one
+            }
+            if entry.depth() > 0 && is_hidden(path) {
+                if in_scope {
+                    if let Ok(mut h) = hidden_seen.lock() {
+                        h.push(path.to_path_buf());
+                    }
                 }
                 return false;
             }
             true
         });
-    if scope != root {
-        builder.parents(true);
-    }
     let mut items = Vec::new();
     for result in builder.build() {
         match result {
@@ -188,7 +195,7 @@ pub(crate) fn walk(
                 }
             }
             Err(err) => {
-                let path = error_path(&err).unwrap_or_else(|| scope.to_path_buf());
+                let path = error_path(&err).unwrap_or_else(|| root.to_path_buf());
                 items.push(walk_failure(path, &err));
             }
         }

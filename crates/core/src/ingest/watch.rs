@@ -36,6 +36,10 @@ pub struct WatchOptions {
     pub rescan_interval: Duration,
     /// Never use OS events; rescan every `rescan_interval` (network drives). Default false.
     pub poll_only: bool,
+    /// Fully scan the sources present at start (to catch changes made while Quarry was not
+    /// running). Default true; off when the caller has just indexed them. Sources added later
+    /// are always scanned.
+    pub scan_on_start: bool,
 }
 
 impl Default for WatchOptions {
@@ -44,6 +48,7 @@ impl Default for WatchOptions {
             debounce: Duration::from_millis(400),
             rescan_interval: Duration::from_secs(30),
             poll_only: false,
+            scan_on_start: true,
         }
     }
 }
@@ -73,7 +78,8 @@ pub enum WatchEvent {
         #[serde(serialize_with = "crate::store::serialize_paths")]
         paths: Vec<PathBuf>,
     },
-    /// An indexing event from a rescan or a change.
+    /// An indexing event from a rescan or a change (serialised as the event itself).
+    #[serde(untagged)]
     Index(IndexEvent),
 }
 
@@ -106,6 +112,7 @@ pub(crate) fn watch(
     // is due now, e.g. after the OS reported lost events).
     let mut sources: HashMap<i64, (Source, Mode, Option<Instant>)> = HashMap::new();
     let mut last_source_reload: Option<Instant> = None;
+    let mut first_load = true;
     let mut last_sync = Instant::now();
 
     while !stop.load(Ordering::Relaxed) {
@@ -128,6 +135,10 @@ pub(crate) fn watch(
                 let mode = start_watching(&mut debouncer, &source, options, on_event);
                 // A new source (or a first start) gets a full scan: it catches what changed
                 // while Quarry was not running.
+                if first_load && !options.scan_on_start {
+                    sources.insert(source.id, (source, mode, Some(Instant::now())));
+                    continue;
+                }
                 let mut run = Run::new(&forward);
                 index_scope(
                     store,
@@ -139,13 +150,17 @@ pub(crate) fn watch(
                 )?;
                 sources.insert(source.id, (source, mode, Some(Instant::now())));
             }
+            first_load = false;
         }
 
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(Ok(events)) => {
                 let rescan = events.iter().any(|e| e.need_rescan());
+                // Reads are not changes, and our own scans read: counting them would make
+                // every scan trigger the next one.
                 let paths: BTreeSet<PathBuf> = events
                     .iter()
+                    .filter(|e| !matches!(e.kind, notify::EventKind::Access(_)))
                     .flat_map(|e| e.paths.iter().cloned())
                     .collect();
                 let paths: Vec<PathBuf> = paths.into_iter().collect();
