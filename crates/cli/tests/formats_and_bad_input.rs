@@ -331,4 +331,17 @@ fn bad_requests_name_what_is_wrong() {
     let lang = env.run(&["collection", "add", "fr", "--language", "klingon"]);
     assert!(String::from_utf8_lossy(&lang.stderr).contains("unknown_language"));
     assert!(!Path::new("/definitely/not/here").exists());
+    // Indexing the library's own files (or a folder holding them) would feed on itself.
+    let own = env.run(&[
+        "source",
+        "add",
+        env.data.path().to_str().unwrap(),
+        "-c",
+        "c",
+    ]);
+    let err = String::from_utf8_lossy(&own.stderr);
+    assert!(
+        err.contains("overlaps the library's own data directory"),
+        "{err}"
+    );
 }

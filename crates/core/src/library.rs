@@ -170,12 +170,11 @@ impl Library {
                 reason: "not a folder".into(),
             });
         }
-        if canonical.starts_with(&self.data_dir)
-            || self
-                .data_dir
-                .canonicalize()
-                .is_ok_and(|d| d.starts_with(&canonical))
-        {
+        let data_dir = self
+            .data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| self.data_dir.clone());
+        if canonical.starts_with(&data_dir) || data_dir.starts_with(&canonical) {
             return Err(Error::InvalidSourcePath {
                 path: root.to_path_buf(),
                 reason: "it overlaps the library's own data directory".into(),
