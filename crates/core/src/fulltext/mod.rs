@@ -96,7 +96,7 @@ impl FullText {
     /// Takes tantivy's writer (the caller already holds the library's write lock).
     pub(crate) fn start_writing(&mut self) -> Result<()> {
         if self.writer.is_none() {
-            let writer = self.index.writer_with_num_threads(1, WRITER_MEMORY)?;
+            let writer = self.index.writer_with_num_threads(2, WRITER_MEMORY)?;
             self.writer = Some(writer);
         }
         Ok(())
@@ -132,17 +132,24 @@ impl FullText {
             let entries = store.outbox_after(applied, SYNC_BATCH)?;
             let Some(last) = entries.last() else { break };
             let last_seq = last.seq;
+            // Every touched chunk leaves the index, then the ones that still exist in SQLite
+            // come back as they are now: the order of upserts and deletes within the batch
+            // does not matter, and replaying a batch is idempotent.
+            let mut upserts = BTreeSet::new();
             for entry in &entries {
                 writer.delete_term(Term::from_field_u64(
                     self.fields.chunk_id,
                     entry.chunk_id as u64,
                 ));
                 if entry.upsert {
-                    if let Some(row) = store.fulltext_row(entry.chunk_id)? {
-                        writer.add_document(self.fields.document(&row))?;
-                    }
+                    upserts.insert(entry.chunk_id);
                 }
             }
+            let fields = &self.fields;
+            store.fulltext_rows(upserts, |row| {
+                writer.add_document(fields.document(&row))?;
+                Ok(())
+            })?;
             applied = last_seq;
         }
         fail::fail_point!("fulltext_before_commit", |_| {
@@ -164,11 +171,11 @@ impl FullText {
             .as_mut()
             .ok_or_else(|| Error::Internal("full-text rebuild without a writer".into()))?;
         writer.delete_all_documents()?;
-        for id in store.all_chunk_ids()? {
-            if let Some(row) = store.fulltext_row(id)? {
-                writer.add_document(self.fields.document(&row))?;
-            }
-        }
+        let fields = &self.fields;
+        store.fulltext_rows(store.all_chunk_ids()?, |row| {
+            writer.add_document(fields.document(&row))?;
+            Ok(())
+        })?;
         commit_with_seq(writer, target)?;
         store.outbox_prune(target)?;
         self.reader.reload()?;

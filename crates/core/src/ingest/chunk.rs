@@ -10,7 +10,7 @@
 //! Tokens are counted with [`count_tokens`], an estimate of WordPiece tokens (MiniLM-style
 //! models) that needs no model: the real tokenizer would cost more than the extraction.
 
-use super::extract::{Block, BlockKind};
+use super::extract::{Block, BlockKind, LineIndex};
 use crate::store::{ChunkLocation, NewChunk};
 
 /// Chunk sizes, in estimated model tokens.
@@ -35,14 +35,23 @@ impl Default for ChunkOptions {
 /// Estimated WordPiece tokens: a word is one token per ~6 characters, each punctuation mark
 /// is one.
 pub fn count_tokens(text: &str) -> usize {
-    token_spans(text).len()
+    let mut count = 0;
+    for_each_token(text, |_, _| count += 1);
+    count
 }
 
 /// Byte spans of estimated tokens.
 fn token_spans(text: &str) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
+    for_each_token(text, |s, e| spans.push((s, e)));
+    spans
+}
+
+/// Calls `token` with the byte span of each estimated token, in order. Counting is on the
+/// indexing hot path, so nothing is allocated here.
+fn for_each_token(text: &str, mut token: impl FnMut(usize, usize)) {
     let mut word_start: Option<usize> = None;
-    let close_word = |spans: &mut Vec<(usize, usize)>, start: usize, end: usize| {
+    let close_word = |token: &mut dyn FnMut(usize, usize), start: usize, end: usize| {
         // Long words split into pieces of about 6 bytes, like WordPiece does.
         let mut s = start;
         while end - s > 8 {
@@ -50,10 +59,10 @@ fn token_spans(text: &str) -> Vec<(usize, usize)> {
             while !text.is_char_boundary(cut) {
                 cut += 1;
             }
-            spans.push((s, cut));
+            token(s, cut);
             s = cut;
         }
-        spans.push((s, end));
+        token(s, end);
     };
     for (i, c) in text.char_indices() {
         if c.is_alphanumeric() || c == '_' {
@@ -62,17 +71,16 @@ fn token_spans(text: &str) -> Vec<(usize, usize)> {
             }
         } else {
             if let Some(s) = word_start.take() {
-                close_word(&mut spans, s, i);
+                close_word(&mut token, s, i);
             }
             if !c.is_whitespace() {
-                spans.push((i, i + c.len_utf8()));
+                token(i, i + c.len_utf8());
             }
         }
     }
     if let Some(s) = word_start {
-        close_word(&mut spans, s, text.len());
+        close_word(&mut token, s, text.len());
     }
-    spans
 }
 
 #[derive(Clone)]
@@ -186,6 +194,8 @@ fn to_chunk(pieces: &[Piece], heading_path: &str) -> NewChunk {
 fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
     let text = &block.text;
     let spans = token_spans(text);
+    // Lines of each window come from one index of the block, not a recount from its start.
+    let line_index = block.lines.map(|_| LineIndex::new(text));
     let mut out = Vec::new();
     let mut first = 0usize;
     while first < spans.len() {
@@ -207,10 +217,13 @@ fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
             spans[last].1
         };
         let slice = &text[start..end];
-        let lines = block.lines.map(|(l0, _)| {
-            let a = l0 + text[..start].matches('\n').count() as u32;
-            (a, a + slice.trim_end().matches('\n').count() as u32)
-        });
+        let lines = block
+            .lines
+            .zip(line_index.as_ref())
+            .map(|((l0, _), index)| {
+                let (a, b) = index.lines_of(start, start + slice.trim_end().len());
+                (l0 + a - 1, l0 + b - 1)
+            });
         out.push(Piece {
             text: slice.trim().to_string(),
             tokens: last + 1 - first,
@@ -275,6 +288,23 @@ mod tests {
         let first_end = chunks[0].text.split(' ').next_back().unwrap();
         assert!(chunks[1].text.contains(first_end));
         assert!(chunks.last().unwrap().text.ends_with("w499"));
+    }
+
+    #[test]
+    fn windows_know_their_lines() {
+        let text: Vec<String> = (0..300).map(|i| format!("line{i}")).collect();
+        let options = ChunkOptions {
+            max_tokens: 50,
+            overlap_tokens: 10,
+        };
+        let chunks = chunk_blocks(&[block(BlockKind::Code, &text.join("\n"), 10)], &options);
+        assert!(chunks.len() > 5);
+        for c in &chunks {
+            let first: u32 = c.text.lines().next().unwrap()[4..].parse().unwrap();
+            let last: u32 = c.text.lines().last().unwrap()[4..].parse().unwrap();
+            assert_eq!(c.location.line_start, Some(10 + first), "{}", c.text);
+            assert_eq!(c.location.line_end, Some(10 + last), "{}", c.text);
+        }
     }
 
     #[test]
