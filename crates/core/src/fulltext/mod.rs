@@ -12,6 +12,7 @@
 //! collection keeps its own stemmer while BM25 statistics stay comparable across collections.
 
 mod schema;
+mod stem;
 
 pub(crate) use schema::language_by_name;
 pub use schema::LANGUAGE_NAMES;

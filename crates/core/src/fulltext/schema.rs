@@ -4,8 +4,7 @@ use tantivy::schema::{
     Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
-    TextAnalyzer,
+    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer,
 };
 use tantivy::TantivyDocument;
 
@@ -152,7 +151,7 @@ pub(crate) fn register_tokenizers(index: &tantivy::Index) {
             .filter(RemoveLongFilter::limit(40))
             .filter(LowerCaser)
             .filter(AsciiFoldingFilter)
-            .filter(Stemmer::new(*language))
+            .filter(super::stem::CachedStemmer::new(*language))
             .build();
         index.tokenizers().register(&tokenizer_name(name), analyzer);
     }
