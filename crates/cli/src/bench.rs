@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use quarry_core::{IndexEvent, IndexOptions, Library, SearchRequest};
+use quarry_core::{IndexEvent, IndexOptions, Library, SearchMode, SearchRequest};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -147,14 +147,14 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
         .collect();
     for q in queries.iter().take(20) {
         library
-            .search(&SearchRequest::new(q.as_str()))
+            .search(&SearchRequest::new(q.as_str()).with_mode(SearchMode::Lexical))
             .context("warm-up")?;
     }
     let mut times = Vec::with_capacity(queries.len());
     let mut empty = 0;
     for q in &queries {
-        let mut request = SearchRequest::new(q.as_str());
-        request.max_per_document = 0;
+        let mut request = SearchRequest::new(q.as_str()).with_mode(SearchMode::Lexical);
+        request.settings.max_per_document = 0;
         let t = Instant::now();
         let r = library.search(&request)?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -56,8 +56,8 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
     ] {
         println!("\n$ quarry search {query:?}");
         let mut request = SearchRequest::new(query);
-        request.limit = 3;
-        crate::output::hits(&library.search(&request)?, false)?;
+        request.settings.limit = 3;
+        crate::output::hits(&library.search(&request)?, false, false)?;
     }
     println!();
     crate::output::status(&library.status()?, false)?;

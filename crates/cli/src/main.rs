@@ -3,6 +3,8 @@
 
 mod bench;
 mod demo;
+mod eval;
+mod models_cmd;
 mod output;
 
 use std::path::PathBuf;
@@ -12,7 +14,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use quarry_core::{IndexOptions, Library, SearchRequest, WatchOptions};
+use quarry_core::embed::Models;
+use quarry_core::retrieve::RerankSettings;
+use quarry_core::{
+    IndexOptions, Library, RetrievalSettings, SearchMode, SearchRequest, WatchOptions,
+};
 
 // Indexing allocates many small strings on several threads (tokenizers, chunks); glibc's
 // malloc spent about a third of the CPU time in `quarry bench index` on its locks and
@@ -70,6 +76,11 @@ enum Command {
         #[arg(long)]
         corpus: Option<PathBuf>,
     },
+    /// Embedding and reranking models
+    #[command(subcommand)]
+    Models(models_cmd::ModelsCommand),
+    /// Score retrieval on a labelled BEIR-layout set (nDCG@10, Recall@100, MRR@10)
+    Eval(eval::EvalArgs),
     /// Benchmarks that print throughput and latency figures
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -170,6 +181,9 @@ struct IndexArgs {
     /// How to show progress
     #[arg(long, value_enum, default_value_t = ProgressStyle::Auto)]
     progress: ProgressStyle,
+    /// Index for full text only; leave embedding for a later run
+    #[arg(long)]
+    no_embed: bool,
 }
 
 impl IndexArgs {
@@ -198,9 +212,55 @@ struct SearchArgs {
     /// Show every matching chunk, not only the best one per file
     #[arg(long)]
     all_chunks: bool,
+    /// lexical (BM25), vector (embeddings) or hybrid (both, fused)
+    #[arg(long, default_value = "hybrid", value_parser = ["lexical", "vector", "hybrid"])]
+    mode: String,
+    /// Rerank the best candidates with a cross-encoder [default model: the first installed reranker]
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    rerank: Option<String>,
+    /// Show every stage's scores and what each stage did
+    #[arg(long)]
+    explain: bool,
+    /// Refuse collections embedded with a model other than this one
+    #[arg(long)]
+    model: Option<String>,
+    /// Retrieval settings as JSON, over the defaults (e.g. '{"fusion":{"method":"rrf","k":60}}')
+    #[arg(long)]
+    settings: Option<String>,
     /// Print JSON
     #[arg(long)]
     json: bool,
+}
+
+/// Builds retrieval settings from `--settings` JSON and the flags.
+fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettings> {
+    let mut settings: RetrievalSettings = match &args.settings {
+        Some(json) => serde_json::from_str(json)
+            .map_err(|e| anyhow::anyhow!("invalid --settings: {e}"))?,
+        None => RetrievalSettings::default(),
+    };
+    settings.mode = SearchMode::parse(&args.mode)?;
+    settings.limit = args.limit;
+    settings.max_per_document = if args.all_chunks { 0 } else { settings.max_per_document };
+    if let Some(model) = &args.rerank {
+        let model = if model.is_empty() {
+            models
+                .installed()
+                .into_iter()
+                .find(|m| m.kind == quarry_core::embed::ModelKind::Reranker)
+                .map(|m| m.id)
+                .unwrap_or_else(|| RerankSettings::default().model)
+        } else {
+            model.clone()
+        };
+        let base = settings.rerank.take().unwrap_or_default();
+        settings.rerank = Some(RerankSettings {
+            model,
+            candidates: base.candidates.max(settings.limit),
+            ..base
+        });
+    }
+    Ok(settings)
 }
 
 fn main() -> ExitCode {
@@ -233,6 +293,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Demo { corpus } => return demo::run(cli.data_dir, corpus),
         Command::Bench(command) => return bench::run(command, cli.data_dir),
+        Command::Eval(args) => return eval::run(&args),
+        Command::Models(ref command) => {
+            if models_cmd::run_without_library(command, &Models::discover(&data_dir))? {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
         _ => {}
     }
     let mut library = Library::open(&data_dir)?;
@@ -280,11 +346,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Index(args) => index(&mut library, &args)?,
         Command::Search(args) => {
             let mut request = SearchRequest::new(&args.query);
-            request.collections = args.collection;
-            request.limit = args.limit;
-            request.max_per_document = if args.all_chunks { 0 } else { 1 };
+            request.settings = search_settings(&args, library.models())?;
+            request.collections = args.collection.clone();
+            request.embedding_model = args.model.clone();
             let results = library.search(&request)?;
-            output::hits(&results, args.json)?;
+            output::hits(&results, args.json, args.explain)?;
             if results.hits.is_empty() {
                 return Ok(ExitCode::from(1));
             }
@@ -308,7 +374,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         }
-        Command::Demo { .. } | Command::Bench(_) => {
+        Command::Models(command) => models_cmd::run_with_library(&command, &mut library)?,
+        Command::Demo { .. } | Command::Bench(_) | Command::Eval(_) => {
             unreachable!("handled before opening a library")
         }
     }
@@ -336,6 +403,27 @@ fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
     reporter.finish();
     if style != ProgressStyle::Json {
         output::summary(&progress);
+    }
+    if !args.no_embed {
+        let stop = AtomicBool::new(false);
+        let embed_reporter = output::ProgressReporter::with_unit(
+            style == ProgressStyle::Bar,
+            style == ProgressStyle::Json,
+            "chunks",
+        );
+        let embedded = writer.embed_pending(&|p| embed_reporter.embed_event(p), &stop);
+        embed_reporter.finish();
+        match embedded {
+            Ok(n) if style != ProgressStyle::Json && n > 0 => {
+                eprintln!("embedded {n} chunk(s)")
+            }
+            Ok(_) => {}
+            // Full text is committed: say what is missing and carry on.
+            Err(e) => eprintln!(
+                "warning[{}]: chunks were not embedded, so vector search will not see them: {e}",
+                e.code()
+            ),
+        }
     }
     if args.watch {
         // Ctrl-C ends the process: every write is a transaction and tantivy replays from the

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quarry_core::{
+    EmbedProgress,
     Collection, ConsistencyReport, DocumentView, IndexEvent, IndexProgress, SearchResults, Source,
     StatusReport, WatchEvent,
 };
@@ -79,9 +80,12 @@ fn highlight(text: &str, ranges: &[(usize, usize)], tty: bool) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-pub fn hits(results: &SearchResults, as_json: bool) -> Result<()> {
+pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()> {
     if as_json {
         return json(results);
+    }
+    for issue in &results.readiness {
+        eprintln!("warning[{}]: {}", issue.component, issue.message);
     }
     let tty = std::io::stdout().is_terminal();
     if results.hits.is_empty() {
@@ -111,6 +115,40 @@ pub fn hits(results: &SearchResults, as_json: bool) -> Result<()> {
             "    {}",
             highlight(&hit.snippet.text, &hit.snippet.highlights, tty)
         );
+        if explain {
+            let s = &hit.scores;
+            let part = |name: &str, rank: Option<usize>, score: Option<f32>| match (rank, score) {
+                (Some(r), Some(v)) => format!("{name} #{r} ({v:.3})"),
+                _ => format!("{name} -"),
+            };
+            let mut line = format!(
+                "    [{}, {}, fused {:.4}",
+                part("lexical", s.lexical_rank, s.lexical_score),
+                part("vector", s.vector_rank, s.similarity),
+                s.fused
+            );
+            if let Some(f) = s.freshness {
+                line.push_str(&format!(", freshness ×{f:.3}"));
+            }
+            if let Some(r) = s.rerank {
+                line.push_str(&format!(", rerank {r:.3}"));
+            }
+            line.push(']');
+            println!("{line}");
+        }
+    }
+    if explain {
+        println!("stages ({} mode):", results.mode.as_str());
+        for t in &results.trace {
+            let variant = t.variant.map(|v| format!(" [variant {v}]")).unwrap_or_default();
+            println!(
+                "  {:<9}{variant} {:>5} candidates {:>8.2} ms  {}",
+                t.stage,
+                t.candidates,
+                t.took_us as f64 / 1000.0,
+                t.detail
+            );
+        }
     }
     println!(
         "({} results, {:.1} ms)",
@@ -146,6 +184,19 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
             String::new()
         }
     );
+    for e in &report.embeddings {
+        println!(
+            "vectors      {}: {}/{} chunks with {}{}",
+            e.collection,
+            e.embedded,
+            e.total,
+            e.pending_model.as_deref().or(e.model.as_deref()).unwrap_or("no model"),
+            match (&e.pending_model, &e.model) {
+                (Some(_), Some(old)) => format!(" (switching; {old} serves meanwhile)"),
+                _ => String::new(),
+            }
+        );
+    }
     for source in &report.sources {
         if let Some(err) = &source.last_error {
             println!(
@@ -280,12 +331,17 @@ pub struct ProgressReporter {
 
 impl ProgressReporter {
     pub fn new(bar: bool, json: bool) -> Self {
+        Self::with_unit(bar, json, "files")
+    }
+
+    /// A reporter whose bar counts `unit`s.
+    pub fn with_unit(bar: bool, json: bool, unit: &str) -> Self {
         let bar = bar.then(|| {
             let pb = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
             pb.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files {msg} (eta {eta})",
-                )
+                ProgressStyle::with_template(&format!(
+                    "{{spinner}} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {unit} {{msg}} (eta {{eta}})"
+                ))
                 .expect("a valid template"),
             );
             pb
@@ -328,6 +384,29 @@ impl ProgressReporter {
         }
     }
 
+    pub fn embed_event(&self, p: &EmbedProgress) {
+        if self.json {
+            #[derive(Serialize)]
+            struct Line<'a> {
+                event: &'static str,
+                #[serde(flatten)]
+                progress: &'a EmbedProgress,
+            }
+            self.print_json(&Line {
+                event: "embedding",
+                progress: p,
+            });
+            return;
+        }
+        let Some(bar) = &self.bar else { return };
+        bar.set_length(p.total.max(0) as u64);
+        bar.set_position(p.embedded.max(0) as u64);
+        bar.set_message(format!(
+            "embedded in {} with {}, {:.1}/s",
+            p.collection, p.model, p.chunks_per_sec
+        ));
+    }
+
     pub fn watch_event(&self, event: &WatchEvent) {
         if self.json {
             self.print_json(event);
@@ -344,7 +423,14 @@ impl ProgressReporter {
             WatchEvent::Index(IndexEvent::FileFailed { path, message, .. }) => {
                 eprintln!("failed {}: {message}", path.display())
             }
-            WatchEvent::Index(_) => {}
+            WatchEvent::Embedding(p) if p.done && p.embedded_this_run > 0 => eprintln!(
+                "embedded {} chunk(s) of {} with {}",
+                p.embedded_this_run, p.collection, p.model
+            ),
+            WatchEvent::EmbeddingUnavailable { code, message } => {
+                eprintln!("warning[{code}]: vectors are not being filled in: {message}")
+            }
+            WatchEvent::Embedding(_) | WatchEvent::Index(_) => {}
         }
     }
 

@@ -121,6 +121,87 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A model id that is neither installed nor in the catalogue.
+    #[error("unknown model `{0}` (see `quarry models list`)")]
+    UnknownModel(String),
+    /// A known model whose files are not installed.
+    #[error("model `{model}` is not installed (looked in {searched}); run `{fix}`")]
+    ModelNotInstalled {
+        /// The model id.
+        model: String,
+        /// The folders searched.
+        searched: String,
+        /// The command that installs it.
+        fix: String,
+    },
+    /// A model or runtime file that is missing or does not match its checksum.
+    #[error("`{path}` is {problem}; run `{fix}` to reinstall it")]
+    ModelFileBad {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (missing, or its checksum).
+        problem: String,
+        /// The command that repairs it.
+        fix: String,
+    },
+    /// The ONNX Runtime library cannot be loaded.
+    #[error("ONNX Runtime is not available: {reason}; run `{fix}` (or point ORT_DYLIB_PATH at libonnxruntime)")]
+    RuntimeUnavailable {
+        /// Why.
+        reason: String,
+        /// The command that installs it.
+        fix: String,
+    },
+    /// A folder that cannot be imported as a model.
+    #[error("cannot use `{path}` as a model: {reason}")]
+    InvalidModel {
+        /// The folder or file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A query embedded with a different model than the collection's vectors.
+    #[error("collection `{collection}` is embedded with `{embedded_with}`, not `{requested}`; query it with `{embedded_with}` or switch it with `quarry models use {requested} -c {collection}`")]
+    ModelMismatch {
+        /// The collection.
+        collection: String,
+        /// The model its vectors come from.
+        embedded_with: String,
+        /// The model the query asked for.
+        requested: String,
+    },
+    /// ONNX Runtime failed while running a model.
+    #[error("inference failed with model `{model}`: {reason}")]
+    Inference {
+        /// The model id.
+        model: String,
+        /// ONNX Runtime's or the tokenizer's message.
+        reason: String,
+    },
+    /// A download failed.
+    #[error("download of `{url}` failed: {reason}")]
+    Download {
+        /// What was fetched.
+        url: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A retrieval or model setting out of range.
+    #[error("invalid setting `{field}`: {reason}")]
+    InvalidSetting {
+        /// The setting's name.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A BEIR-layout data set that cannot be read.
+    #[error("cannot read data set `{path}`: {reason}")]
+    InvalidDataset {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (with the line number where one applies).
+        reason: String,
+    },
     /// Invariant broken: a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -156,6 +237,16 @@ impl Error {
             Error::Tantivy(_) => "fulltext_error",
             Error::FulltextOutOfSync(_) => "fulltext_out_of_sync",
             Error::Io { .. } => "io_error",
+            Error::UnknownModel(_) => "unknown_model",
+            Error::ModelNotInstalled { .. } => "model_not_installed",
+            Error::ModelFileBad { .. } => "model_file_bad",
+            Error::RuntimeUnavailable { .. } => "runtime_unavailable",
+            Error::InvalidModel { .. } => "invalid_model",
+            Error::ModelMismatch { .. } => "model_mismatch",
+            Error::Inference { .. } => "inference_failed",
+            Error::Download { .. } => "download_failed",
+            Error::InvalidSetting { .. } => "invalid_setting",
+            Error::InvalidDataset { .. } => "invalid_dataset",
             Error::Internal(_) => "internal",
         }
     }
@@ -189,6 +280,16 @@ pub const ERROR_CODES: &[(&str, ErrorKind)] = &[
     ("fulltext_error", ErrorKind::Internal),
     ("fulltext_out_of_sync", ErrorKind::Internal),
     ("io_error", ErrorKind::Unavailable),
+    ("unknown_model", ErrorKind::NotFound),
+    ("model_not_installed", ErrorKind::Unavailable),
+    ("model_file_bad", ErrorKind::Unavailable),
+    ("runtime_unavailable", ErrorKind::Unavailable),
+    ("invalid_model", ErrorKind::InvalidInput),
+    ("model_mismatch", ErrorKind::InvalidInput),
+    ("inference_failed", ErrorKind::Internal),
+    ("download_failed", ErrorKind::Unavailable),
+    ("invalid_setting", ErrorKind::InvalidInput),
+    ("invalid_dataset", ErrorKind::InvalidInput),
     ("internal", ErrorKind::Internal),
 ];
 
@@ -204,7 +305,8 @@ mod tests {
             "collection_not_found,collection_exists,invalid_collection_name,unknown_language,\
 source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,writer_busy,\
 schema_too_new,watch_failed,disk_full,database_error,fulltext_error,fulltext_out_of_sync,\
-io_error,internal"
+io_error,unknown_model,model_not_installed,model_file_bad,runtime_unavailable,invalid_model,\
+model_mismatch,inference_failed,download_failed,invalid_setting,invalid_dataset,internal"
         );
     }
 

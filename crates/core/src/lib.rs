@@ -23,7 +23,9 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod embed;
 mod error;
+pub mod eval;
 pub mod fulltext;
 pub mod ingest;
 mod library;
@@ -32,9 +34,11 @@ pub mod retrieve;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
-pub use ingest::{ChunkOptions, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions};
+pub use ingest::{ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions};
 pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
-pub use retrieve::{Hit, SearchRequest, SearchResults};
+pub use retrieve::{
+    Fusion, Hit, RetrievalSettings, SearchMode, SearchRequest, SearchResults, WeightedQuery,
+};
 pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source, Stats};
 
 /// Arms the fail points named in the `FAILPOINTS` environment variable (crash tests only;

@@ -1,19 +1,25 @@
 //! [`Library`]: the one public face the CLI and the desktop shell use.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::embed::{Embedder, ModelKind, Models, Reranker};
 use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
 use crate::ingest::walk::overrides;
 use crate::ingest::{
-    index_scope, IndexEvent, IndexOptions, IndexProgress, Run, Scope, WatchEvent, WatchOptions,
+    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, Scope, WatchEvent, WatchOptions,
 };
 use crate::lock::WriterLock;
-use crate::retrieve::{self, SearchRequest, SearchResults};
-use crate::store::{ChunkRecord, Collection, DocumentRecord, Source, Stats, Store};
+use crate::retrieve::{self, SearchContext, SearchRequest, SearchResults};
+use crate::store::{
+    ChunkRecord, Collection, DocumentRecord, EmbeddingCoverage, Source, Stats, Store,
+};
 
 /// An open library (one data directory). Any number of processes may open one to read; one
 /// at a time writes, through [`Library::writer`].
@@ -21,6 +27,11 @@ pub struct Library {
     data_dir: PathBuf,
     store: Store,
     fulltext: FullText,
+    models: Models,
+    /// Loaded models by id: loading one takes a second, so each is loaded once per process.
+    embedders: Mutex<HashMap<String, Arc<Embedder>>>,
+    rerankers: Mutex<HashMap<String, Arc<Reranker>>>,
+    ort_threads: Option<usize>,
 }
 
 /// Everything `quarry status` shows.
@@ -37,6 +48,8 @@ pub struct StatusReport {
     pub problems: Vec<DocumentRecord>,
     /// Outbox sequence the full-text index has applied.
     pub fulltext_applied_seq: i64,
+    /// Vectors per collection.
+    pub embeddings: Vec<EmbeddingCoverage>,
     /// Bytes on disk (database + full text).
     pub disk_bytes: u64,
 }
@@ -94,6 +107,10 @@ impl Library {
             data_dir: data_dir.to_path_buf(),
             store,
             fulltext,
+            models: Models::discover(data_dir),
+            embedders: Mutex::new(HashMap::new()),
+            rerankers: Mutex::new(HashMap::new()),
+            ort_threads: None,
         };
         // Repair at start-up: if nobody is writing, replay whatever the outbox has that
         // tantivy does not (a crash between the two commits).
@@ -110,6 +127,50 @@ impl Library {
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// Where models are looked up and installed.
+    pub fn models(&self) -> &Models {
+        &self.models
+    }
+
+    /// Uses other model folders (tests, or an app with its own layout).
+    pub fn set_models(&mut self, models: Models) {
+        self.models = models;
+        self.embedders.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.rerankers.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Caps ONNX Runtime's threads per model (default: every core).
+    pub fn set_ort_threads(&mut self, threads: Option<usize>) {
+        self.ort_threads = threads;
+    }
+
+    /// The embedding model `id`, loaded once per process.
+    pub fn embedder(&self, id: &str) -> Result<Arc<Embedder>> {
+        load_cached(&self.embedders, id, || {
+            Embedder::load(&self.models, id, self.ort_threads)
+        })
+    }
+
+    /// The reranker `id`, loaded once per process.
+    pub fn reranker(&self, id: &str) -> Result<Arc<Reranker>> {
+        load_cached(&self.rerankers, id, || {
+            Reranker::load(&self.models, id, self.ort_threads)
+        })
+    }
+
+    /// Makes `model_id` the collection's embedding model. A collection with vectors keeps
+    /// serving from them while the new model's are filled in by the next index run or watcher.
+    pub fn use_embedding_model(&mut self, collection: &str, model_id: &str) -> Result<()> {
+        let model = self.models.find(model_id)?;
+        if model.kind != ModelKind::Embedding {
+            return Err(Error::InvalidModel {
+                path: model.dir,
+                reason: format!("`{model_id}` is a reranker, not an embedding model"),
+            });
+        }
+        self.store.set_collection_model(collection, Some(model_id))
     }
 
     /// The SQLite store, for read queries.
@@ -225,10 +286,20 @@ impl Library {
         }
     }
 
-    /// Lexical search.
+    /// Lexical, vector or hybrid search (see [`crate::retrieve`]).
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResults> {
         self.fulltext.refresh()?;
-        retrieve::search(&self.store, &self.fulltext, request)
+        let embedder = |id: &str| self.embedder(id);
+        let reranker = |id: &str| self.reranker(id);
+        retrieve::search(
+            &SearchContext {
+                store: &self.store,
+                fulltext: &self.fulltext,
+                embedder: &embedder,
+                reranker: &reranker,
+            },
+            request,
+        )
     }
 
     /// Counts, sources and recent problems.
@@ -239,6 +310,7 @@ impl Library {
             sources: self.store.sources()?,
             problems: self.store.problem_documents(50)?,
             fulltext_applied_seq: self.fulltext.applied_seq()?,
+            embeddings: self.store.embedding_coverage()?,
             disk_bytes: dir_size(&self.data_dir),
         })
     }
@@ -337,7 +409,23 @@ impl LibraryWriter<'_> {
         Ok(run.progress)
     }
 
-    /// Watches every source until `stop` is set (a full scan of each comes first).
+    /// Embeds every chunk that has no vector yet (the embedding lane), until done or `stop`.
+    pub fn embed_pending(
+        &mut self,
+        on_progress: &dyn Fn(&EmbedProgress),
+        stop: &AtomicBool,
+    ) -> Result<u64> {
+        let lib = &mut *self.library;
+        let (store, embedders, models, threads) =
+            (&mut lib.store, &lib.embedders, &lib.models, lib.ort_threads);
+        let embedder_for =
+            |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
+        backfill(store, &embedder_for, crate::ingest::DEFAULT_EMBED_BATCH, on_progress, stop)
+    }
+
+    /// Watches every source until `stop` is set (a full scan of each comes first). The
+    /// embedding lane runs beside it on its own connection, filling in vectors as files are
+    /// indexed; a missing model is reported once and lexical indexing carries on.
     pub fn watch(
         &mut self,
         index_options: &IndexOptions,
@@ -346,14 +434,51 @@ impl LibraryWriter<'_> {
         stop: &AtomicBool,
     ) -> Result<()> {
         let lib = &mut *self.library;
-        crate::ingest::watch(
-            &mut lib.store,
-            &mut lib.fulltext,
-            index_options,
-            options,
-            on_event,
-            stop,
-        )
+        let db_path = lib.store.path().to_path_buf();
+        let (embedders, models, threads) = (&lib.embedders, &lib.models, lib.ort_threads);
+        let (store, fulltext) = (&mut lib.store, &mut lib.fulltext);
+        std::thread::scope(|scope| {
+            let lane = scope.spawn(|| -> Result<()> {
+                let mut lane_store = Store::open(&db_path)?;
+                let embedder_for =
+                    |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
+                let report = |p: &EmbedProgress| on_event(&WatchEvent::Embedding(p.clone()));
+                let mut reported_error = false;
+                while !stop.load(Ordering::Relaxed) {
+                    match backfill(
+                        &mut lane_store,
+                        &embedder_for,
+                        crate::ingest::DEFAULT_EMBED_BATCH,
+                        &report,
+                        stop,
+                    ) {
+                        Ok(_) => reported_error = false,
+                        Err(e) if !reported_error => {
+                            on_event(&WatchEvent::EmbeddingUnavailable {
+                                code: e.code(),
+                                message: e.to_string(),
+                            });
+                            reported_error = true;
+                        }
+                        Err(_) => {}
+                    }
+                    for _ in 0..10 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                Ok(())
+            });
+            let watched =
+                crate::ingest::watch(store, fulltext, index_options, options, on_event, stop);
+            stop.store(true, Ordering::Relaxed);
+            let lane = lane
+                .join()
+                .unwrap_or_else(|_| Err(Error::Internal("the embedding lane panicked".into())));
+            watched.and(lane)
+        })
     }
 
     /// Drops and rebuilds the full-text index from SQLite.
@@ -372,6 +497,24 @@ impl Drop for LibraryWriter<'_> {
     fn drop(&mut self) {
         self.library.fulltext.stop_writing();
     }
+}
+
+fn load_cached<T>(
+    cache: &Mutex<HashMap<String, Arc<T>>>,
+    id: &str,
+    load: impl FnOnce() -> Result<T>,
+) -> Result<Arc<T>> {
+    if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+        return Ok(hit.clone());
+    }
+    // Loaded outside the lock: a second caller may load it too, and the first insert wins.
+    let loaded = Arc::new(load()?);
+    Ok(cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(id.to_string())
+        .or_insert(loaded)
+        .clone())
 }
 
 fn dir_size(dir: &Path) -> u64 {

@@ -53,6 +53,25 @@ pub struct Snippet {
     pub highlights: Vec<(usize, usize)>,
 }
 
+impl Snippet {
+    /// The start of `text`, cut at a word boundary, with nothing highlighted (for hits that
+    /// came from the vector stream alone).
+    pub fn plain(text: &str, max_chars: usize) -> Snippet {
+        let mut end = text.len();
+        if let Some((i, _)) = text.char_indices().nth(max_chars) {
+            end = text[..i].rfind(char::is_whitespace).filter(|&w| w > i / 2).unwrap_or(i);
+        }
+        let mut out: String = text[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+        if end < text.len() {
+            out.push_str(" …");
+        }
+        Snippet {
+            text: out,
+            highlights: Vec::new(),
+        }
+    }
+}
+
 /// The open full-text index.
 pub struct FullText {
     index: Index,

@@ -5,6 +5,7 @@
 //! reason and a message, and shown by `quarry status`. Only a library-level fault (database,
 //! disk) aborts.
 
+mod backfill;
 pub(crate) mod chunk;
 pub(crate) mod extract;
 mod indexer;
@@ -12,6 +13,8 @@ mod progress;
 pub(crate) mod walk;
 mod watch;
 
+pub(crate) use backfill::backfill;
+pub use backfill::{EmbedProgress, DEFAULT_EMBED_BATCH};
 pub use chunk::{count_tokens, ChunkOptions};
 pub use indexer::IndexOptions;
 pub(crate) use indexer::{index_scope, Run, Scope};

@@ -78,6 +78,15 @@ pub enum WatchEvent {
         #[serde(serialize_with = "crate::store::serialize_paths")]
         paths: Vec<PathBuf>,
     },
+    /// The embedding lane's progress.
+    Embedding(super::EmbedProgress),
+    /// The embedding lane cannot run (model or runtime missing); lexical indexing goes on.
+    EmbeddingUnavailable {
+        /// Error code.
+        code: &'static str,
+        /// What is wrong and the command that fixes it.
+        message: String,
+    },
     /// An indexing event from a rescan or a change (serialised as the event itself).
     #[serde(untagged)]
     Index(IndexEvent),

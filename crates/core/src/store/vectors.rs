@@ -1,0 +1,398 @@
+//! Vectors in sqlite-vec: one `vec0` table per embedding model, the collection as partition
+//! key, rowid = chunk id. Each row holds the unit-length float vector and its sign bits; a KNN
+//! either scans the floats exactly or scans the bits (a 32× smaller coarse pass) and rescores
+//! the best candidates with the floats.
+//!
+//! Chunks are deleted in many ways (a new revision, a removed file, source or collection); a
+//! trigger per vector table removes the chunk's vector in the same transaction, since vec0
+//! has no cascade.
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::{now_unix, Store};
+use crate::error::{Error, Result};
+
+/// A model's vector table.
+#[derive(Debug, Clone, Serialize)]
+pub struct VectorTable {
+    /// The embedding model.
+    pub model_id: String,
+    /// Vector size.
+    pub dimension: usize,
+    /// The vec0 table.
+    pub table: String,
+}
+
+impl VectorTable {
+    /// Whether a sign-bit column exists (it needs a dimension divisible by 8).
+    pub fn has_bits(&self) -> bool {
+        self.dimension % 8 == 0
+    }
+}
+
+/// A chunk waiting for its vector.
+#[derive(Debug, Clone)]
+pub struct PendingChunk {
+    /// Chunk id.
+    pub id: i64,
+    /// What gets embedded: the document title, then the chunk text.
+    pub text: String,
+}
+
+/// How far a collection's vectors are.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbeddingCoverage {
+    /// The collection.
+    pub collection: String,
+    /// The model serving its searches.
+    pub model: Option<String>,
+    /// A model being switched to.
+    pub pending_model: Option<String>,
+    /// Chunks with a vector from the model being filled (the pending one, else the serving one).
+    pub embedded: i64,
+    /// Chunks in the collection.
+    pub total: i64,
+}
+
+/// Registers sqlite-vec on one connection. Per connection, not process-wide: a process-wide
+/// auto-extension would also load it into every other SQLite user of the process (WebKit's).
+pub(crate) fn register(conn: &rusqlite::Connection) -> Result<()> {
+    type Init = unsafe extern "C" fn(
+        *mut rusqlite::ffi::sqlite3,
+        *mut *mut std::os::raw::c_char,
+        *const rusqlite::ffi::sqlite3_api_routines,
+    ) -> std::os::raw::c_int;
+    // SAFETY: sqlite3_vec_init has the standard extension entry signature (the crate declares
+    // it without arguments); with SQLITE_CORE it ignores the api-routines pointer.
+    let rc = unsafe {
+        let init: Init = std::mem::transmute(sqlite_vec::sqlite3_vec_init as *const ());
+        init(conn.handle(), std::ptr::null_mut(), std::ptr::null())
+    };
+    if rc != rusqlite::ffi::SQLITE_OK {
+        return Err(Error::Internal(format!("sqlite-vec failed to load ({rc})")));
+    }
+    Ok(())
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bytes_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl Store {
+    /// The vector table of `model_id`, if one was made.
+    pub fn vector_table(&self, model_id: &str) -> Result<Option<VectorTable>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT model_id, dimension, table_name FROM vector_tables WHERE model_id = ?1",
+                [model_id],
+                |r| {
+                    Ok(VectorTable {
+                        model_id: r.get(0)?,
+                        dimension: r.get::<_, i64>(1)? as usize,
+                        table: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// The vector table of `model_id`, created (with its delete trigger) if needed.
+    pub fn ensure_vector_table(&mut self, model_id: &str, dimension: usize) -> Result<VectorTable> {
+        if let Some(t) = self.vector_table(model_id)? {
+            if t.dimension != dimension {
+                return Err(Error::InvalidModel {
+                    path: model_id.into(),
+                    reason: format!(
+                        "it now produces {dimension}-number vectors, but this library holds {}-number vectors from it; import it under another id",
+                        t.dimension
+                    ),
+                });
+            }
+            return Ok(t);
+        }
+        let slug: String = model_id
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+            .collect();
+        let tx = self.write()?;
+        let n: i64 = tx.query_row("SELECT COUNT(*) FROM vector_tables", [], |r| r.get(0))?;
+        let table = format!("vec{n}_{slug}");
+        let bits = if dimension % 8 == 0 {
+            format!(", embedding_bits bit[{dimension}]")
+        } else {
+            String::new()
+        };
+        tx.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE {table} USING vec0(
+                collection_id integer partition key,
+                embedding float[{dimension}] distance_metric=cosine{bits}
+            );
+            CREATE TRIGGER {table}_chunk_deleted AFTER DELETE ON chunks BEGIN
+                DELETE FROM {table} WHERE rowid = OLD.id;
+            END;"
+        ))?;
+        tx.execute(
+            "INSERT INTO vector_tables(model_id, dimension, table_name, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![model_id, dimension as i64, table, now_unix()],
+        )?;
+        tx.commit()?;
+        Ok(VectorTable {
+            model_id: model_id.to_string(),
+            dimension,
+            table,
+        })
+    }
+
+    /// Chunk id up to which the collection is embedded with `model_id`. Ids are never
+    /// reused and always grow, so everything at or below the cursor has a vector.
+    pub fn embedding_cursor(&self, collection_id: i64, model_id: &str) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT last_chunk_id FROM embedding_progress WHERE collection_id = ?1 AND model_id = ?2",
+                params![collection_id, model_id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// The next chunks of a collection without a vector from `model_id`, oldest first.
+    pub fn pending_chunks(
+        &self,
+        collection_id: i64,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<PendingChunk>> {
+        let cursor = self.embedding_cursor(collection_id, model_id)?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT ch.id, ch.text, d.title FROM chunks ch
+             JOIN documents d ON d.id = ch.document_id
+             JOIN sources s ON s.id = d.source_id
+             WHERE ch.id > ?1 AND s.collection_id = ?2
+             ORDER BY ch.id LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![cursor, collection_id, limit as i64], |r| {
+            let text: String = r.get(1)?;
+            let title: Option<String> = r.get(2)?;
+            // The title gives a passage its context (measured: about +0.01 nDCG@10).
+            let text = match title {
+                Some(t) if !t.is_empty() && !text.starts_with(t.as_str()) => format!("{t}\n{text}"),
+                _ => text,
+            };
+            Ok(PendingChunk { id: r.get(0)?, text })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Stores vectors for chunks (skipping chunks deleted meanwhile) and moves the cursor to
+    /// `through_chunk_id`, in one transaction. Returns how many were stored.
+    pub fn store_vectors(
+        &mut self,
+        table: &VectorTable,
+        collection_id: i64,
+        vectors: &[(i64, Vec<f32>)],
+        through_chunk_id: i64,
+    ) -> Result<usize> {
+        let tx = self.write()?;
+        let mut stored = 0;
+        {
+            let insert = if table.has_bits() {
+                format!(
+                    "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding, embedding_bits)
+                     SELECT ?1, ?2, ?3, vec_quantize_binary(?3) WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
+                    table.table
+                )
+            } else {
+                format!(
+                    "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding)
+                     SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
+                    table.table
+                )
+            };
+            let mut stmt = tx.prepare(&insert)?;
+            for (chunk_id, vector) in vectors {
+                if vector.len() != table.dimension {
+                    return Err(Error::Internal(format!(
+                        "vector of {} numbers for a {}-number table",
+                        vector.len(),
+                        table.dimension
+                    )));
+                }
+                stored += stmt.execute(params![chunk_id, collection_id, f32_bytes(vector)])?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO embedding_progress(collection_id, model_id, last_chunk_id) VALUES (?1, ?2, ?3)
+             ON CONFLICT(collection_id, model_id) DO UPDATE SET last_chunk_id = MAX(last_chunk_id, excluded.last_chunk_id)",
+            params![collection_id, table.model_id, through_chunk_id],
+        )?;
+        tx.commit()?;
+        Ok(stored)
+    }
+
+    /// Embedded and total chunks of every collection.
+    pub fn embedding_coverage(&self) -> Result<Vec<EmbeddingCoverage>> {
+        let mut out = Vec::new();
+        for c in self.collections()? {
+            let filling = c.pending_model.clone().or_else(|| c.embedding_model.clone());
+            let cursor = match &filling {
+                Some(m) => self.embedding_cursor(c.id, m)?,
+                None => 0,
+            };
+            let (embedded, total): (i64, i64) = self.conn.query_row(
+                "SELECT COALESCE(SUM(ch.id <= ?2), 0), COUNT(*) FROM chunks ch
+                 JOIN documents d ON d.id = ch.document_id
+                 JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1",
+                params![c.id, cursor],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            out.push(EmbeddingCoverage {
+                collection: c.name,
+                model: c.embedding_model,
+                pending_model: c.pending_model,
+                embedded,
+                total,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Points a collection at another embedding model. With vectors already serving, the new
+    /// model becomes pending and the old vectors keep serving until it is complete.
+    pub fn set_collection_model(&mut self, name: &str, model_id: Option<&str>) -> Result<()> {
+        let c = self
+            .collection_by_name(name)?
+            .ok_or_else(|| Error::CollectionNotFound(name.to_string()))?;
+        let tx = self.write()?;
+        match (c.embedding_model.as_deref(), model_id) {
+            (Some(current), Some(new)) if current == new => {
+                tx.execute("UPDATE collections SET pending_model = NULL WHERE id = ?1", [c.id])?;
+            }
+            (Some(_), Some(new)) => {
+                tx.execute(
+                    "UPDATE collections SET pending_model = ?2 WHERE id = ?1",
+                    params![c.id, new],
+                )?;
+            }
+            (None, new) | (Some(_), new @ None) => {
+                tx.execute(
+                    "UPDATE collections SET embedding_model = ?2, pending_model = NULL WHERE id = ?1",
+                    params![c.id, new],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Makes a fully embedded pending model the serving one and drops the old model's vectors
+    /// of that collection.
+    pub fn finish_model_switch(&mut self, collection_id: i64) -> Result<()> {
+        let c = self
+            .collections()?
+            .into_iter()
+            .find(|c| c.id == collection_id)
+            .ok_or_else(|| Error::Internal(format!("collection {collection_id} vanished")))?;
+        let (Some(old), Some(new)) = (c.embedding_model.clone(), c.pending_model.clone()) else {
+            return Ok(());
+        };
+        let old_table = self.vector_table(&old)?;
+        let tx = self.write()?;
+        tx.execute(
+            "UPDATE collections SET embedding_model = ?2, pending_model = NULL WHERE id = ?1",
+            params![c.id, new],
+        )?;
+        if let Some(t) = old_table {
+            tx.execute(
+                &format!(
+                    "DELETE FROM {} WHERE rowid IN (SELECT ch.id FROM chunks ch
+                     JOIN documents d ON d.id = ch.document_id
+                     JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1)",
+                    t.table
+                ),
+                [c.id],
+            )?;
+        }
+        tx.execute(
+            "DELETE FROM embedding_progress WHERE collection_id = ?1 AND model_id = ?2",
+            params![c.id, old],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The `k` nearest chunks of one collection by cosine similarity, best first.
+    ///
+    /// `breadth` 0 scans every float vector (exact). Otherwise the sign bits are scanned for
+    /// the `max(breadth, k)` nearest by Hamming distance, and those are rescored exactly.
+    pub fn nearest_chunks(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+        query: &[f32],
+        k: usize,
+        breadth: usize,
+    ) -> Result<Vec<(i64, f32)>> {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let query_bytes = f32_bytes(query);
+        if breadth == 0 || !table.has_bits() {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT rowid, distance FROM {} WHERE embedding MATCH ?1 AND k = ?2 AND collection_id = ?3",
+                table.table
+            ))?;
+            let rows = stmt.query_map(params![query_bytes, k as i64, collection_id], |r| {
+                Ok((r.get::<_, i64>(0)?, 1.0 - r.get::<_, f64>(1)? as f32))
+            })?;
+            return Ok(rows.collect::<rusqlite::Result<_>>()?);
+        }
+        let coarse_k = breadth.max(k);
+        let candidates: Vec<i64> = {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT rowid FROM {} WHERE embedding_bits MATCH vec_quantize_binary(?1) AND k = ?2 AND collection_id = ?3",
+                table.table
+            ))?;
+            let rows = stmt.query_map(params![query_bytes, coarse_k as i64, collection_id], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT embedding FROM {} WHERE rowid = ?1",
+            table.table
+        ))?;
+        let mut scored = Vec::with_capacity(candidates.len());
+        for id in candidates {
+            let blob: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional()?;
+            if let Some(blob) = blob {
+                scored.push((id, dot(query, &bytes_f32(&blob))));
+            }
+        }
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(k);
+        Ok(scored)
+    }
+
+    /// How many vectors a table holds for a collection.
+    pub fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
+        Ok(self.conn.query_row(
+            &format!("SELECT COUNT(*) FROM {} WHERE collection_id = ?1", table.table),
+            [collection_id],
+            |r| r.get(0),
+        )?)
+    }
+}
