@@ -22,16 +22,57 @@ pub enum BenchCommand {
         #[arg(long)]
         threads: Option<usize>,
     },
-    /// Search latency (p50/p95/p99) of top-10 BM25 queries on an existing library
+    /// Search latency (p50/p95/p99) of top-10 queries on an existing library
     Search {
         /// Queries to time
         #[arg(long, default_value_t = 500)]
         queries: usize,
+        /// lexical, vector or hybrid
+        #[arg(long, default_value = "lexical")]
+        mode: String,
+    },
+    /// KNN latency and recall@10 of sqlite-vec (exact and sign-bit + rescoring) against an
+    /// in-memory brute-force scan, on synthetic clustered unit vectors
+    Vector {
+        /// Vectors
+        #[arg(long, default_value_t = 100_000)]
+        n: usize,
+        /// Dimensions (MiniLM: 384)
+        #[arg(long, default_value_t = 384)]
+        dim: usize,
+        /// Queries timed per method
+        #[arg(long, default_value_t = 100)]
+        queries: usize,
+        /// Sign-bit candidates rescored exactly (comma-separated to compare)
+        #[arg(long, default_value = "100,400,1000", value_delimiter = ',')]
+        breadth: Vec<usize>,
+    },
+    /// Embedding throughput: raw ONNX Runtime batches vs the indexer's embedding lane
+    Embed {
+        /// Folder whose files are indexed and embedded
+        path: PathBuf,
+        /// Chunks per batch
+        #[arg(long, default_value_t = quarry_core::ingest::DEFAULT_EMBED_BATCH)]
+        batch: usize,
+        /// Chunks embedded by each method
+        #[arg(long, default_value_t = 640)]
+        chunks: usize,
     },
 }
 
 pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode> {
     match command {
+        BenchCommand::Vector {
+            n,
+            dim,
+            queries,
+            breadth,
+        } => return vector_bench(n, dim, queries, &breadth),
+        BenchCommand::Embed {
+            path,
+            batch,
+            chunks,
+        } => return embed_bench(&path, batch, chunks),
         BenchCommand::Index {
             path,
             keep,
@@ -96,19 +137,20 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             );
             println!("library on disk   {:.1} MB", status.disk_bytes as f64 / 1e6);
             println!("peak RSS          {}", peak_rss());
-            search_latency(&library, 300)?;
+            search_latency(&library, 300, SearchMode::Lexical)?;
         }
-        BenchCommand::Search { queries } => {
+        BenchCommand::Search { queries, mode } => {
             let dir = data_dir.unwrap_or_else(Library::default_data_dir);
             let library = Library::open(&dir)?;
-            search_latency(&library, queries)?;
+            search_latency(&library, queries, SearchMode::parse(&mode)?)?;
+            println!("RSS after search  {} (peak {})", current_rss(), peak_rss());
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Queries made of words sampled from indexed chunks (deterministic), timed one by one.
-fn search_latency(library: &Library, count: usize) -> Result<()> {
+fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<()> {
     let stats = library.status()?.stats;
     let ids: Vec<i64> = {
         let step = (stats.chunks.max(1) as usize / 200).max(1);
@@ -147,13 +189,13 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
         .collect();
     for q in queries.iter().take(20) {
         library
-            .search(&SearchRequest::new(q.as_str()).with_mode(SearchMode::Lexical))
+            .search(&SearchRequest::new(q.as_str()).with_mode(mode))
             .context("warm-up")?;
     }
     let mut times = Vec::with_capacity(queries.len());
     let mut empty = 0;
     for q in &queries {
-        let mut request = SearchRequest::new(q.as_str()).with_mode(SearchMode::Lexical);
+        let mut request = SearchRequest::new(q.as_str()).with_mode(mode);
         request.settings.max_per_document = 0;
         let t = Instant::now();
         let r = library.search(&request)?;
@@ -163,8 +205,9 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
     times.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
     println!(
-        "search top-10     {} queries over {} chunks: p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  ({} without hits)",
+        "search top-10     {} {} queries over {} chunks: p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  ({} without hits)",
         times.len(),
+        mode.as_str(),
         stats.chunks,
         pct(0.5),
         pct(0.95),
@@ -172,6 +215,17 @@ fn search_latency(library: &Library, count: usize) -> Result<()> {
         empty
     );
     Ok(())
+}
+
+fn current_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(|l| l[6..].trim().to_string())
+        })
+        .unwrap_or_else(|| "-".into())
 }
 
 fn peak_rss() -> String {
@@ -183,4 +237,195 @@ fn peak_rss() -> String {
                 .map(|l| l[6..].trim().to_string())
         })
         .unwrap_or_else(|| "-".into())
+}
+
+/// Deterministic xorshift, and Gaussian numbers from it (Box-Muller).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn gaussian(&mut self) -> f32 {
+        let (u, v) = (self.uniform().max(1e-12), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
+    }
+
+    fn unit_near(&mut self, centre: &[f32], noise: f32) -> Vec<f32> {
+        let v = centre.iter().map(|c| c + noise * self.gaussian()).collect();
+        quarry_core::embed::normalized(v)
+    }
+}
+
+fn percentile(times: &mut [f64], p: f64) -> f64 {
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[((times.len() as f64 * p) as usize).min(times.len() - 1)]
+}
+
+fn top_k_brute(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
+    let mut scored: Vec<(f32, i64)> = data
+        .chunks_exact(dim)
+        .enumerate()
+        .map(|(i, v)| (v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), i as i64 + 1))
+        .collect();
+    let k = k.min(scored.len());
+    scored.select_nth_unstable_by(k.saturating_sub(1), |a, b| b.0.total_cmp(&a.0));
+    scored.truncate(k);
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored.into_iter().map(|x| x.1).collect()
+}
+
+fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Result<ExitCode> {
+    anyhow::ensure!(n > 0 && dim > 0 && queries > 0, "n, dim and queries must be positive");
+    // Clustered data, like embeddings of a corpus (topics), rather than uniform noise in
+    // which nearest neighbours are barely nearer than anything else.
+    let mut rng = Rng(0x2545F4914F6CDD1D);
+    let clusters = (n / 100).clamp(10, 5000);
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| (0..dim).map(|_| rng.gaussian()).collect())
+        .collect();
+    let started = Instant::now();
+    let mut data = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        data.extend(rng.unit_near(&centres[i % clusters], 0.9));
+    }
+    let qs: Vec<Vec<f32>> = (0..queries)
+        .map(|_| {
+            let i = (rng.next() % n as u64) as usize;
+            rng.unit_near(&data[i * dim..(i + 1) * dim], 0.02)
+        })
+        .collect();
+    println!("vectors           {n} × {dim} (clustered, {clusters} clusters), generated in {:.1} s", started.elapsed().as_secs_f64());
+
+    let temp = tempfile::tempdir()?;
+    let mut store = quarry_core::store::Store::open(&temp.path().join("quarry.db"))?;
+    let collection = store.create_collection("bench", "internal", "english")?;
+    let table = store.ensure_vector_table("bench-model", dim)?;
+    let started = Instant::now();
+    let batch = 10_000;
+    for start in (0..n).step_by(batch) {
+        let rows: Vec<(i64, Vec<f32>)> = (start..(start + batch).min(n))
+            .map(|i| (i as i64 + 1, data[i * dim..(i + 1) * dim].to_vec()))
+            .collect();
+        store.store_vectors_unchecked(&table, collection.id, &rows)?;
+    }
+    let insert_secs = started.elapsed().as_secs_f64();
+    let db_bytes: u64 = std::fs::read_dir(temp.path())?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "insert            {:.1} s ({:.0} vectors/s), database {:.0} MB",
+        insert_secs,
+        n as f64 / insert_secs,
+        db_bytes as f64 / 1e6
+    );
+
+    let k = 10;
+    let mut truth = Vec::with_capacity(qs.len());
+    let mut times = Vec::with_capacity(qs.len());
+    for q in &qs {
+        let t = Instant::now();
+        truth.push(top_k_brute(&data, dim, q, k));
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let brute_p50 = percentile(&mut times, 0.5);
+    println!(
+        "{:<34} p50 {:>8.2} ms  p95 {:>8.2} ms  recall@10 1.000",
+        "in-memory brute force (f32)",
+        brute_p50,
+        percentile(&mut times, 0.95)
+    );
+    // The exact vec0 scan is slow at a million: time fewer queries there.
+    let exact_queries = if n > 200_000 { qs.len().min(10) } else { qs.len() };
+    let mut methods: Vec<(String, usize, usize)> = vec![("sqlite-vec exact scan".into(), 0, exact_queries)];
+    for &b in breadths {
+        methods.push((format!("sqlite-vec sign bits {b} + rescore"), b, qs.len()));
+    }
+    for (name, breadth, count) in methods {
+        let mut times = Vec::with_capacity(count);
+        let mut found = 0usize;
+        for (q, want) in qs.iter().zip(&truth).take(count) {
+            let t = Instant::now();
+            let got = store.nearest_chunks(&table, collection.id, q, k, breadth)?;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            found += got.iter().filter(|(id, _)| want.contains(id)).count();
+        }
+        let p50 = percentile(&mut times, 0.5);
+        println!(
+            "{:<34} p50 {:>8.2} ms  p95 {:>8.2} ms  recall@10 {:.3}  ({:.1}× brute force, {count} queries)",
+            name,
+            p50,
+            percentile(&mut times, 0.95),
+            found as f64 / (count * k) as f64,
+            p50 / brute_p50
+        );
+    }
+    println!("peak RSS          {}", peak_rss());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<ExitCode> {
+    let temp = tempfile::tempdir()?;
+    let mut library = Library::open(temp.path())?;
+    library.add_source(path, "bench", &[], &[])?;
+    library.writer()?.index_all(&IndexOptions::default(), &|_| {})?;
+    let status = library.status()?;
+    anyhow::ensure!(status.stats.chunks > 0, "no chunks indexed from {}", path.display());
+    let collection = library.collections()?.remove(0);
+    let model = collection
+        .embedding_model
+        .clone()
+        .context("the bench collection has no embedding model")?;
+    let texts: Vec<String> = library
+        .store()
+        .pending_chunks(collection.id, &model, chunks)?
+        .into_iter()
+        .map(|p| p.text)
+        .collect();
+    let embedder = library.embedder(&model)?;
+    // Warm-up: the first runs allocate ONNX Runtime's arenas.
+    let warm: Vec<&str> = texts.iter().take(batch).map(String::as_str).collect();
+    embedder.embed(&warm)?;
+    let started = Instant::now();
+    for group in texts.chunks(batch.max(1)) {
+        let refs: Vec<&str> = group.iter().map(String::as_str).collect();
+        embedder.embed(&refs)?;
+    }
+    let raw_secs = started.elapsed().as_secs_f64();
+    let raw_rate = texts.len() as f64 / raw_secs;
+    let tokens: usize = texts.iter().map(|t| quarry_core::ingest::count_tokens(t)).sum();
+    println!(
+        "raw ONNX Runtime  {} chunks in batches of {batch}: {:.1} chunks/s ({:.0} tokens/s)",
+        texts.len(),
+        raw_rate,
+        tokens as f64 / raw_secs
+    );
+    // The lane on the same chunks (the same first `chunks` of the collection).
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let started = Instant::now();
+    let done = std::cell::Cell::new(0u64);
+    {
+        let mut writer = library.writer()?;
+        writer.embed_pending_limited(chunks, &|p| done.set(p.embedded_this_run), &stop)?;
+    }
+    let lane_secs = started.elapsed().as_secs_f64();
+    let lane_rate = done.get() as f64 / lane_secs;
+    println!(
+        "embedding lane    {} chunks (with SQLite writes): {:.1} chunks/s = {:.2} of raw",
+        done.get(),
+        lane_rate,
+        lane_rate / raw_rate
+    );
+    println!("peak RSS          {}", peak_rss());
+    Ok(ExitCode::SUCCESS)
 }

@@ -98,12 +98,12 @@ fn every_format_is_extracted_and_searchable() {
         );
     }
     // Pages, titles and headings survive extraction.
-    let hit = &env.json(&["search", "gearbox"])["hits"][0];
+    let hit = &env.json(&["search", "--mode", "lexical", "gearbox"])["hits"][0];
     assert_eq!(hit["location"]["page"], 2);
-    let hit = &env.json(&["search", "zeppelin"])["hits"][0];
+    let hit = &env.json(&["search", "--mode", "lexical", "zeppelin"])["hits"][0];
     assert_eq!(hit["title"], "Budget memo");
     assert_eq!(hit["heading_path"], "Travel budget");
-    let hit = &env.json(&["search", "archipelago"])["hits"][0];
+    let hit = &env.json(&["search", "--mode", "lexical", "archipelago"])["hits"][0];
     assert_eq!(hit["title"], "A short novel");
     let status = env.status();
     assert_eq!(status["stats"]["documents_failed"], 0, "{status:#}");
@@ -211,7 +211,7 @@ fn bad_input_is_recorded_and_indexing_continues() {
         .any(|p| p.ends_with("mixed.txt")));
     // Odd file names are indexed and round-trip.
     assert!(env.search_paths("okapi")[0].ends_with("name\nwith newline.md"));
-    let narwhal = env.json(&["search", "narwhal"]);
+    let narwhal = env.json(&["search", "--mode", "lexical", "narwhal"]);
     assert_eq!(narwhal["hits"].as_array().unwrap().len(), 1);
     assert!(env.search_paths("pangolin")[0].ends_with("good.md"));
     assert!(
@@ -320,7 +320,7 @@ fn bad_requests_name_what_is_wrong() {
     ]);
     let err = String::from_utf8_lossy(&glob.stderr);
     assert!(err.contains("invalid_glob") && err.contains("a[b"), "{err}");
-    let coll = env.run(&["search", "x", "--collection", "nope"]);
+    let coll = env.run(&["search", "--mode", "lexical", "x", "--collection", "nope"]);
     let err = String::from_utf8_lossy(&coll.stderr);
     assert!(
         err.contains("collection_not_found") && err.contains("nope"),

@@ -43,7 +43,7 @@ fn search_ranks_stems_filters_and_locates() {
     env.ok(&["index"]);
 
     // English stemming: "checking" and "checker" share nothing, but "lifetime" matches "lifetimes".
-    let v = env.json(&["search", "lifetime"]);
+    let v = env.json(&["search", "--mode", "lexical", "lifetime"]);
     let hits = v["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 2);
     // A title match outranks a body match.
@@ -52,7 +52,7 @@ fn search_ranks_stems_filters_and_locates() {
         "{v:#}"
     );
     // Locations and highlighted snippets.
-    let borrow = &env.json(&["search", "\"borrow checker\""])["hits"];
+    let borrow = &env.json(&["search", "--mode", "lexical", "\"borrow checker\""])["hits"];
     assert_eq!(
         borrow.as_array().unwrap().len(),
         1,
@@ -68,23 +68,23 @@ fn search_ranks_stems_filters_and_locates() {
     );
     assert!(text[s..e].to_lowercase().starts_with("borrow"), "{snippet}");
     // French stemming in the French collection: "maison" finds "maisons".
-    let fr = env.json(&["search", "maison", "--collection", "french"]);
+    let fr = env.json(&["search", "--mode", "lexical", "maison", "--collection", "french"]);
     assert_eq!(fr["hits"].as_array().unwrap().len(), 1, "{fr:#}");
     // The collection filter excludes the other collection.
-    let en_only = env.json(&["search", "souris", "--collection", "english"]);
+    let en_only = env.json(&["search", "--mode", "lexical", "souris", "--collection", "english"]);
     assert!(en_only["hits"].as_array().unwrap().is_empty());
     // No results: exit code 1, a readable line.
-    let none = env.run(&["search", "xylophone"]);
+    let none = env.run(&["search", "--mode", "lexical", "xylophone"]);
     assert_eq!(none.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&none.stdout).contains("no results"));
     // Human output shows path:line and the heading path.
-    let human = env.ok(&["search", "borrow checker"]);
+    let human = env.ok(&["search", "--mode", "lexical", "borrow checker"]);
     assert!(
         human.contains("borrow.md:1") && human.contains("§ Borrowing"),
         "{human}"
     );
     // Stray query syntax does not fail a search.
-    env.ok(&["search", "lifetimes \"unbalanced"]);
+    env.ok(&["search", "--mode", "lexical", "lifetimes \"unbalanced"]);
 }
 
 #[test]

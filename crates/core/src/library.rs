@@ -415,12 +415,29 @@ impl LibraryWriter<'_> {
         on_progress: &dyn Fn(&EmbedProgress),
         stop: &AtomicBool,
     ) -> Result<u64> {
+        self.embed_pending_limited(usize::MAX, on_progress, stop)
+    }
+
+    /// [`LibraryWriter::embed_pending`], stopping after about `limit` chunks (benchmarks).
+    pub fn embed_pending_limited(
+        &mut self,
+        limit: usize,
+        on_progress: &dyn Fn(&EmbedProgress),
+        stop: &AtomicBool,
+    ) -> Result<u64> {
         let lib = &mut *self.library;
         let (store, embedders, models, threads) =
             (&mut lib.store, &lib.embedders, &lib.models, lib.ort_threads);
         let embedder_for =
             |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
-        backfill(store, &embedder_for, crate::ingest::DEFAULT_EMBED_BATCH, on_progress, stop)
+        backfill(
+            store,
+            &embedder_for,
+            crate::ingest::DEFAULT_EMBED_BATCH,
+            limit as u64,
+            on_progress,
+            stop,
+        )
     }
 
     /// Watches every source until `stop` is set (a full scan of each comes first). The
@@ -449,6 +466,7 @@ impl LibraryWriter<'_> {
                         &mut lane_store,
                         &embedder_for,
                         crate::ingest::DEFAULT_EMBED_BATCH,
+                        u64::MAX,
                         &report,
                         stop,
                     ) {

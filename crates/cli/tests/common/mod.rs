@@ -69,7 +69,7 @@ impl TestEnv {
 
     /// Paths of the search hits (best first), empty when none.
     pub fn search_paths(&self, query: &str) -> Vec<PathBuf> {
-        let v = self.json(&["search", query]);
+        let v = self.json(&["search", "--mode", "lexical", query]);
         v["hits"]
             .as_array()
             .unwrap()

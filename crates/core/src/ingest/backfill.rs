@@ -44,6 +44,7 @@ pub(crate) fn backfill(
     store: &mut Store,
     embedder_for: &dyn Fn(&str) -> Result<std::sync::Arc<Embedder>>,
     batch: usize,
+    limit: u64,
     on_progress: &dyn Fn(&EmbedProgress),
     stop: &AtomicBool,
 ) -> Result<u64> {
@@ -68,10 +69,12 @@ pub(crate) fn backfill(
         let mut this_run = 0u64;
         let mut last_report = Instant::now() - Duration::from_secs(1);
         loop {
-            if stop.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) || embedded_total >= limit {
+                on_progress(&progress(store, &collection.name, &model_id, this_run, started, false)?);
                 return Ok(embedded_total);
             }
-            let pending = store.pending_chunks(collection.id, &model_id, batch.max(1))?;
+            let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
+            let pending = store.pending_chunks(collection.id, &model_id, room)?;
             let Some(last) = pending.last().map(|p| p.id) else {
                 break;
             };

@@ -542,6 +542,19 @@ fn vector_targets_for(
                 });
             }
         }
+        // The model first: a missing or corrupt model is the more useful thing to report.
+        let embedder = match (ctx.embedder)(model) {
+            Ok(e) => e,
+            // A vector-only search cannot do without it: the model's own error says what to run.
+            Err(e) if request.settings.mode == SearchMode::Vector => return Err(e),
+            Err(e) => {
+                readiness.push(ReadinessIssue {
+                    component: "embedding_model",
+                    message: e.to_string(),
+                });
+                continue;
+            }
+        };
         let Some(table) = ctx.store.vector_table(model)? else {
             readiness.push(ReadinessIssue {
                 component: "vectors_incomplete",
@@ -551,16 +564,6 @@ fn vector_targets_for(
                 ),
             });
             continue;
-        };
-        let embedder = match (ctx.embedder)(model) {
-            Ok(e) => e,
-            Err(e) => {
-                readiness.push(ReadinessIssue {
-                    component: "embedding_model",
-                    message: e.to_string(),
-                });
-                continue;
-            }
         };
         if c.pending_model.is_none() && !ctx.store.pending_chunks(c.id, model, 1)?.is_empty() {
             readiness.push(ReadinessIssue {

@@ -243,6 +243,31 @@ impl Store {
         Ok(stored)
     }
 
+    /// Writes vectors without checking that their chunks exist or moving any cursor: for
+    /// `quarry bench vector`, which fills a table with synthetic vectors.
+    #[doc(hidden)]
+    pub fn store_vectors_unchecked(
+        &mut self,
+        table: &VectorTable,
+        collection_id: i64,
+        vectors: &[(i64, Vec<f32>)],
+    ) -> Result<()> {
+        let tx = self.write()?;
+        {
+            let mut stmt = tx.prepare(&format!(
+                "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding{}) VALUES (?1, ?2, ?3{})",
+                table.table,
+                if table.has_bits() { ", embedding_bits" } else { "" },
+                if table.has_bits() { ", vec_quantize_binary(?3)" } else { "" },
+            ))?;
+            for (id, v) in vectors {
+                stmt.execute(params![id, collection_id, f32_bytes(v)])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Embedded and total chunks of every collection.
     pub fn embedding_coverage(&self) -> Result<Vec<EmbeddingCoverage>> {
         let mut out = Vec::new();
@@ -394,5 +419,64 @@ impl Store {
             [collection_id],
             |r| r.get(0),
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(seed: u64, dim: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        let v: Vec<f32> = (0..dim)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect();
+        crate::embed::normalized(v)
+    }
+
+    #[test]
+    fn exact_and_sign_bit_search_agree_and_deleted_chunks_lose_their_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let c = store.create_collection("c", "internal", "english").unwrap();
+        let table = store.ensure_vector_table("m", 64).unwrap();
+        assert_eq!(store.ensure_vector_table("m", 64).unwrap().table, table.table);
+        assert_eq!(store.ensure_vector_table("m", 32).unwrap_err().code(), "invalid_model");
+        let rows: Vec<(i64, Vec<f32>)> = (1..=300).map(|i| (i, unit(i as u64, 64))).collect();
+        store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
+        let query = unit(77, 64);
+        let exact = store.nearest_chunks(&table, c.id, &query, 5, 0).unwrap();
+        assert_eq!(exact[0].0, 77);
+        assert!((exact[0].1 - 1.0).abs() < 1e-4);
+        // A sign-bit pass as wide as the table rescoring exactly is the exact answer.
+        let coarse = store.nearest_chunks(&table, c.id, &query, 5, 300).unwrap();
+        let ids = |v: &[(i64, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(ids(&coarse), ids(&exact));
+        // Another collection's partition is not searched.
+        assert!(store.nearest_chunks(&table, c.id + 1, &query, 5, 0).unwrap().is_empty());
+        // The trigger: deleting a chunk row deletes its vector. (No real chunk rows exist
+        // here, so insert one with the id the vector uses.)
+        store
+            .conn
+            .execute_batch(
+                "INSERT INTO sources(id, collection_id, root, root_display, created_at) VALUES (1, 1, x'2f', '/', 0);
+                 INSERT INTO documents(id, source_id, path, path_display, status, updated_at) VALUES (1, 1, x'2f61', '/a', 'indexed', 0);
+                 INSERT INTO revisions(id, document_id, content_hash, size, mtime_ns, extracted_bytes, created_at) VALUES (1, 1, 'h', 0, 0, 0, 0);
+                 INSERT INTO chunks(id, document_id, revision_id, ordinal, text, token_count) VALUES (77, 1, 1, 0, 't', 1);
+                 DELETE FROM chunks WHERE id = 77;",
+            )
+            .unwrap();
+        let after = store.nearest_chunks(&table, c.id, &query, 5, 0).unwrap();
+        assert!(!ids(&after).contains(&77));
+        assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
+        // store_vectors skips chunks that no longer exist, and moves the cursor.
+        let stored = store.store_vectors(&table, c.id, &[(77, unit(77, 64))], 77).unwrap();
+        assert_eq!(stored, 0);
+        assert_eq!(store.embedding_cursor(c.id, "m").unwrap(), 77);
     }
 }
