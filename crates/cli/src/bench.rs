@@ -274,7 +274,12 @@ fn top_k_brute(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
     let mut scored: Vec<(f32, i64)> = data
         .chunks_exact(dim)
         .enumerate()
-        .map(|(i, v)| (v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), i as i64 + 1))
+        .map(|(i, v)| {
+            (
+                v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(),
+                i as i64 + 1,
+            )
+        })
         .collect();
     let k = k.min(scored.len());
     scored.select_nth_unstable_by(k.saturating_sub(1), |a, b| b.0.total_cmp(&a.0));
@@ -284,7 +289,10 @@ fn top_k_brute(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
 }
 
 fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Result<ExitCode> {
-    anyhow::ensure!(n > 0 && dim > 0 && queries > 0, "n, dim and queries must be positive");
+    anyhow::ensure!(
+        n > 0 && dim > 0 && queries > 0,
+        "n, dim and queries must be positive"
+    );
     // Clustered data, like embeddings of a corpus (topics), rather than uniform noise in
     // which nearest neighbours are barely nearer than anything else.
     let mut rng = Rng(0x2545F4914F6CDD1D);
@@ -303,7 +311,10 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
             rng.unit_near(&data[i * dim..(i + 1) * dim], 0.02)
         })
         .collect();
-    println!("vectors           {n} × {dim} (clustered, {clusters} clusters), generated in {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "vectors           {n} × {dim} (clustered, {clusters} clusters), generated in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 
     let temp = tempfile::tempdir()?;
     let mut store = quarry_core::store::Store::open(&temp.path().join("quarry.db"))?;
@@ -346,8 +357,13 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
         percentile(&mut times, 0.95)
     );
     // The exact vec0 scan is slow at a million: time fewer queries there.
-    let exact_queries = if n > 200_000 { qs.len().min(10) } else { qs.len() };
-    let mut methods: Vec<(String, usize, usize)> = vec![("sqlite-vec exact scan".into(), 0, exact_queries)];
+    let exact_queries = if n > 200_000 {
+        qs.len().min(10)
+    } else {
+        qs.len()
+    };
+    let mut methods: Vec<(String, usize, usize)> =
+        vec![("sqlite-vec exact scan".into(), 0, exact_queries)];
     for &b in breadths {
         methods.push((format!("sqlite-vec sign bits {b} + rescore"), b, qs.len()));
     }
@@ -378,9 +394,15 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
     let temp = tempfile::tempdir()?;
     let mut library = Library::open(temp.path())?;
     library.add_source(path, "bench", &[], &[])?;
-    library.writer()?.index_all(&IndexOptions::default(), &|_| {})?;
+    library
+        .writer()?
+        .index_all(&IndexOptions::default(), &|_| {})?;
     let status = library.status()?;
-    anyhow::ensure!(status.stats.chunks > 0, "no chunks indexed from {}", path.display());
+    anyhow::ensure!(
+        status.stats.chunks > 0,
+        "no chunks indexed from {}",
+        path.display()
+    );
     let collection = library.collections()?.remove(0);
     let model = collection
         .embedding_model
@@ -403,7 +425,10 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
     }
     let raw_secs = started.elapsed().as_secs_f64();
     let raw_rate = texts.len() as f64 / raw_secs;
-    let tokens: usize = texts.iter().map(|t| quarry_core::ingest::count_tokens(t)).sum();
+    let tokens: usize = texts
+        .iter()
+        .map(|t| quarry_core::ingest::count_tokens(t))
+        .sum();
     println!(
         "raw ONNX Runtime  {} chunks in batches of {batch}: {:.1} chunks/s ({:.0} tokens/s)",
         texts.len(),

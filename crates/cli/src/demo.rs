@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use quarry_core::{IndexOptions, Library, SearchRequest};
+use std::sync::atomic::AtomicBool;
+
+use quarry_core::{IndexOptions, Library, SearchMode, SearchRequest};
 
 /// Where the demo corpus is: `QUARRY_DEMO_DIR`, next to the executable
 /// (`../share/quarry/demo`), or the source tree's `seeds/demo`.
@@ -44,20 +46,40 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
     if library.find_source(&corpus.display().to_string()).is_err() {
         library.add_source(&corpus, "demo", &[], &[])?;
     }
-    let progress = library
-        .writer()?
-        .index_all(&IndexOptions::default(), &|_| {})?;
+    let mut writer = library.writer()?;
+    let progress = writer.index_all(&IndexOptions::default(), &|_| {})?;
     crate::output::summary(&progress);
-    for query in [
-        "how do lifetimes relate to the borrow checker",
-        "\"vector search\"",
-        "orbital velocity",
-        "cache invalidation",
+    // Lexical search works now; the embedding lane fills in vectors behind it.
+    match writer.embed_pending(&|_| {}, &AtomicBool::new(false)) {
+        Ok(n) => println!("embedded {n} chunk(s) for semantic search"),
+        Err(e) => eprintln!("warning[{}]: semantic search unavailable: {e}", e.code()),
+    }
+    drop(writer);
+    for (query, mode) in [
+        (
+            "how do lifetimes relate to the borrow checker",
+            SearchMode::Hybrid,
+        ),
+        ("\"vector search\"", SearchMode::Lexical),
+        ("orbital velocity", SearchMode::Hybrid),
+        // No demo file says "satellite speed around a planet" in those words.
+        (
+            "how fast does a satellite travel around a planet",
+            SearchMode::Lexical,
+        ),
+        (
+            "how fast does a satellite travel around a planet",
+            SearchMode::Vector,
+        ),
+        ("cache invalidation", SearchMode::Hybrid),
     ] {
-        println!("\n$ quarry search {query:?}");
-        let mut request = SearchRequest::new(query);
+        println!("\n$ quarry search --mode {} {query:?}", mode.as_str());
+        let mut request = SearchRequest::new(query).with_mode(mode);
         request.settings.limit = 3;
-        crate::output::hits(&library.search(&request)?, false, false)?;
+        match library.search(&request) {
+            Ok(results) => crate::output::hits(&results, false, false)?,
+            Err(e) => println!("error[{}]: {e}", e.code()),
+        }
     }
     println!();
     crate::output::status(&library.status()?, false)?;

@@ -35,7 +35,10 @@ pub struct EvalArgs {
 pub fn run(args: &EvalArgs) -> Result<ExitCode> {
     let set = BeirSet::load(&args.beir)?;
     let temp = tempfile::tempdir()?;
-    let work = args.keep.clone().unwrap_or_else(|| temp.path().to_path_buf());
+    let work = args
+        .keep
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
     let mut library = Library::open(&work.join("library"))?;
     let folder = corpus_folder(&work);
     if library.sources()?.is_empty() {
@@ -69,7 +72,12 @@ pub fn run(args: &EvalArgs) -> Result<ExitCode> {
         let mut settings = base.clone();
         settings.mode = SearchMode::Hybrid;
         settings.fusion = quarry_core::Fusion::Weighted { lexical_weight: *w };
-        rows.push(evaluate(&library, &set, &format!("hybrid w={w}"), &settings)?);
+        rows.push(evaluate(
+            &library,
+            &set,
+            &format!("hybrid w={w}"),
+            &settings,
+        )?);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -85,7 +93,10 @@ pub fn run(args: &EvalArgs) -> Result<ExitCode> {
         embed_secs,
         set.queries.len()
     );
-    println!("{:<16} {:>8} {:>11} {:>7} {:>10}", "mode", "nDCG@10", "Recall@100", "MRR@10", "queries/s");
+    println!(
+        "{:<16} {:>8} {:>11} {:>7} {:>10}",
+        "mode", "nDCG@10", "Recall@100", "MRR@10", "queries/s"
+    );
     for r in &rows {
         println!(
             "{:<16} {:>8.4} {:>11.4} {:>7.4} {:>10.1}",

@@ -235,13 +235,18 @@ struct SearchArgs {
 /// Builds retrieval settings from `--settings` JSON and the flags.
 fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettings> {
     let mut settings: RetrievalSettings = match &args.settings {
-        Some(json) => serde_json::from_str(json)
-            .map_err(|e| anyhow::anyhow!("invalid --settings: {e}"))?,
+        Some(json) => {
+            serde_json::from_str(json).map_err(|e| anyhow::anyhow!("invalid --settings: {e}"))?
+        }
         None => RetrievalSettings::default(),
     };
     settings.mode = SearchMode::parse(&args.mode)?;
     settings.limit = args.limit;
-    settings.max_per_document = if args.all_chunks { 0 } else { settings.max_per_document };
+    settings.max_per_document = if args.all_chunks {
+        0
+    } else {
+        settings.max_per_document
+    };
     if let Some(model) = &args.rerank {
         let model = if model.is_empty() {
             models
@@ -294,10 +299,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { corpus } => return demo::run(cli.data_dir, corpus),
         Command::Bench(command) => return bench::run(command, cli.data_dir),
         Command::Eval(args) => return eval::run(&args),
-        Command::Models(ref command) => {
-            if models_cmd::run_without_library(command, &Models::discover(&data_dir))? {
-                return Ok(ExitCode::SUCCESS);
-            }
+        Command::Models(ref command)
+            if models_cmd::run_without_library(command, &Models::discover(&data_dir))? =>
+        {
+            return Ok(ExitCode::SUCCESS);
         }
         _ => {}
     }

@@ -24,6 +24,9 @@ pub enum ModelsCommand {
         /// The ONNX Runtime library and the default embedding model: what search needs
         #[arg(long)]
         defaults: bool,
+        /// Fetch again even when an intact copy is installed
+        #[arg(long)]
+        force: bool,
     },
     /// Install a local model folder (model.onnx or onnx/model.onnx, plus tokenizer files)
     Import {
@@ -66,14 +69,22 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                             ModelKind::Embedding => "embedding",
                             ModelKind::Reranker => "reranker",
                         },
-                        if r.installed_at.is_some() { "installed" } else { "-" },
+                        if r.installed_at.is_some() {
+                            "installed"
+                        } else {
+                            "-"
+                        },
                         r.description,
                         if r.default { " [default]" } else { "" }
                     );
                 }
             }
         }
-        ModelsCommand::Fetch { ids, defaults } => {
+        ModelsCommand::Fetch {
+            ids,
+            defaults,
+            force,
+        } => {
             let mut ids = ids.clone();
             if *defaults {
                 ids.insert(0, default_embedding_model().to_string());
@@ -84,6 +95,10 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
             }
             std::fs::create_dir_all(models.install_dir())?;
             for id in ids {
+                if !force && already_installed(models, &id) {
+                    println!("{id} is installed and intact");
+                    continue;
+                }
                 if id == RUNTIME_ID {
                     let path = models.fetch_runtime()?;
                     println!("installed onnxruntime at {}", path.display());
@@ -91,8 +106,10 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                 }
                 let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
                 bar.set_style(
-                    ProgressStyle::with_template("{msg} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})")
-                        .expect("a valid template"),
+                    ProgressStyle::with_template(
+                        "{msg} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+                    )
+                    .expect("a valid template"),
                 );
                 let on_progress = |p: &FetchProgress| {
                     if let Some(t) = p.total {
@@ -119,6 +136,17 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
         ModelsCommand::Use { .. } => return Ok(false),
     }
     Ok(true)
+}
+
+/// An intact copy (every file matches its recorded sha256) is already there.
+fn already_installed(models: &Models, id: &str) -> bool {
+    if id == RUNTIME_ID {
+        return std::env::var_os("ORT_DYLIB_PATH").is_none() && models.runtime_library().is_ok();
+    }
+    models
+        .find(id)
+        .map(|m| models.install_dir() == m.dir.parent().unwrap_or(&m.dir) && m.verify().is_ok())
+        .unwrap_or(false)
 }
 
 /// `models use`: needs the library.

@@ -6,9 +6,8 @@ use std::sync::Mutex;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quarry_core::{
-    EmbedProgress,
-    Collection, ConsistencyReport, DocumentView, IndexEvent, IndexProgress, SearchResults, Source,
-    StatusReport, WatchEvent,
+    Collection, ConsistencyReport, DocumentView, EmbedProgress, IndexEvent, IndexProgress,
+    SearchResults, Source, StatusReport, WatchEvent,
 };
 use serde::Serialize;
 
@@ -140,7 +139,10 @@ pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()>
     if explain {
         println!("stages ({} mode):", results.mode.as_str());
         for t in &results.trace {
-            let variant = t.variant.map(|v| format!(" [variant {v}]")).unwrap_or_default();
+            let variant = t
+                .variant
+                .map(|v| format!(" [variant {v}]"))
+                .unwrap_or_default();
             println!(
                 "  {:<9}{variant} {:>5} candidates {:>8.2} ms  {}",
                 t.stage,
@@ -190,7 +192,10 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
             e.collection,
             e.embedded,
             e.total,
-            e.pending_model.as_deref().or(e.model.as_deref()).unwrap_or("no model"),
+            e.pending_model
+                .as_deref()
+                .or(e.model.as_deref())
+                .unwrap_or("no model"),
             match (&e.pending_model, &e.model) {
                 (Some(_), Some(old)) => format!(" (switching; {old} serves meanwhile)"),
                 _ => String::new(),

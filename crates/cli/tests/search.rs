@@ -68,10 +68,24 @@ fn search_ranks_stems_filters_and_locates() {
     );
     assert!(text[s..e].to_lowercase().starts_with("borrow"), "{snippet}");
     // French stemming in the French collection: "maison" finds "maisons".
-    let fr = env.json(&["search", "--mode", "lexical", "maison", "--collection", "french"]);
+    let fr = env.json(&[
+        "search",
+        "--mode",
+        "lexical",
+        "maison",
+        "--collection",
+        "french",
+    ]);
     assert_eq!(fr["hits"].as_array().unwrap().len(), 1, "{fr:#}");
     // The collection filter excludes the other collection.
-    let en_only = env.json(&["search", "--mode", "lexical", "souris", "--collection", "english"]);
+    let en_only = env.json(&[
+        "search",
+        "--mode",
+        "lexical",
+        "souris",
+        "--collection",
+        "english",
+    ]);
     assert!(en_only["hits"].as_array().unwrap().is_empty());
     // No results: exit code 1, a readable line.
     let none = env.run(&["search", "--mode", "lexical", "xylophone"]);

@@ -74,22 +74,38 @@ fn hybrid_search_finds_the_meaning_that_lexical_search_misses() {
     write_everyday_corpus(env.docs());
     env.add_docs_source("everyday");
     let out = env.command(&["index"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("embedded"));
     let status = env.status();
-    assert_eq!(status["embeddings"][0]["embedded"], status["embeddings"][0]["total"]);
+    assert_eq!(
+        status["embeddings"][0]["embedded"],
+        status["embeddings"][0]["total"]
+    );
     assert_eq!(status["embeddings"][0]["model"], "all-minilm-l6-v2-int8");
 
     // No document contains "automobile" or "troubleshooting": BM25 has nothing.
     let lexical = env.run(&["search", "--mode", "lexical", "automobile troubleshooting"]);
-    assert_eq!(lexical.status.code(), Some(1), "lexical search found something");
+    assert_eq!(
+        lexical.status.code(),
+        Some(1),
+        "lexical search found something"
+    );
     for mode in ["vector", "hybrid"] {
         let v = env.json(&["search", "--mode", mode, "automobile troubleshooting"]);
         assert_eq!(hit_names(&v)[0], "car.md", "{mode}: {v}");
         assert!(v["hits"][0]["scores"]["similarity"].as_f64().unwrap() > 0.2);
         assert!(v["hits"][0]["scores"]["lexical_rank"].is_null());
     }
-    let v = env.json(&["search", "--mode", "vector", "where does starlight come from"]);
+    let v = env.json(&[
+        "search",
+        "--mode",
+        "vector",
+        "where does starlight come from",
+    ]);
     assert_eq!(hit_names(&v)[0], "stars.md");
     // Hybrid keeps exact keyword matches on top and explains every stage.
     let v = env.json(&["search", "sourdough"]);
@@ -108,7 +124,12 @@ fn hybrid_search_finds_the_meaning_that_lexical_search_misses() {
     assert!(explained.contains("lexical #1"), "{explained}");
     assert!(explained.contains("stages (hybrid mode)"), "{explained}");
     // Settings are validated by name.
-    let bad = env.run(&["search", "x", "--settings", r#"{"fusion":{"method":"rrf","k":0}}"#]);
+    let bad = env.run(&[
+        "search",
+        "x",
+        "--settings",
+        r#"{"fusion":{"method":"rrf","k":0}}"#,
+    ]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("`fusion.k`"));
     // RRF and a weighted query variant stream are accepted and still rank the car first.
@@ -176,15 +197,35 @@ fn the_embedding_lane_resumes_and_follows_every_change() {
 fn import_minilm_copy(env: &TestEnv, models: &Path) {
     let copy = env.data.path().join("minilm-copy");
     std::fs::create_dir_all(&copy).unwrap();
-    for f in ["model.onnx", "tokenizer.json", "config.json", "special_tokens_map.json", "tokenizer_config.json"] {
-        std::fs::copy(installed_models().join("all-minilm-l6-v2-int8").join(f), copy.join(f)).unwrap();
+    for f in [
+        "model.onnx",
+        "tokenizer.json",
+        "config.json",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(
+            installed_models().join("all-minilm-l6-v2-int8").join(f),
+            copy.join(f),
+        )
+        .unwrap();
     }
     let out = env
-        .command(&["models", "import", copy.to_str().unwrap(), "--kind", "embedding"])
+        .command(&[
+            "models",
+            "import",
+            copy.to_str().unwrap(),
+            "--kind",
+            "embedding",
+        ])
         .env("QUARRY_MODELS_DIR", models_path(models))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn models_path(first: &Path) -> std::ffi::OsString {
@@ -214,15 +255,29 @@ fn switching_models_re_embeds_while_the_old_vectors_serve_and_mismatches_are_ref
     assert!(stderr.contains("error[model_mismatch]"), "{stderr}");
     assert!(stderr.contains("all-minilm-l6-v2-int8"), "{stderr}");
 
-    assert!(run(&["models", "use", "minilm-copy", "-c", "everyday"]).status.success());
+    assert!(run(&["models", "use", "minilm-copy", "-c", "everyday"])
+        .status
+        .success());
     let status: serde_json::Value =
         serde_json::from_slice(&run(&["status", "--json"]).stdout).unwrap();
     assert_eq!(status["embeddings"][0]["model"], "all-minilm-l6-v2-int8");
     assert_eq!(status["embeddings"][0]["pending_model"], "minilm-copy");
     assert_eq!(status["embeddings"][0]["embedded"], 0);
     // The old vectors keep serving until the new ones are complete.
-    let served = run(&["search", "--mode", "vector", "--model", "all-minilm-l6-v2-int8", "automobile troubleshooting", "--json"]);
-    assert!(served.status.success(), "{}", String::from_utf8_lossy(&served.stderr));
+    let served = run(&[
+        "search",
+        "--mode",
+        "vector",
+        "--model",
+        "all-minilm-l6-v2-int8",
+        "automobile troubleshooting",
+        "--json",
+    ]);
+    assert!(
+        served.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&served.stdout).unwrap();
     assert_eq!(hit_names(&v)[0], "car.md");
 
@@ -231,12 +286,25 @@ fn switching_models_re_embeds_while_the_old_vectors_serve_and_mismatches_are_ref
         serde_json::from_slice(&run(&["status", "--json"]).stdout).unwrap();
     assert_eq!(status["embeddings"][0]["model"], "minilm-copy");
     assert!(status["embeddings"][0]["pending_model"].is_null());
-    assert_eq!(status["embeddings"][0]["embedded"], status["embeddings"][0]["total"]);
-    let now = run(&["search", "--mode", "vector", "--model", "minilm-copy", "automobile troubleshooting", "--json"]);
+    assert_eq!(
+        status["embeddings"][0]["embedded"],
+        status["embeddings"][0]["total"]
+    );
+    let now = run(&[
+        "search",
+        "--mode",
+        "vector",
+        "--model",
+        "minilm-copy",
+        "automobile troubleshooting",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&now.stdout).unwrap();
     assert_eq!(hit_names(&v)[0], "car.md");
     assert_eq!(
-        run(&["search", "car", "--model", "all-minilm-l6-v2-int8"]).status.code(),
+        run(&["search", "car", "--model", "all-minilm-l6-v2-int8"])
+            .status
+            .code(),
         Some(2)
     );
 }
@@ -259,7 +327,10 @@ fn missing_or_corrupt_models_and_runtime_are_clear_errors_and_lose_nothing() {
     let out = with_models(empty.path().into(), &["index"]);
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("quarry models fetch all-minilm-l6-v2-int8"), "{stderr}");
+    assert!(
+        stderr.contains("quarry models fetch all-minilm-l6-v2-int8"),
+        "{stderr}"
+    );
     assert_eq!(env.search_paths("sourdough").len(), 1);
 
     // The embedding model present but the runtime library missing.
@@ -273,7 +344,10 @@ fn missing_or_corrupt_models_and_runtime_are_clear_errors_and_lose_nothing() {
     let out = with_models(model_only.path().into(), &["index"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("runtime_unavailable"), "{stderr}");
-    assert!(stderr.contains("quarry models fetch onnxruntime"), "{stderr}");
+    assert!(
+        stderr.contains("quarry models fetch onnxruntime"),
+        "{stderr}"
+    );
 
     // A truncated model file, found before the good one: named, with the command that fixes it.
     let onnx = copy.join("model.onnx");
@@ -320,9 +394,18 @@ fn build_tiny_cross_encoder(out: &Path, words: &[&str]) {
 }
 
 fn write_stone_corpus(docs: &Path) {
-    write(&docs.join("one.md"), "# Stone walls\n\nA dry stone wall of granite and slate holds without mortar.\n");
-    write(&docs.join("three.md"), "# Granite\n\nGranite, granite everywhere: the granite quarry ships stone blocks.\n");
-    write(&docs.join("none.md"), "# Slate roofs\n\nSlate stone splits into thin sheets for roofs.\n");
+    write(
+        &docs.join("one.md"),
+        "# Stone walls\n\nA dry stone wall of granite and slate holds without mortar.\n",
+    );
+    write(
+        &docs.join("three.md"),
+        "# Granite\n\nGranite, granite everywhere: the granite quarry ships stone blocks.\n",
+    );
+    write(
+        &docs.join("none.md"),
+        "# Slate roofs\n\nSlate stone splits into thin sheets for roofs.\n",
+    );
 }
 
 #[test]
@@ -340,11 +423,25 @@ fn reranking_runs_a_real_cross_encoder_and_says_when_one_is_missing() {
     assert!(run(&["index"]).status.success());
     let built = env.data.path().join("granite-counter");
     build_tiny_cross_encoder(&built, &["granite"]);
-    let out = run(&["models", "import", built.to_str().unwrap(), "--kind", "reranker"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&[
+        "models",
+        "import",
+        built.to_str().unwrap(),
+        "--kind",
+        "reranker",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let out = run(&["search", "stone", "--rerank", "granite-counter", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hit_names(&v), ["three.md", "one.md", "none.md"]);
     let rerank: Vec<f64> = v["hits"]
@@ -355,8 +452,14 @@ fn reranking_runs_a_real_cross_encoder_and_says_when_one_is_missing() {
         .collect();
     // The model counts "granite" tokens (the title line is not part of the chunk text here
     // only when the chunker puts it there; either way the order and the zero are fixed).
-    assert!(rerank[0] >= 4.0 && rerank[1] >= 1.0 && rerank[2] == 0.0, "{rerank:?}");
-    assert_eq!(v["trace"].as_array().unwrap().last().unwrap()["stage"], "rerank");
+    assert!(
+        rerank[0] >= 4.0 && rerank[1] >= 1.0 && rerank[2] == 0.0,
+        "{rerank:?}"
+    );
+    assert_eq!(
+        v["trace"].as_array().unwrap().last().unwrap()["stage"],
+        "rerank"
+    );
     // A minimum rerank score drops what the cross-encoder rejects.
     let out = run(&[
         "search",
@@ -378,7 +481,10 @@ fn reranking_runs_a_real_cross_encoder_and_says_when_one_is_missing() {
         .as_str()
         .unwrap()
         .contains("quarry models fetch bge-reranker-base"));
-    let detail = v["trace"].as_array().unwrap().last().unwrap()["detail"].as_str().unwrap().to_string();
+    let detail = v["trace"].as_array().unwrap().last().unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(detail.starts_with("NOT APPLIED"), "{detail}");
 }
 
@@ -392,10 +498,17 @@ struct FakeHub {
 
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
-fn fake_hub(files: HashMap<String, Vec<u8>>, cut_first: Vec<String>, wrong_hash_for: Option<String>) -> FakeHub {
+fn fake_hub(
+    files: HashMap<String, Vec<u8>>,
+    cut_first: Vec<String>,
+    wrong_hash_for: Option<String>,
+) -> FakeHub {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let ranges_seen = Arc::new(Mutex::new(Vec::new()));
@@ -409,7 +522,11 @@ fn fake_hub(files: HashMap<String, Vec<u8>>, cut_first: Vec<String>, wrong_hash_
             if reader.read_line(&mut request_line).is_err() {
                 continue;
             }
-            let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let path = request_line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .to_string();
             let mut range_start = 0usize;
             loop {
                 let mut line = String::new();
@@ -423,7 +540,9 @@ fn fake_hub(files: HashMap<String, Vec<u8>>, cut_first: Vec<String>, wrong_hash_
                 }
             }
             let Some(body) = files.get(&path) else {
-                let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
                 continue;
             };
             let mut hash = sha256_hex(body);
@@ -431,7 +550,11 @@ fn fake_hub(files: HashMap<String, Vec<u8>>, cut_first: Vec<String>, wrong_hash_
                 hash = "0".repeat(64);
             }
             let part = &body[range_start.min(body.len())..];
-            let status = if range_start > 0 { "206 Partial Content" } else { "200 OK" };
+            let status = if range_start > 0 {
+                "206 Partial Content"
+            } else {
+                "200 OK"
+            };
             let head = format!(
                 "HTTP/1.1 {status}\r\nContent-Length: {}\r\nX-Linked-Etag: \"{hash}\"\r\nConnection: close\r\n\r\n",
                 part.len()
@@ -456,8 +579,16 @@ fn hub_downloads_resume_after_a_cut_and_are_checked_against_the_hub_hash() {
     build_tiny_cross_encoder(&built, &["granite"]);
     let base = "/Xenova/ms-marco-MiniLM-L-6-v2/resolve/main";
     let mut files = HashMap::new();
-    files.insert(format!("{base}/onnx/model.onnx"), std::fs::read(built.join("model.onnx")).unwrap());
-    for f in ["tokenizer.json", "config.json", "special_tokens_map.json", "tokenizer_config.json"] {
+    files.insert(
+        format!("{base}/onnx/model.onnx"),
+        std::fs::read(built.join("model.onnx")).unwrap(),
+    );
+    for f in [
+        "tokenizer.json",
+        "config.json",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+    ] {
         files.insert(format!("{base}/{f}"), std::fs::read(built.join(f)).unwrap());
     }
     let models = tempfile::tempdir().unwrap();
@@ -470,7 +601,11 @@ fn hub_downloads_resume_after_a_cut_and_are_checked_against_the_hub_hash() {
     };
 
     // A wrong hash from the server: refused, nothing installed.
-    let bad = fake_hub(files.clone(), vec![], Some(format!("{base}/tokenizer.json")));
+    let bad = fake_hub(
+        files.clone(),
+        vec![],
+        Some(format!("{base}/tokenizer.json")),
+    );
     let out = fetch(&bad);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -485,17 +620,25 @@ fn hub_downloads_resume_after_a_cut_and_are_checked_against_the_hub_hash() {
     assert!(stderr.contains("resume"), "{stderr}");
     // …and the second continues from where it stopped.
     let out = fetch(&hub);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ranges = hub.ranges_seen.lock().unwrap().clone();
     assert_eq!(ranges.len(), 1, "{ranges:?}");
-    assert!(ranges[0].starts_with(&format!("{base}/onnx/model.onnx ")), "{ranges:?}");
+    assert!(
+        ranges[0].starts_with(&format!("{base}/onnx/model.onnx ")),
+        "{ranges:?}"
+    );
     let installed = models.path().join("ms-marco-minilm-l6-v2");
     assert_eq!(
         std::fs::read(installed.join("model.onnx")).unwrap(),
         std::fs::read(built.join("model.onnx")).unwrap()
     );
     let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(installed.join("quarry-model.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(installed.join("quarry-model.json")).unwrap())
+            .unwrap();
     assert_eq!(record["origin"], "hub:Xenova/ms-marco-MiniLM-L-6-v2@main");
 
     // The downloaded reranker works.
@@ -511,7 +654,9 @@ fn hub_downloads_resume_after_a_cut_and_are_checked_against_the_hub_hash() {
     let out = run(&["search", "stone", "--rerank", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hit_names(&v)[0], "three.md");
-    assert!(run(&["models", "remove", "ms-marco-minilm-l6-v2"]).status.success());
+    assert!(run(&["models", "remove", "ms-marco-minilm-l6-v2"])
+        .status
+        .success());
     assert!(!installed.exists());
 }
 
@@ -529,13 +674,26 @@ fn cranfield_eval_scores_every_mode_well_above_chance() {
     let env = TestEnv::new();
     let work = env.data.path().join("eval");
     let out = env
-        .command(&["eval", "--beir", cranfield().to_str().unwrap(), "--keep", work.to_str().unwrap(), "--json"])
+        .command(&[
+            "eval",
+            "--beir",
+            cranfield().to_str().unwrap(),
+            "--keep",
+            work.to_str().unwrap(),
+            "--json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let score = |name: &str, metric: &str| {
-        rows.iter().find(|r| r["name"] == name).unwrap()[metric].as_f64().unwrap()
+        rows.iter().find(|r| r["name"] == name).unwrap()[metric]
+            .as_f64()
+            .unwrap()
     };
     eprintln!("{}", serde_json::to_string_pretty(&rows).unwrap());
     assert_eq!(rows[0]["queries"], 225);

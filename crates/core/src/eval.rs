@@ -55,8 +55,8 @@ fn read_jsonl(path: &Path, mut each: impl FnMut(serde_json::Value) -> Result<()>
         if line.trim().is_empty() {
             continue;
         }
-        let value = serde_json::from_str(&line)
-            .map_err(|e| bad(path, format!("line {}: {e}", i + 1)))?;
+        let value =
+            serde_json::from_str(&line).map_err(|e| bad(path, format!("line {}: {e}", i + 1)))?;
         each(value).map_err(|e| match e {
             Error::InvalidDataset { reason, .. } => bad(path, format!("line {}: {reason}", i + 1)),
             other => other,
@@ -93,7 +93,8 @@ impl BeirSet {
             .find(|p| p.is_file())
             .ok_or_else(|| bad(&dir.join("qrels/test.tsv"), "missing"))?;
         let mut qrels: HashMap<String, HashMap<String, u32>> = HashMap::new();
-        let text = std::fs::read_to_string(&qrels_path).map_err(|e| bad(&qrels_path, e.to_string()))?;
+        let text =
+            std::fs::read_to_string(&qrels_path).map_err(|e| bad(&qrels_path, e.to_string()))?;
         for (i, line) in text.lines().enumerate() {
             let cols: Vec<&str> = line.split('\t').collect();
             if i == 0 && cols.first() == Some(&"query-id") {
@@ -103,12 +104,17 @@ impl BeirSet {
                 continue;
             }
             let [q, d, score] = cols[..] else {
-                return Err(bad(&qrels_path, format!("line {}: expected 3 tab-separated columns", i + 1)));
+                return Err(bad(
+                    &qrels_path,
+                    format!("line {}: expected 3 tab-separated columns", i + 1),
+                ));
             };
-            let score: i64 = score
-                .trim()
-                .parse()
-                .map_err(|_| bad(&qrels_path, format!("line {}: score `{score}` is not a number", i + 1)))?;
+            let score: i64 = score.trim().parse().map_err(|_| {
+                bad(
+                    &qrels_path,
+                    format!("line {}: score `{score}` is not a number", i + 1),
+                )
+            })?;
             if score > 0 {
                 qrels
                     .entry(q.to_string())
@@ -195,7 +201,11 @@ pub fn score_ranking(ranking: &[String], relevant: &HashMap<String, u32>) -> (f6
         .enumerate()
         .map(|(i, g)| *g as f64 / (i as f64 + 2.0).log2())
         .sum();
-    let found = ranking.iter().take(100).filter(|d| relevant.contains_key(*d)).count();
+    let found = ranking
+        .iter()
+        .take(100)
+        .filter(|d| relevant.contains_key(*d))
+        .count();
     let recall = if relevant.is_empty() {
         0.0
     } else {
@@ -285,15 +295,30 @@ mod tests {
     #[test]
     fn broken_files_are_named_with_their_line() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("corpus.jsonl"), "{\"_id\":\"1\",\"text\":\"x\"}\n{oops\n").unwrap();
+        std::fs::write(
+            dir.path().join("corpus.jsonl"),
+            "{\"_id\":\"1\",\"text\":\"x\"}\n{oops\n",
+        )
+        .unwrap();
         let err = BeirSet::load(dir.path()).unwrap_err();
         assert_eq!(err.code(), "invalid_dataset");
         assert!(err.to_string().contains("corpus.jsonl"), "{err}");
         assert!(err.to_string().contains("line 2"), "{err}");
-        std::fs::write(dir.path().join("corpus.jsonl"), "{\"_id\":\"1\",\"text\":\"x\"}\n").unwrap();
+        std::fs::write(
+            dir.path().join("corpus.jsonl"),
+            "{\"_id\":\"1\",\"text\":\"x\"}\n",
+        )
+        .unwrap();
         std::fs::create_dir_all(dir.path().join("qrels")).unwrap();
-        std::fs::write(dir.path().join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\n1\t1\n").unwrap();
+        std::fs::write(
+            dir.path().join("qrels/test.tsv"),
+            "query-id\tcorpus-id\tscore\n1\t1\n",
+        )
+        .unwrap();
         let err = BeirSet::load(dir.path()).unwrap_err();
-        assert!(err.to_string().contains("test.tsv") && err.to_string().contains("line 2"), "{err}");
+        assert!(
+            err.to_string().contains("test.tsv") && err.to_string().contains("line 2"),
+            "{err}"
+        );
     }
 }

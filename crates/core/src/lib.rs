@@ -34,7 +34,9 @@ pub mod retrieve;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
-pub use ingest::{ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions};
+pub use ingest::{
+    ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
+};
 pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
 pub use retrieve::{
     Fusion, Hit, RetrievalSettings, SearchMode, SearchRequest, SearchResults, WeightedQuery,

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
 use crate::ingest::walk::overrides;
 use crate::ingest::{
-    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, Scope, WatchEvent, WatchOptions,
+    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, Scope,
+    WatchEvent, WatchOptions,
 };
 use crate::lock::WriterLock;
 use crate::retrieve::{self, SearchContext, SearchRequest, SearchResults};
@@ -137,8 +138,14 @@ impl Library {
     /// Uses other model folders (tests, or an app with its own layout).
     pub fn set_models(&mut self, models: Models) {
         self.models = models;
-        self.embedders.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.rerankers.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.embedders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.rerankers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Caps ONNX Runtime's threads per model (default: every core).

@@ -98,12 +98,13 @@ impl Embedder {
             .with_environment(env)
             .with_max_length(model.max_tokens)
             .with_intra_threads(ort_threads(threads));
-        let session = TextEmbedding::try_new_from_user_defined(user_model, options).map_err(
-            |e| Error::InvalidModel {
-                path: onnx_path.clone(),
-                reason: format!("ONNX Runtime cannot load it: {e}"),
-            },
-        )?;
+        let session =
+            TextEmbedding::try_new_from_user_defined(user_model, options).map_err(|e| {
+                Error::InvalidModel {
+                    path: onnx_path.clone(),
+                    reason: format!("ONNX Runtime cannot load it: {e}"),
+                }
+            })?;
         Ok(Embedder {
             model,
             dimension,

@@ -124,7 +124,8 @@ pub struct FileSpec {
 pub fn manifest() -> &'static Manifest {
     static MANIFEST: std::sync::OnceLock<Manifest> = std::sync::OnceLock::new();
     MANIFEST.get_or_init(|| {
-        serde_json::from_str(MANIFEST_JSON).expect("models/manifest.json is valid (checked by a test)")
+        serde_json::from_str(MANIFEST_JSON)
+            .expect("models/manifest.json is valid (checked by a test)")
     })
 }
 
@@ -163,7 +164,11 @@ mod tests {
             }
         }
         for model in &m.models {
-            assert!(model.hub.is_some() || !model.sources.is_empty(), "{}", model.id);
+            assert!(
+                model.hub.is_some() || !model.sources.is_empty(),
+                "{}",
+                model.id
+            );
         }
     }
 }

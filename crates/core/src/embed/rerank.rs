@@ -18,7 +18,9 @@ pub struct Reranker {
 
 impl std::fmt::Debug for Reranker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reranker").field("model", &self.model.id).finish()
+        f.debug_struct("Reranker")
+            .field("model", &self.model.id)
+            .finish()
     }
 }
 

@@ -15,9 +15,8 @@ static ENVIRONMENT: OnceLock<std::result::Result<Environment, String>> = OnceLoc
 pub fn environment(library: &Path) -> Result<Environment> {
     ENVIRONMENT
         .get_or_init(|| {
-            let builder = ort::init_from(library).map_err(|e| {
-                format!("cannot load `{}`: {e}", library.display())
-            })?;
+            let builder = ort::init_from(library)
+                .map_err(|e| format!("cannot load `{}`: {e}", library.display()))?;
             builder
                 .with_name("quarry")
                 .build()

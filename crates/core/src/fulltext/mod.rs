@@ -59,7 +59,10 @@ impl Snippet {
     pub fn plain(text: &str, max_chars: usize) -> Snippet {
         let mut end = text.len();
         if let Some((i, _)) = text.char_indices().nth(max_chars) {
-            end = text[..i].rfind(char::is_whitespace).filter(|&w| w > i / 2).unwrap_or(i);
+            end = text[..i]
+                .rfind(char::is_whitespace)
+                .filter(|&w| w > i / 2)
+                .unwrap_or(i);
         }
         let mut out: String = text[..end].split_whitespace().collect::<Vec<_>>().join(" ");
         if end < text.len() {

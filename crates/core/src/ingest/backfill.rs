@@ -57,7 +57,10 @@ pub(crate) fn backfill(
         else {
             continue;
         };
-        if store.pending_chunks(collection.id, &model_id, 1)?.is_empty() {
+        if store
+            .pending_chunks(collection.id, &model_id, 1)?
+            .is_empty()
+        {
             if collection.pending_model.is_some() {
                 store.finish_model_switch(collection.id)?;
             }
@@ -70,7 +73,14 @@ pub(crate) fn backfill(
         let mut last_report = Instant::now() - Duration::from_secs(1);
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
-                on_progress(&progress(store, &collection.name, &model_id, this_run, started, false)?);
+                on_progress(&progress(
+                    store,
+                    &collection.name,
+                    &model_id,
+                    this_run,
+                    started,
+                    false,
+                )?);
                 return Ok(embedded_total);
             }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
@@ -85,14 +95,28 @@ pub(crate) fn backfill(
             this_run += rows.len() as u64;
             embedded_total += rows.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(500) {
-                on_progress(&progress(store, &collection.name, &model_id, this_run, started, false)?);
+                on_progress(&progress(
+                    store,
+                    &collection.name,
+                    &model_id,
+                    this_run,
+                    started,
+                    false,
+                )?);
                 last_report = Instant::now();
             }
         }
         if collection.pending_model.is_some() {
             store.finish_model_switch(collection.id)?;
         }
-        on_progress(&progress(store, &collection.name, &model_id, this_run, started, true)?);
+        on_progress(&progress(
+            store,
+            &collection.name,
+            &model_id,
+            this_run,
+            started,
+            true,
+        )?);
     }
     Ok(embedded_total)
 }

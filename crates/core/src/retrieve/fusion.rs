@@ -16,7 +16,11 @@ fn normalised(list: &[(i64, f32)]) -> impl Iterator<Item = (i64, f32)> + '_ {
     let min = list.iter().map(|x| x.1).fold(f32::INFINITY, f32::min);
     let span = max - min;
     list.iter().map(move |&(id, s)| {
-        let n = if span > f32::EPSILON { (s - min) / span } else { 1.0 };
+        let n = if span > f32::EPSILON {
+            (s - min) / span
+        } else {
+            1.0
+        };
         (id, n)
     })
 }
@@ -74,7 +78,10 @@ mod tests {
         let lex = [(1, 9.0), (2, 5.0)];
         let vec = [(2, 0.9), (3, 0.8)];
         let f = fuse_variant(
-            &VariantStreams { lexical: Some(&lex), vector: Some(&vec) },
+            &VariantStreams {
+                lexical: Some(&lex),
+                vector: Some(&vec),
+            },
             Fusion::Rrf { k: 60.0 },
         );
         assert!((f[&1] - 1.0 / 61.0).abs() < 1e-6);
@@ -87,8 +94,13 @@ mod tests {
         let lex = [(1, 10.0), (2, 6.0), (3, 2.0)];
         let vec = [(3, 0.9), (4, 0.5)];
         let f = fuse_variant(
-            &VariantStreams { lexical: Some(&lex), vector: Some(&vec) },
-            Fusion::Weighted { lexical_weight: 0.25 },
+            &VariantStreams {
+                lexical: Some(&lex),
+                vector: Some(&vec),
+            },
+            Fusion::Weighted {
+                lexical_weight: 0.25,
+            },
         );
         assert!((f[&1] - 0.25).abs() < 1e-6);
         assert!((f[&2] - 0.125).abs() < 1e-6);
@@ -96,8 +108,13 @@ mod tests {
         assert!((f[&4] - 0.0).abs() < 1e-6);
         // One stream alone takes the whole weight.
         let only = fuse_variant(
-            &VariantStreams { lexical: Some(&lex), vector: None },
-            Fusion::Weighted { lexical_weight: 0.25 },
+            &VariantStreams {
+                lexical: Some(&lex),
+                vector: None,
+            },
+            Fusion::Weighted {
+                lexical_weight: 0.25,
+            },
         );
         assert!((only[&1] - 1.0).abs() < 1e-6);
     }

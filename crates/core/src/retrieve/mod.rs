@@ -359,7 +359,10 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
         candidates: candidates.len(),
         took_us: us(t),
         detail: match settings.fusion {
-            Fusion::Rrf { k } => format!("reciprocal rank fusion, k = {k}; {} variant(s)", streams.len()),
+            Fusion::Rrf { k } => format!(
+                "reciprocal rank fusion, k = {k}; {} variant(s)",
+                streams.len()
+            ),
             Fusion::Weighted { lexical_weight } => format!(
                 "weighted min-max scores, lexical {lexical_weight} / vector {}; {} variant(s)",
                 1.0 - lexical_weight,
@@ -431,7 +434,10 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
         match (ctx.reranker)(&rerank.model) {
             Ok(reranker) => {
                 ranked.truncate(rerank.candidates);
-                let passages: Vec<&str> = ranked.iter().map(|(id, _)| chunks[id].text.as_str()).collect();
+                let passages: Vec<&str> = ranked
+                    .iter()
+                    .map(|(id, _)| chunks[id].text.as_str())
+                    .collect();
                 let scores = reranker.score(&request.query, &passages)?;
                 for ((_, c), s) in ranked.iter_mut().zip(&scores) {
                     c.scores.rerank = Some(*s);
@@ -441,7 +447,10 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
                     ranked.retain(|(_, c)| c.scores.rerank.unwrap_or(f32::NEG_INFINITY) >= min);
                 }
                 ranked.sort_by(|a, b| {
-                    let (x, y) = (a.1.scores.rerank.unwrap_or(f32::NEG_INFINITY), b.1.scores.rerank.unwrap_or(f32::NEG_INFINITY));
+                    let (x, y) = (
+                        a.1.scores.rerank.unwrap_or(f32::NEG_INFINITY),
+                        b.1.scores.rerank.unwrap_or(f32::NEG_INFINITY),
+                    );
                     y.total_cmp(&x).then(a.0.cmp(&b.0))
                 });
                 trace.push(StageTrace {
@@ -480,7 +489,10 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     let mut hits = Vec::with_capacity(ranked.len());
     for (id, c) in ranked {
         let chunk = &chunks[&id];
-        let language = language_of.get(chunk.collection.as_str()).copied().unwrap_or("english");
+        let language = language_of
+            .get(chunk.collection.as_str())
+            .copied()
+            .unwrap_or("english");
         let snippet = match snippet_source.as_mut() {
             Some(results) => results.snippet(language, &chunk.text, request.snippet_chars)?,
             None => Snippet::plain(&chunk.text, request.snippet_chars),
@@ -529,7 +541,10 @@ fn vector_targets_for(
         let Some(model) = c.embedding_model.as_deref() else {
             readiness.push(ReadinessIssue {
                 component: "embedding_model",
-                message: format!("collection `{}` has no embedding model (`quarry models use <model> -c {}`)", c.name, c.name),
+                message: format!(
+                    "collection `{}` has no embedding model (`quarry models use <model> -c {}`)",
+                    c.name, c.name
+                ),
             });
             continue;
         };

@@ -164,7 +164,10 @@ impl RetrievalSettings {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<()> {
         if !(1..=1000).contains(&self.limit) {
-            return Err(invalid("limit", format!("{} is not between 1 and 1000", self.limit)));
+            return Err(invalid(
+                "limit",
+                format!("{} is not between 1 and 1000", self.limit),
+            ));
         }
         for (field, n) in [
             ("lexical_candidates", self.lexical_candidates),
@@ -181,7 +184,10 @@ impl RetrievalSettings {
             return Err(invalid("min_lexical_score", "must be 0 or more"));
         }
         if !(-1.0..=1.0).contains(&self.min_similarity) {
-            return Err(invalid("min_similarity", "a cosine similarity is between -1 and 1"));
+            return Err(invalid(
+                "min_similarity",
+                "a cosine similarity is between -1 and 1",
+            ));
         }
         match self.fusion {
             Fusion::Rrf { k } if !(k.is_finite() && k > 0.0) => {
@@ -233,25 +239,60 @@ mod tests {
     #[test]
     fn bad_values_name_their_field() {
         let cases: Vec<(&str, RetrievalSettings)> = vec![
-            ("limit", RetrievalSettings { limit: 0, ..Default::default() }),
-            ("vector_candidates", RetrievalSettings { vector_candidates: 0, ..Default::default() }),
-            ("min_similarity", RetrievalSettings { min_similarity: 1.5, ..Default::default() }),
-            ("fusion.k", RetrievalSettings { fusion: Fusion::Rrf { k: 0.0 }, ..Default::default() }),
+            (
+                "limit",
+                RetrievalSettings {
+                    limit: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "vector_candidates",
+                RetrievalSettings {
+                    vector_candidates: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "min_similarity",
+                RetrievalSettings {
+                    min_similarity: 1.5,
+                    ..Default::default()
+                },
+            ),
+            (
+                "fusion.k",
+                RetrievalSettings {
+                    fusion: Fusion::Rrf { k: 0.0 },
+                    ..Default::default()
+                },
+            ),
             (
                 "fusion.lexical_weight",
-                RetrievalSettings { fusion: Fusion::Weighted { lexical_weight: 2.0 }, ..Default::default() },
+                RetrievalSettings {
+                    fusion: Fusion::Weighted {
+                        lexical_weight: 2.0,
+                    },
+                    ..Default::default()
+                },
             ),
             (
                 "freshness.half_life_days",
                 RetrievalSettings {
-                    freshness: Some(Freshness { half_life_days: 0.0, weight: 0.5 }),
+                    freshness: Some(Freshness {
+                        half_life_days: 0.0,
+                        weight: 0.5,
+                    }),
                     ..Default::default()
                 },
             ),
             (
                 "rerank.candidates",
                 RetrievalSettings {
-                    rerank: Some(RerankSettings { candidates: 0, ..Default::default() }),
+                    rerank: Some(RerankSettings {
+                        candidates: 0,
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
             ),
@@ -259,10 +300,16 @@ mod tests {
         for (field, settings) in cases {
             let err = settings.validate().unwrap_err();
             assert_eq!(err.code(), "invalid_setting");
-            assert!(err.to_string().contains(&format!("`{field}`")), "{field}: {err}");
+            assert!(
+                err.to_string().contains(&format!("`{field}`")),
+                "{field}: {err}"
+            );
         }
         let unknown = serde_json::from_str::<RetrievalSettings>(r#"{"limt": 3}"#).unwrap_err();
         assert!(unknown.to_string().contains("limt"));
-        assert_eq!(SearchMode::parse("fuzzy").unwrap_err().code(), "invalid_setting");
+        assert_eq!(
+            SearchMode::parse("fuzzy").unwrap_err().code(),
+            "invalid_setting"
+        );
     }
 }

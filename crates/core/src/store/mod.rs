@@ -10,16 +10,16 @@
 //! - WAL mode: any number of readers search while one writer commits.
 
 mod migrations;
-mod vectors;
 mod records;
+mod vectors;
 pub(crate) mod writes;
 
 pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
-pub use vectors::{EmbeddingCoverage, PendingChunk, VectorTable};
 pub use records::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
     SourceStatus,
 };
+pub use vectors::{EmbeddingCoverage, PendingChunk, VectorTable};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -137,9 +137,10 @@ impl Store {
 
     /// All collections, by name.
     pub fn collections(&self) -> Result<Vec<Collection>> {
-        let mut stmt = self.conn.prepare(
-            &format!("SELECT {} FROM collections ORDER BY name", Collection::COLUMNS),
-        )?;
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {} FROM collections ORDER BY name",
+            Collection::COLUMNS
+        ))?;
         let rows = stmt.query_map([], Collection::from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -149,7 +150,10 @@ impl Store {
         Ok(self
             .conn
             .query_row(
-                &format!("SELECT {} FROM collections WHERE name = ?1", Collection::COLUMNS),
+                &format!(
+                    "SELECT {} FROM collections WHERE name = ?1",
+                    Collection::COLUMNS
+                ),
                 [name],
                 Collection::from_row,
             )

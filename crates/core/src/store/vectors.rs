@@ -27,7 +27,7 @@ pub struct VectorTable {
 impl VectorTable {
     /// Whether a sign-bit column exists (it needs a dimension divisible by 8).
     pub fn has_bits(&self) -> bool {
-        self.dimension % 8 == 0
+        self.dimension.is_multiple_of(8)
     }
 }
 
@@ -124,12 +124,18 @@ impl Store {
         }
         let slug: String = model_id
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let tx = self.write()?;
         let n: i64 = tx.query_row("SELECT COUNT(*) FROM vector_tables", [], |r| r.get(0))?;
         let table = format!("vec{n}_{slug}");
-        let bits = if dimension % 8 == 0 {
+        let bits = if dimension.is_multiple_of(8) {
             format!(", embedding_bits bit[{dimension}]")
         } else {
             String::new()
@@ -192,7 +198,10 @@ impl Store {
                 Some(t) if !t.is_empty() && !text.starts_with(t.as_str()) => format!("{t}\n{text}"),
                 _ => text,
             };
-            Ok(PendingChunk { id: r.get(0)?, text })
+            Ok(PendingChunk {
+                id: r.get(0)?,
+                text,
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -272,7 +281,10 @@ impl Store {
     pub fn embedding_coverage(&self) -> Result<Vec<EmbeddingCoverage>> {
         let mut out = Vec::new();
         for c in self.collections()? {
-            let filling = c.pending_model.clone().or_else(|| c.embedding_model.clone());
+            let filling = c
+                .pending_model
+                .clone()
+                .or_else(|| c.embedding_model.clone());
             let cursor = match &filling {
                 Some(m) => self.embedding_cursor(c.id, m)?,
                 None => 0,
@@ -304,7 +316,10 @@ impl Store {
         let tx = self.write()?;
         match (c.embedding_model.as_deref(), model_id) {
             (Some(current), Some(new)) if current == new => {
-                tx.execute("UPDATE collections SET pending_model = NULL WHERE id = ?1", [c.id])?;
+                tx.execute(
+                    "UPDATE collections SET pending_model = NULL WHERE id = ?1",
+                    [c.id],
+                )?;
             }
             (Some(_), Some(new)) => {
                 tx.execute(
@@ -391,9 +406,10 @@ impl Store {
                 "SELECT rowid FROM {} WHERE embedding_bits MATCH vec_quantize_binary(?1) AND k = ?2 AND collection_id = ?3",
                 table.table
             ))?;
-            let rows = stmt.query_map(params![query_bytes, coarse_k as i64, collection_id], |r| {
-                r.get::<_, i64>(0)
-            })?;
+            let rows = stmt
+                .query_map(params![query_bytes, coarse_k as i64, collection_id], |r| {
+                    r.get::<_, i64>(0)
+                })?;
             rows.collect::<rusqlite::Result<_>>()?
         };
         let mut stmt = self.conn.prepare_cached(&format!(
@@ -415,7 +431,10 @@ impl Store {
     /// How many vectors a table holds for a collection.
     pub fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
         Ok(self.conn.query_row(
-            &format!("SELECT COUNT(*) FROM {} WHERE collection_id = ?1", table.table),
+            &format!(
+                "SELECT COUNT(*) FROM {} WHERE collection_id = ?1",
+                table.table
+            ),
             [collection_id],
             |r| r.get(0),
         )?)
@@ -445,8 +464,14 @@ mod tests {
         let mut store = Store::open(&dir.path().join("q.db")).unwrap();
         let c = store.create_collection("c", "internal", "english").unwrap();
         let table = store.ensure_vector_table("m", 64).unwrap();
-        assert_eq!(store.ensure_vector_table("m", 64).unwrap().table, table.table);
-        assert_eq!(store.ensure_vector_table("m", 32).unwrap_err().code(), "invalid_model");
+        assert_eq!(
+            store.ensure_vector_table("m", 64).unwrap().table,
+            table.table
+        );
+        assert_eq!(
+            store.ensure_vector_table("m", 32).unwrap_err().code(),
+            "invalid_model"
+        );
         let rows: Vec<(i64, Vec<f32>)> = (1..=300).map(|i| (i, unit(i as u64, 64))).collect();
         store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
         let query = unit(77, 64);
@@ -458,7 +483,10 @@ mod tests {
         let ids = |v: &[(i64, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
         assert_eq!(ids(&coarse), ids(&exact));
         // Another collection's partition is not searched.
-        assert!(store.nearest_chunks(&table, c.id + 1, &query, 5, 0).unwrap().is_empty());
+        assert!(store
+            .nearest_chunks(&table, c.id + 1, &query, 5, 0)
+            .unwrap()
+            .is_empty());
         // The trigger: deleting a chunk row deletes its vector. (No real chunk rows exist
         // here, so insert one with the id the vector uses.)
         store
@@ -475,7 +503,9 @@ mod tests {
         assert!(!ids(&after).contains(&77));
         assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
         // store_vectors skips chunks that no longer exist, and moves the cursor.
-        let stored = store.store_vectors(&table, c.id, &[(77, unit(77, 64))], 77).unwrap();
+        let stored = store
+            .store_vectors(&table, c.id, &[(77, unit(77, 64))], 77)
+            .unwrap();
         assert_eq!(stored, 0);
         assert_eq!(store.embedding_cursor(c.id, "m").unwrap(), 77);
     }
