@@ -47,6 +47,15 @@ pub enum BenchCommand {
         #[arg(long, default_value = "100,400,1000", value_delimiter = ',')]
         breadth: Vec<usize>,
     },
+    /// Hybrid search latency and memory at scale: index a folder, give every chunk a synthetic
+    /// vector (embedding 100k chunks would take an hour here), then time hybrid queries
+    /// (query embeddings are real) and report RSS
+    Hybrid {
+        path: PathBuf,
+        /// Queries to time
+        #[arg(long, default_value_t = 300)]
+        queries: usize,
+    },
     /// Embedding throughput: raw ONNX Runtime batches vs the indexer's embedding lane
     Embed {
         /// Folder whose files are indexed and embedded
@@ -68,6 +77,7 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             queries,
             breadth,
         } => return vector_bench(n, dim, queries, &breadth),
+        BenchCommand::Hybrid { path, queries } => return hybrid_bench(&path, queries),
         BenchCommand::Embed {
             path,
             batch,
@@ -452,5 +462,62 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
         lane_rate / raw_rate
     );
     println!("peak RSS          {}", peak_rss());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
+    let temp = tempfile::tempdir()?;
+    let mut library = Library::open(temp.path())?;
+    library.add_source(path, "bench", &[], &[])?;
+    let started = Instant::now();
+    library
+        .writer()?
+        .index_all(&IndexOptions::default(), &|_| {})?;
+    let chunks = library.status()?.stats.chunks;
+    println!(
+        "indexed           {chunks} chunks in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let collection = library.collections()?.remove(0);
+    let model = collection
+        .embedding_model
+        .clone()
+        .context("no embedding model")?;
+    let dim = library.embedder(&model)?.dimension();
+    let ids = library.store().all_chunk_ids()?;
+    let mut rng = Rng(0x9E3779B97F4A7C15);
+    let centres: Vec<Vec<f32>> = (0..(ids.len() / 100).clamp(10, 5000))
+        .map(|_| (0..dim).map(|_| rng.gaussian()).collect())
+        .collect();
+    let started = Instant::now();
+    {
+        let db = library.store().path().to_path_buf();
+        let mut store = quarry_core::store::Store::open(&db)?;
+        let table = store.ensure_vector_table(&model, dim)?;
+        for group in ids.chunks(10_000) {
+            let rows: Vec<(i64, Vec<f32>)> = group
+                .iter()
+                .map(|&id| {
+                    (
+                        id,
+                        rng.unit_near(&centres[id as usize % centres.len()], 0.9),
+                    )
+                })
+                .collect();
+            // Real rows, so this also moves the embedding cursor like the lane does.
+            let last = *group.last().expect("non-empty");
+            store.store_vectors(&table, collection.id, &rows, last)?;
+        }
+    }
+    println!(
+        "synthetic vectors {} in {:.1} s",
+        ids.len(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(library);
+    let library = Library::open(temp.path())?;
+    search_latency(&library, queries, SearchMode::Lexical)?;
+    search_latency(&library, queries, SearchMode::Hybrid)?;
+    println!("RSS after search  {} (peak {})", current_rss(), peak_rss());
     Ok(ExitCode::SUCCESS)
 }

@@ -467,7 +467,7 @@ impl Store {
     }
 
     /// All chunk ids, ascending: for rebuilding or verifying the full-text index.
-    pub(crate) fn all_chunk_ids(&self) -> Result<Vec<i64>> {
+    pub fn all_chunk_ids(&self) -> Result<Vec<i64>> {
         let mut stmt = self.conn.prepare("SELECT id FROM chunks ORDER BY id")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
