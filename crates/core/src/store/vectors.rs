@@ -13,6 +13,12 @@ use serde::Serialize;
 use super::{now_unix, Store};
 use crate::error::{Error, Result};
 
+/// Vectors per vec0 chunk (its storage unit). vec0 reads one vector of a chunk through an
+/// incremental blob that walks the chunk's overflow pages, so the rescoring pass's point reads
+/// cost about in proportion to it: with the default 1024, 400 reads took 90 ms at 100k vectors;
+/// with 64, the whole sign-bit pass plus rescoring takes about 1.5× an in-memory scan.
+const VEC_CHUNK_SIZE: usize = 64;
+
 /// A model's vector table.
 #[derive(Debug, Clone, Serialize)]
 pub struct VectorTable {
@@ -143,7 +149,8 @@ impl Store {
         tx.execute_batch(&format!(
             "CREATE VIRTUAL TABLE {table} USING vec0(
                 collection_id integer partition key,
-                embedding float[{dimension}] distance_metric=cosine{bits}
+                embedding float[{dimension}] distance_metric=cosine{bits},
+                chunk_size={VEC_CHUNK_SIZE}
             );
             CREATE TRIGGER {table}_chunk_deleted AFTER DELETE ON chunks BEGIN
                 DELETE FROM {table} WHERE rowid = OLD.id;
