@@ -284,12 +284,7 @@ fn top_k_brute(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
     let mut scored: Vec<(f32, i64)> = data
         .chunks_exact(dim)
         .enumerate()
-        .map(|(i, v)| {
-            (
-                v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(),
-                i as i64 + 1,
-            )
-        })
+        .map(|(i, v)| (quarry_core::store::dot(v, q), i as i64 + 1))
         .collect();
     let k = k.min(scored.len());
     scored.select_nth_unstable_by(k.saturating_sub(1), |a, b| b.0.total_cmp(&a.0));
@@ -361,7 +356,7 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
     }
     let brute_p50 = percentile(&mut times, 0.5);
     println!(
-        "{:<34} p50 {:>8.2} ms  p95 {:>8.2} ms  recall@10 1.000",
+        "{:<40} p50 {:>8.2} ms  p95 {:>8.2} ms  recall@10 1.000",
         "in-memory brute force (f32)",
         brute_p50,
         percentile(&mut times, 0.95)
@@ -372,23 +367,38 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
     } else {
         qs.len()
     };
-    let mut methods: Vec<(String, usize, usize)> =
-        vec![("sqlite-vec exact scan".into(), 0, exact_queries)];
+    let started = Instant::now();
+    let mut index = quarry_core::store::SignIndex::build(&store, &table, collection.id)?;
+    println!(
+        "sign-bit copy     {} vectors loaded in {:.2} s ({:.0} MB)",
+        index.len(),
+        started.elapsed().as_secs_f64(),
+        (index.len() * dim.div_ceil(64) * 8 + index.len() * 8) as f64 / 1e6
+    );
+    let mut methods: Vec<(String, usize, usize, bool)> =
+        vec![("sqlite-vec exact scan".into(), 0, exact_queries, false)];
     for &b in breadths {
-        methods.push((format!("sqlite-vec sign bits {b} + rescore"), b, qs.len()));
+        methods.push((format!("vec0 sign bits {b} + rescore"), b, qs.len(), false));
+        methods.push((
+            format!("in-memory sign bits {b} + rescore"),
+            b,
+            qs.len(),
+            true,
+        ));
     }
-    for (name, breadth, count) in methods {
+    for (name, breadth, count, in_memory) in methods {
         let mut times = Vec::with_capacity(count);
         let mut found = 0usize;
         for (q, want) in qs.iter().zip(&truth).take(count) {
             let t = Instant::now();
-            let got = store.nearest_chunks(&table, collection.id, q, k, breadth)?;
+            let index = if in_memory { Some(&mut index) } else { None };
+            let got = store.nearest_chunks(&table, collection.id, q, k, breadth, index)?;
             times.push(t.elapsed().as_secs_f64() * 1000.0);
             found += got.iter().filter(|(id, _)| want.contains(id)).count();
         }
         let p50 = percentile(&mut times, 0.5);
         println!(
-            "{:<34} p50 {:>8.2} ms  p95 {:>8.2} ms  recall@10 {:.3}  ({:.1}× brute force, {count} queries)",
+            "{:<40} p50 {:>8.2} ms  p95 {:>8.2} ms  recall@10 {:.3}  ({:.1}× brute force, {count} queries)",
             name,
             p50,
             percentile(&mut times, 0.95),

@@ -232,18 +232,23 @@ fn models_path(first: &Path) -> std::ffi::OsString {
     std::env::join_paths([first.to_path_buf(), installed_models()]).unwrap()
 }
 
+/// Runs quarry with `models` searched (and installed into) before the checkout's models.
+fn runner<'a>(env: &'a TestEnv, models: &'a Path) -> impl Fn(&[&str]) -> std::process::Output + 'a {
+    move |args| {
+        env.command(args)
+            .env("QUARRY_MODELS_DIR", models_path(models))
+            .output()
+            .unwrap()
+    }
+}
+
 #[test]
 fn switching_models_re_embeds_while_the_old_vectors_serve_and_mismatches_are_refused() {
     let env = TestEnv::new();
     let models = tempfile::tempdir().unwrap();
     write_everyday_corpus(env.docs());
     env.add_docs_source("everyday");
-    let run = |args: &[&str]| {
-        env.command(args)
-            .env("QUARRY_MODELS_DIR", models_path(models.path()))
-            .output()
-            .unwrap()
-    };
+    let run = runner(&env, models.path());
     assert!(run(&["index"]).status.success());
     import_minilm_copy(&env, models.path());
     let listed = String::from_utf8_lossy(&run(&["models", "list"]).stdout).into_owned();
@@ -414,12 +419,7 @@ fn reranking_runs_a_real_cross_encoder_and_says_when_one_is_missing() {
     let models = tempfile::tempdir().unwrap();
     write_stone_corpus(env.docs());
     env.add_docs_source("stone");
-    let run = |args: &[&str]| {
-        env.command(args)
-            .env("QUARRY_MODELS_DIR", models_path(models.path()))
-            .output()
-            .unwrap()
-    };
+    let run = runner(&env, models.path());
     assert!(run(&["index"]).status.success());
     let built = env.data.path().join("granite-counter");
     build_tiny_cross_encoder(&built, &["granite"]);
@@ -644,12 +644,7 @@ fn hub_downloads_resume_after_a_cut_and_are_checked_against_the_hub_hash() {
     // The downloaded reranker works.
     write_stone_corpus(env.docs());
     env.add_docs_source("stone");
-    let run = |args: &[&str]| {
-        env.command(args)
-            .env("QUARRY_MODELS_DIR", models_path(models.path()))
-            .output()
-            .unwrap()
-    };
+    let run = runner(&env, models.path());
     assert!(run(&["index"]).status.success());
     let out = run(&["search", "stone", "--rerank", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -19,7 +19,8 @@ use crate::ingest::{
 use crate::lock::WriterLock;
 use crate::retrieve::{self, SearchContext, SearchRequest, SearchResults};
 use crate::store::{
-    ChunkRecord, Collection, DocumentRecord, EmbeddingCoverage, Source, Stats, Store,
+    ChunkRecord, Collection, DocumentRecord, EmbeddingCoverage, SharedSignIndex, SignIndex, Source,
+    Stats, Store, VectorTable,
 };
 
 /// An open library (one data directory). Any number of processes may open one to read; one
@@ -32,6 +33,8 @@ pub struct Library {
     /// Loaded models by id: loading one takes a second, so each is loaded once per process.
     embedders: Mutex<HashMap<String, Arc<Embedder>>>,
     rerankers: Mutex<HashMap<String, Arc<Reranker>>>,
+    /// In-memory sign bits per (vector table, collection), kept for the process's searches.
+    sign_indexes: Mutex<HashMap<(String, i64), SharedSignIndex>>,
     ort_threads: Option<usize>,
 }
 
@@ -111,6 +114,7 @@ impl Library {
             models: Models::discover(data_dir),
             embedders: Mutex::new(HashMap::new()),
             rerankers: Mutex::new(HashMap::new()),
+            sign_indexes: Mutex::new(HashMap::new()),
             ort_threads: None,
         };
         // Repair at start-up: if nobody is writing, replay whatever the outbox has that
@@ -165,6 +169,46 @@ impl Library {
         load_cached(&self.rerankers, id, || {
             Reranker::load(&self.models, id, self.ort_threads)
         })
+    }
+
+    /// The in-memory sign bits of a collection's vectors: built on first use, then brought up
+    /// to date with what was embedded since (by this process or another).
+    pub fn sign_index(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+    ) -> Result<Arc<Mutex<SignIndex>>> {
+        let key = (table.table.clone(), collection_id);
+        let existing = self
+            .sign_indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        match existing {
+            Some(index) => {
+                index.lock().unwrap_or_else(|e| e.into_inner()).refresh(
+                    &self.store,
+                    table,
+                    collection_id,
+                )?;
+                Ok(index)
+            }
+            None => {
+                let index = Arc::new(Mutex::new(SignIndex::build(
+                    &self.store,
+                    table,
+                    collection_id,
+                )?));
+                Ok(self
+                    .sign_indexes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(key)
+                    .or_insert(index)
+                    .clone())
+            }
+        }
     }
 
     /// Makes `model_id` the collection's embedding model. A collection with vectors keeps
@@ -298,12 +342,14 @@ impl Library {
         self.fulltext.refresh()?;
         let embedder = |id: &str| self.embedder(id);
         let reranker = |id: &str| self.reranker(id);
+        let sign_index = |t: &VectorTable, c: i64| self.sign_index(t, c);
         retrieve::search(
             &SearchContext {
                 store: &self.store,
                 fulltext: &self.fulltext,
                 embedder: &embedder,
                 reranker: &reranker,
+                sign_index: &sign_index,
             },
             request,
         )

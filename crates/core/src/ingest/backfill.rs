@@ -71,16 +71,20 @@ pub(crate) fn backfill(
         let started = Instant::now();
         let mut this_run = 0u64;
         let mut last_report = Instant::now() - Duration::from_secs(1);
+        let report = |store: &Store, this_run: u64, done: bool| -> Result<()> {
+            on_progress(&progress(
+                store,
+                &collection.name,
+                &model_id,
+                this_run,
+                started,
+                done,
+            )?);
+            Ok(())
+        };
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
-                on_progress(&progress(
-                    store,
-                    &collection.name,
-                    &model_id,
-                    this_run,
-                    started,
-                    false,
-                )?);
+                report(store, this_run, false)?;
                 return Ok(embedded_total);
             }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
@@ -95,28 +99,14 @@ pub(crate) fn backfill(
             this_run += rows.len() as u64;
             embedded_total += rows.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(500) {
-                on_progress(&progress(
-                    store,
-                    &collection.name,
-                    &model_id,
-                    this_run,
-                    started,
-                    false,
-                )?);
+                report(store, this_run, false)?;
                 last_report = Instant::now();
             }
         }
         if collection.pending_model.is_some() {
             store.finish_model_switch(collection.id)?;
         }
-        on_progress(&progress(
-            store,
-            &collection.name,
-            &model_id,
-            this_run,
-            started,
-            true,
-        )?);
+        report(store, this_run, true)?;
     }
     Ok(embedded_total)
 }

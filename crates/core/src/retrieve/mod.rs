@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::embed::{Embedder, Reranker};
 use crate::error::{Error, Result};
 use crate::fulltext::{FullText, FulltextQuery, Snippet};
-use crate::store::{ChunkLocation, ChunkRecord, Collection, Store};
+use crate::store::{ChunkLocation, ChunkRecord, Collection, SharedSignIndex, Store, VectorTable};
 use fusion::{accumulate, freshness_factor, fuse_variant, VariantStreams};
 pub use settings::{Freshness, Fusion, RerankSettings, RetrievalSettings, SearchMode};
 
@@ -177,6 +177,8 @@ pub(crate) struct SearchContext<'a> {
     pub fulltext: &'a FullText,
     pub embedder: &'a dyn Fn(&str) -> Result<Arc<Embedder>>,
     pub reranker: &'a dyn Fn(&str) -> Result<Arc<Reranker>>,
+    /// The in-memory sign bits of a collection's vectors, built or refreshed.
+    pub sign_index: &'a dyn Fn(&VectorTable, i64) -> Result<SharedSignIndex>,
 }
 
 #[derive(Default)]
@@ -288,12 +290,21 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
             let mut models = Vec::new();
             for target in &vector_targets {
                 let q = target.embedder.embed_query(&query.text)?;
+                let index = if settings.ann_breadth > 0 {
+                    Some((ctx.sign_index)(&target.table, target.collection_id)?)
+                } else {
+                    None
+                };
+                let mut guard = index
+                    .as_ref()
+                    .map(|i| i.lock().unwrap_or_else(|e| e.into_inner()));
                 list.extend(ctx.store.nearest_chunks(
                     &target.table,
                     target.collection_id,
                     &q,
                     settings.vector_candidates,
                     settings.ann_breadth,
+                    guard.as_deref_mut(),
                 )?);
                 if !models.contains(&target.embedder.id()) {
                     models.push(target.embedder.id());
@@ -314,7 +325,10 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
                     if settings.ann_breadth == 0 {
                         "exact scan".to_string()
                     } else {
-                        format!("sign-bit pass of {} rescored exactly", settings.ann_breadth)
+                        format!(
+                            "in-memory sign-bit pass, {} rescored exactly",
+                            settings.ann_breadth
+                        )
                     },
                     before - list.len()
                 ),
@@ -523,7 +537,7 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
 
 struct VectorTarget {
     collection_id: i64,
-    table: crate::store::VectorTable,
+    table: VectorTable,
     embedder: Arc<Embedder>,
 }
 

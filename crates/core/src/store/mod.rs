@@ -11,6 +11,7 @@
 
 mod migrations;
 mod records;
+mod sign_index;
 mod vectors;
 pub(crate) mod writes;
 
@@ -19,7 +20,8 @@ pub use records::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
     SourceStatus,
 };
-pub use vectors::{EmbeddingCoverage, PendingChunk, VectorTable};
+pub use sign_index::{SharedSignIndex, SignIndex};
+pub use vectors::{dot, EmbeddingCoverage, PendingChunk, VectorTable};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

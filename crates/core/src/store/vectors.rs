@@ -10,6 +10,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
+use super::sign_index::SignIndex;
 use super::{now_unix, Store};
 use crate::error::{Error, Result};
 
@@ -91,8 +92,23 @@ fn bytes_f32(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// Dot product with eight independent sums, so the compiler can use SIMD lanes (a plain
+/// `sum()` must add in order and stays scalar).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 impl Store {
@@ -383,8 +399,9 @@ impl Store {
 
     /// The `k` nearest chunks of one collection by cosine similarity, best first.
     ///
-    /// `breadth` 0 scans every float vector (exact). Otherwise the sign bits are scanned for
-    /// the `max(breadth, k)` nearest by Hamming distance, and those are rescored exactly.
+    /// `breadth` 0 scans every float vector (exact). Otherwise `max(breadth, k)` candidates
+    /// nearest by Hamming distance of the sign bits are rescored exactly: taken from `index`
+    /// (the in-memory copy) when given, else from vec0's own bit column.
     pub fn nearest_chunks(
         &self,
         table: &VectorTable,
@@ -392,12 +409,15 @@ impl Store {
         query: &[f32],
         k: usize,
         breadth: usize,
+        index: Option<&mut SignIndex>,
     ) -> Result<Vec<(i64, f32)>> {
         if k == 0 {
             return Ok(Vec::new());
         }
         let query_bytes = f32_bytes(query);
-        if breadth == 0 || !table.has_bits() {
+        let coarse_k = breadth.max(k);
+        let small = index.as_ref().is_some_and(|i| i.len() <= coarse_k);
+        if breadth == 0 || !table.has_bits() || small {
             let mut stmt = self.conn.prepare_cached(&format!(
                 "SELECT rowid, distance FROM {} WHERE embedding MATCH ?1 AND k = ?2 AND collection_id = ?3",
                 table.table
@@ -407,28 +427,45 @@ impl Store {
             })?;
             return Ok(rows.collect::<rusqlite::Result<_>>()?);
         }
-        let coarse_k = breadth.max(k);
-        let candidates: Vec<i64> = {
-            let mut stmt = self.conn.prepare_cached(&format!(
-                "SELECT rowid FROM {} WHERE embedding_bits MATCH vec_quantize_binary(?1) AND k = ?2 AND collection_id = ?3",
-                table.table
-            ))?;
-            let rows = stmt
-                .query_map(params![query_bytes, coarse_k as i64, collection_id], |r| {
-                    r.get::<_, i64>(0)
-                })?;
-            rows.collect::<rusqlite::Result<_>>()?
+        let candidates: Vec<i64> = match &index {
+            Some(index) => {
+                let bits: Vec<u8> =
+                    self.conn
+                        .query_row("SELECT vec_quantize_binary(?1)", [&query_bytes], |r| {
+                            r.get(0)
+                        })?;
+                index.candidates(&bits, coarse_k)
+            }
+            None => {
+                let mut stmt = self.conn.prepare_cached(&format!(
+                    "SELECT rowid FROM {} WHERE embedding_bits MATCH vec_quantize_binary(?1) AND k = ?2 AND collection_id = ?3",
+                    table.table
+                ))?;
+                let rows = stmt
+                    .query_map(params![query_bytes, coarse_k as i64, collection_id], |r| {
+                        r.get::<_, i64>(0)
+                    })?;
+                rows.collect::<rusqlite::Result<_>>()?
+            }
         };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT embedding FROM {} WHERE rowid = ?1",
             table.table
         ))?;
         let mut scored = Vec::with_capacity(candidates.len());
+        let mut gone = 0;
         for id in candidates {
-            let blob: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional()?;
-            if let Some(blob) = blob {
-                scored.push((id, dot(query, &bytes_f32(&blob))));
+            let mut rows = stmt.query([id])?;
+            match rows.next()? {
+                Some(row) => {
+                    let blob = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
+                    scored.push((id, dot(query, &bytes_f32(blob))));
+                }
+                None => gone += 1,
             }
+        }
+        if let Some(index) = index {
+            index.note_stale(gone);
         }
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
@@ -482,16 +519,36 @@ mod tests {
         let rows: Vec<(i64, Vec<f32>)> = (1..=300).map(|i| (i, unit(i as u64, 64))).collect();
         store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
         let query = unit(77, 64);
-        let exact = store.nearest_chunks(&table, c.id, &query, 5, 0).unwrap();
+        let exact = store
+            .nearest_chunks(&table, c.id, &query, 5, 0, None)
+            .unwrap();
         assert_eq!(exact[0].0, 77);
         assert!((exact[0].1 - 1.0).abs() < 1e-4);
         // A sign-bit pass as wide as the table rescoring exactly is the exact answer.
-        let coarse = store.nearest_chunks(&table, c.id, &query, 5, 300).unwrap();
+        let coarse = store
+            .nearest_chunks(&table, c.id, &query, 5, 300, None)
+            .unwrap();
         let ids = |v: &[(i64, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
         assert_eq!(ids(&coarse), ids(&exact));
+        // The in-memory copy of the sign bits finds the same.
+        let mut index = SignIndex::build(&store, &table, c.id).unwrap();
+        assert_eq!(index.len(), 300);
+        let bits: Vec<u8> = store
+            .conn
+            .query_row("SELECT vec_quantize_binary(?1)", [f32_bytes(&query)], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        // Candidates come as a set (in storage order); the query's own vector is among the 3.
+        assert!(index.candidates(&bits, 3).contains(&77));
+        assert_eq!(index.candidates(&bits, 50).len(), 50);
+        let in_memory = store
+            .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
+            .unwrap();
+        assert_eq!(ids(&in_memory)[0], 77);
         // Another collection's partition is not searched.
         assert!(store
-            .nearest_chunks(&table, c.id + 1, &query, 5, 0)
+            .nearest_chunks(&table, c.id + 1, &query, 5, 0, None)
             .unwrap()
             .is_empty());
         // The trigger: deleting a chunk row deletes its vector. (No real chunk rows exist
@@ -506,7 +563,14 @@ mod tests {
                  DELETE FROM chunks WHERE id = 77;",
             )
             .unwrap();
-        let after = store.nearest_chunks(&table, c.id, &query, 5, 0).unwrap();
+        let after = store
+            .nearest_chunks(&table, c.id, &query, 5, 0, None)
+            .unwrap();
+        assert!(!ids(&after).contains(&77));
+        // The in-memory copy still lists 77; its rescoring read fails and it drops out.
+        let after = store
+            .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
+            .unwrap();
         assert!(!ids(&after).contains(&77));
         assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
         // store_vectors skips chunks that no longer exist, and moves the cursor.
