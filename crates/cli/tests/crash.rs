@@ -39,7 +39,7 @@ fn assert_consistent(env: &TestEnv) {
 }
 
 fn assert_complete(env: &TestEnv) {
-    env.ok(&["index"]);
+    env.ok(&["index", "--no-embed"]);
     assert_consistent(env);
     let status = env.status();
     assert_eq!(
@@ -56,7 +56,14 @@ fn assert_complete(env: &TestEnv) {
 /// Kills `quarry index` with SIGKILL after it reports `events` events of kind `event`.
 fn kill_after(env: &TestEnv, event: &str, count: usize) {
     let mut child = env
-        .command(&["index", "--progress", "json", "--threads", "1"])
+        .command(&[
+            "index",
+            "--no-embed",
+            "--progress",
+            "json",
+            "--threads",
+            "1",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -98,7 +105,7 @@ fn sigkill_at_random_times_then_restart() {
     corpus(&env);
     for delay_ms in [30u64, 120, 250] {
         let mut child = env
-            .command(&["index", "--threads", "1"])
+            .command(&["index", "--no-embed", "--threads", "1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -126,7 +133,7 @@ fn abort_between_sqlite_and_fulltext_commit_is_repaired() {
     // The fail point aborts the process right after the first SQLite batch commits, before
     // tantivy has seen it.
     let out = env
-        .command(&["index"])
+        .command(&["index", "--no-embed"])
         .env("FAILPOINTS", "index_after_sqlite_commit=return")
         .output()
         .unwrap();
@@ -138,4 +145,63 @@ fn abort_between_sqlite_and_fulltext_commit_is_repaired() {
     );
     assert_consistent(&env);
     assert_complete(&env);
+}
+
+/// Chunks that have a vector: a vector-only search wide enough to return every one of them.
+fn chunks_with_vectors(env: &TestEnv) -> usize {
+    let v = env.json(&[
+        "search",
+        "rivers and sediment",
+        "--mode",
+        "vector",
+        "--all-chunks",
+        "-n",
+        "1000",
+        "--settings",
+        r#"{"ann_breadth":0,"vector_candidates":1000,"min_similarity":-1}"#,
+    ]);
+    v["hits"].as_array().unwrap().len()
+}
+
+#[test]
+fn killing_the_embedding_lane_loses_nothing_and_it_resumes() {
+    let env = TestEnv::new();
+    for i in 0..60 {
+        let mut text = format!("# Note {i}\n\n");
+        for p in 0..2 {
+            text.push_str(&format!("Paragraph {p} of note {i} is about rivers, deltas and sediment, at some length so that it is a chunk of its own. "));
+            text.push_str(&"Silt settles where the current slows. ".repeat(20));
+            text.push_str("\n\n");
+        }
+        write(&env.docs().join(format!("note{i}.md")), text);
+    }
+    env.add_docs_source("lane");
+    env.ok(&["index", "--no-embed"]);
+    let total = env.status()["embeddings"][0]["total"].as_i64().unwrap();
+    assert!(total > 64, "want several batches, got {total} chunks");
+    // Kill the lane once it has committed at least one batch.
+    let mut child = env
+        .command(&["index", "--progress", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "embedding" && event["embedded"].as_i64().unwrap() > 0 {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let embedded = env.status()["embeddings"][0]["embedded"].as_i64().unwrap();
+    assert!(embedded > 0 && embedded < total, "{embedded} of {total}");
+    // What the cursor says is embedded has a vector, and nothing past it does.
+    assert_eq!(chunks_with_vectors(&env) as i64, embedded);
+    env.ok(&["index"]);
+    let status = env.status();
+    assert_eq!(status["embeddings"][0]["embedded"].as_i64().unwrap(), total);
+    assert_eq!(chunks_with_vectors(&env) as i64, total);
 }

@@ -32,6 +32,9 @@ pub struct Library {
     models: Models,
     /// Loaded models by id: loading one takes a second, so each is loaded once per process.
     embedders: Mutex<HashMap<String, Arc<Embedder>>>,
+    /// The embedding lane's own sessions: a batch takes a second or two, and a search's query
+    /// must not wait behind it.
+    lane_embedders: Mutex<HashMap<String, Arc<Embedder>>>,
     rerankers: Mutex<HashMap<String, Arc<Reranker>>>,
     /// In-memory sign bits per (vector table, collection), kept for the process's searches.
     sign_indexes: Mutex<HashMap<(String, i64), SharedSignIndex>>,
@@ -113,6 +116,7 @@ impl Library {
             fulltext,
             models: Models::discover(data_dir),
             embedders: Mutex::new(HashMap::new()),
+            lane_embedders: Mutex::new(HashMap::new()),
             rerankers: Mutex::new(HashMap::new()),
             sign_indexes: Mutex::new(HashMap::new()),
             ort_threads: None,
@@ -143,6 +147,10 @@ impl Library {
     pub fn set_models(&mut self, models: Models) {
         self.models = models;
         self.embedders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.lane_embedders
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
@@ -479,8 +487,12 @@ impl LibraryWriter<'_> {
         stop: &AtomicBool,
     ) -> Result<u64> {
         let lib = &mut *self.library;
-        let (store, embedders, models, threads) =
-            (&mut lib.store, &lib.embedders, &lib.models, lib.ort_threads);
+        let (store, embedders, models, threads) = (
+            &mut lib.store,
+            &lib.lane_embedders,
+            &lib.models,
+            lib.ort_threads,
+        );
         let embedder_for =
             |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
         backfill(
@@ -505,7 +517,7 @@ impl LibraryWriter<'_> {
     ) -> Result<()> {
         let lib = &mut *self.library;
         let db_path = lib.store.path().to_path_buf();
-        let (embedders, models, threads) = (&lib.embedders, &lib.models, lib.ort_threads);
+        let (embedders, models, threads) = (&lib.lane_embedders, &lib.models, lib.ort_threads);
         let (store, fulltext) = (&mut lib.store, &mut lib.fulltext);
         std::thread::scope(|scope| {
             let lane = scope.spawn(|| -> Result<()> {
