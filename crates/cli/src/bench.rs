@@ -227,26 +227,25 @@ fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<(
     Ok(())
 }
 
-fn current_rss() -> String {
+/// A field of /proc/self/status (memory figures), or "-" where there is none.
+fn proc_status(field: &str) -> String {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .map(|l| l[6..].trim().to_string())
+                .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_string()))
         })
         .unwrap_or_else(|| "-".into())
 }
 
+/// Resident memory now.
+fn current_rss() -> String {
+    proc_status("VmRSS:")
+}
+
+/// Highest resident memory so far.
 fn peak_rss() -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(|l| l[6..].trim().to_string())
-        })
-        .unwrap_or_else(|| "-".into())
+    proc_status("VmHWM:")
 }
 
 /// Deterministic xorshift, and Gaussian numbers from it (Box-Muller).
