@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::embed::Embedder;
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::{EmbeddingCoverage, Store};
 
 /// Chunks embedded per model run. Big enough to amortise a run, small enough that progress
 /// moves and a stop is honoured within a second or two.
@@ -70,21 +70,15 @@ pub(crate) fn backfill(
         let table = store.ensure_vector_table(&model_id, embedder.dimension())?;
         let started = Instant::now();
         let mut this_run = 0u64;
+        // Counted once: a count per report would cost a scan of the collection's chunks.
+        let before = store.coverage_of(collection.clone())?;
         let mut last_report = Instant::now() - Duration::from_secs(1);
-        let report = |store: &Store, this_run: u64, done: bool| -> Result<()> {
-            on_progress(&progress(
-                store,
-                &collection.name,
-                &model_id,
-                this_run,
-                started,
-                done,
-            )?);
-            Ok(())
+        let report = |this_run: u64, done: bool| {
+            on_progress(&progress(&before, &model_id, this_run, started, done));
         };
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
-                report(store, this_run, false)?;
+                report(this_run, false);
                 return Ok(embedded_total);
             }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
@@ -99,35 +93,31 @@ pub(crate) fn backfill(
             this_run += rows.len() as u64;
             embedded_total += rows.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(500) {
-                report(store, this_run, false)?;
+                report(this_run, false);
                 last_report = Instant::now();
             }
         }
         if collection.pending_model.is_some() {
             store.finish_model_switch(collection.id)?;
         }
-        report(store, this_run, true)?;
+        report(this_run, true);
     }
     Ok(embedded_total)
 }
 
 fn progress(
-    store: &Store,
-    collection: &str,
+    before: &EmbeddingCoverage,
     model: &str,
     this_run: u64,
     started: Instant,
     done: bool,
-) -> Result<EmbedProgress> {
-    let coverage = store
-        .embedding_coverage()?
-        .into_iter()
-        .find(|c| c.collection == collection);
-    let (embedded, total) = coverage.map(|c| (c.embedded, c.total)).unwrap_or((0, 0));
+) -> EmbedProgress {
+    let embedded = before.embedded + this_run as i64;
+    let total = before.total.max(embedded);
     let secs = started.elapsed().as_secs_f64().max(1e-3);
     let rate = this_run as f64 / secs;
-    Ok(EmbedProgress {
-        collection: collection.to_string(),
+    EmbedProgress {
+        collection: before.collection.clone(),
         model: model.to_string(),
         embedded,
         total,
@@ -135,5 +125,5 @@ fn progress(
         chunks_per_sec: rate,
         eta_ms: (rate > 0.0).then(|| ((total - embedded).max(0) as f64 / rate * 1000.0) as u64),
         done,
-    })
+    }
 }

@@ -302,32 +302,36 @@ impl Store {
 
     /// Embedded and total chunks of every collection.
     pub fn embedding_coverage(&self) -> Result<Vec<EmbeddingCoverage>> {
-        let mut out = Vec::new();
-        for c in self.collections()? {
-            let filling = c
-                .pending_model
-                .clone()
-                .or_else(|| c.embedding_model.clone());
-            let cursor = match &filling {
-                Some(m) => self.embedding_cursor(c.id, m)?,
-                None => 0,
-            };
-            let (embedded, total): (i64, i64) = self.conn.query_row(
-                "SELECT COALESCE(SUM(ch.id <= ?2), 0), COUNT(*) FROM chunks ch
-                 JOIN documents d ON d.id = ch.document_id
-                 JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1",
-                params![c.id, cursor],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            out.push(EmbeddingCoverage {
-                collection: c.name,
-                model: c.embedding_model,
-                pending_model: c.pending_model,
-                embedded,
-                total,
-            });
-        }
-        Ok(out)
+        self.collections()?
+            .into_iter()
+            .map(|c| self.coverage_of(c))
+            .collect()
+    }
+
+    /// Embedded and total chunks of one collection (a count over its chunks).
+    pub fn coverage_of(&self, c: crate::store::Collection) -> Result<EmbeddingCoverage> {
+        let filling = c
+            .pending_model
+            .clone()
+            .or_else(|| c.embedding_model.clone());
+        let cursor = match &filling {
+            Some(m) => self.embedding_cursor(c.id, m)?,
+            None => 0,
+        };
+        let (embedded, total): (i64, i64) = self.conn.query_row(
+            "SELECT COALESCE(SUM(ch.id <= ?2), 0), COUNT(*) FROM chunks ch
+             JOIN documents d ON d.id = ch.document_id
+             JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1",
+            params![c.id, cursor],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok(EmbeddingCoverage {
+            collection: c.name,
+            model: c.embedding_model,
+            pending_model: c.pending_model,
+            embedded,
+            total,
+        })
     }
 
     /// Points a collection at another embedding model. With vectors already serving, the new
