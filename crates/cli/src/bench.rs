@@ -56,11 +56,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         queries: usize,
     },
-    /// Embedding throughput: raw ONNX Runtime batches vs the indexer's embedding lane
+    /// Embedding throughput: the model alone vs the indexer's embedding lane (which adds
+    /// reading chunks and writing vectors), on the same chunks; `QUARRY_EMBED_MODEL_BATCH`
+    /// sets the texts per model run for both
     Embed {
         /// Folder whose files are indexed and embedded
         path: PathBuf,
-        /// Chunks per batch
+        /// Chunks handed to the embedder at a time (the lane's transaction size)
         #[arg(long, default_value_t = quarry_core::ingest::DEFAULT_EMBED_BATCH)]
         batch: usize,
         /// Chunks embedded by each method
@@ -449,7 +451,7 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
         .map(|t| quarry_core::ingest::count_tokens(t))
         .sum();
     println!(
-        "raw ONNX Runtime  {} chunks in batches of {batch}: {:.1} chunks/s ({:.0} tokens/s)",
+        "raw ONNX Runtime  {} chunks, {batch} per call: {:.1} chunks/s ({:.0} tokens/s)",
         texts.len(),
         raw_rate,
         tokens as f64 / raw_secs

@@ -13,8 +13,9 @@ use crate::embed::Embedder;
 use crate::error::Result;
 use crate::store::{EmbeddingCoverage, Store};
 
-/// Chunks embedded per model run. Big enough to amortise a run, small enough that progress
-/// moves and a stop is honoured within a second or two.
+/// Chunks embedded per transaction (the model runs them one at a time, see
+/// `embed::Embedder::embed`). Big enough to amortise a commit, small enough that progress moves
+/// and a stop is honoured within a second.
 pub const DEFAULT_EMBED_BATCH: usize = 32;
 
 /// Progress of the embedding lane, per collection.
