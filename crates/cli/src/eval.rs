@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use quarry_core::eval::{corpus_folder, evaluate, BeirSet, EvalScores};
+use quarry_core::eval::{evaluate, BeirSet, EvalScores};
 use quarry_core::{IndexOptions, Library, RetrievalSettings, SearchMode};
 
 #[derive(Args)]
@@ -40,7 +40,7 @@ pub fn run(args: &EvalArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
     let mut library = Library::open(&work.join("library"))?;
-    let folder = corpus_folder(&work);
+    let folder = work.join("corpus");
     if library.sources()?.is_empty() {
         set.write_corpus(&folder)?;
         library.add_source(&folder, "eval", &[], &[])?;

@@ -74,11 +74,7 @@ fn hybrid_search_finds_the_meaning_that_lexical_search_misses() {
     write_everyday_corpus(env.docs());
     env.add_docs_source("everyday");
     let out = env.command(&["index"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("embedded"));
     let status = env.status();
     assert_eq!(
@@ -221,11 +217,7 @@ fn import_minilm_copy(env: &TestEnv, models: &Path) {
         .env("QUARRY_MODELS_DIR", models_path(models))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
 
 fn models_path(first: &Path) -> std::ffi::OsString {
@@ -242,14 +234,31 @@ fn runner<'a>(env: &'a TestEnv, models: &'a Path) -> impl Fn(&[&str]) -> std::pr
     }
 }
 
-#[test]
-fn switching_models_re_embeds_while_the_old_vectors_serve_and_mismatches_are_refused() {
+/// Fails the test, showing stderr, unless the command succeeded.
+fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A library of `corpus` in `collection`, indexed and embedded, with its own models folder
+/// searched (and installed into) first.
+fn indexed_library(corpus: fn(&Path), collection: &str) -> (TestEnv, tempfile::TempDir) {
     let env = TestEnv::new();
     let models = tempfile::tempdir().unwrap();
-    write_everyday_corpus(env.docs());
-    env.add_docs_source("everyday");
+    corpus(env.docs());
+    env.add_docs_source(collection);
+    let out = runner(&env, models.path())(&["index"]);
+    assert_ok(&out);
+    (env, models)
+}
+
+#[test]
+fn switching_models_re_embeds_while_the_old_vectors_serve_and_mismatches_are_refused() {
+    let (env, models) = indexed_library(write_everyday_corpus, "everyday");
     let run = runner(&env, models.path());
-    assert!(run(&["index"]).status.success());
     import_minilm_copy(&env, models.path());
     let listed = String::from_utf8_lossy(&run(&["models", "list"]).stdout).into_owned();
     assert!(listed.contains("minilm-copy"), "{listed}");
@@ -278,11 +287,7 @@ fn switching_models_re_embeds_while_the_old_vectors_serve_and_mismatches_are_ref
         "automobile troubleshooting",
         "--json",
     ]);
-    assert!(
-        served.status.success(),
-        "{}",
-        String::from_utf8_lossy(&served.stderr)
-    );
+    assert_ok(&served);
     let v: serde_json::Value = serde_json::from_slice(&served.stdout).unwrap();
     assert_eq!(hit_names(&v)[0], "car.md");
 
@@ -415,12 +420,8 @@ fn write_stone_corpus(docs: &Path) {
 
 #[test]
 fn reranking_runs_a_real_cross_encoder_and_says_when_one_is_missing() {
-    let env = TestEnv::new();
-    let models = tempfile::tempdir().unwrap();
-    write_stone_corpus(env.docs());
-    env.add_docs_source("stone");
+    let (env, models) = indexed_library(write_stone_corpus, "stone");
     let run = runner(&env, models.path());
-    assert!(run(&["index"]).status.success());
     let built = env.data.path().join("granite-counter");
     build_tiny_cross_encoder(&built, &["granite"]);
     let out = run(&[
@@ -430,18 +431,10 @@ fn reranking_runs_a_real_cross_encoder_and_says_when_one_is_missing() {
         "--kind",
         "reranker",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 
     let out = run(&["search", "stone", "--rerank", "granite-counter", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hit_names(&v), ["three.md", "one.md", "none.md"]);
     let rerank: Vec<f64> = v["hits"]
@@ -620,11 +613,7 @@ fn hub_downloads_resume_after_a_cut_and_are_checked_against_the_hub_hash() {
     assert!(stderr.contains("resume"), "{stderr}");
     // …and the second continues from where it stopped.
     let out = fetch(&hub);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let ranges = hub.ranges_seen.lock().unwrap().clone();
     assert_eq!(ranges.len(), 1, "{ranges:?}");
     assert!(
@@ -679,11 +668,7 @@ fn cranfield_eval_scores_every_mode_well_above_chance() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let score = |name: &str, metric: &str| {
         rows.iter().find(|r| r["name"] == name).unwrap()[metric]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -261,14 +261,10 @@ pub fn evaluate(
     })
 }
 
-/// The folder a set's documents are written to inside a throwaway library.
-pub fn corpus_folder(work_dir: &Path) -> PathBuf {
-    work_dir.join("corpus")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn metrics_match_hand_computed_values() {

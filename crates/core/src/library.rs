@@ -222,13 +222,7 @@ impl Library {
     /// Makes `model_id` the collection's embedding model. A collection with vectors keeps
     /// serving from them while the new model's are filled in by the next index run or watcher.
     pub fn use_embedding_model(&mut self, collection: &str, model_id: &str) -> Result<()> {
-        let model = self.models.find(model_id)?;
-        if model.kind != ModelKind::Embedding {
-            return Err(Error::InvalidModel {
-                path: model.dir,
-                reason: format!("`{model_id}` is a reranker, not an embedding model"),
-            });
-        }
+        self.models.find_kind(model_id, ModelKind::Embedding)?;
         self.store.set_collection_model(collection, Some(model_id))
     }
 

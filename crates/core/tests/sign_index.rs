@@ -15,6 +15,14 @@ fn vector(seed: i64) -> Vec<f32> {
         .collect()
 }
 
+fn reindex(library: &mut Library) {
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+}
+
 fn embed_everything(library: &mut Library) -> usize {
     let collection = library.collections().unwrap().remove(0);
     let pending = library
@@ -51,11 +59,7 @@ fn the_copy_follows_new_and_deleted_vectors() {
     }
     let mut library = Library::open(data.path()).unwrap();
     library.add_source(docs.path(), "notes", &[], &[]).unwrap();
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
+    reindex(&mut library);
     assert_eq!(embed_everything(&mut library), 5);
     let collection = library.collections().unwrap().remove(0);
     let table = library
@@ -74,11 +78,7 @@ fn the_copy_follows_new_and_deleted_vectors() {
         )
         .unwrap();
     }
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
+    reindex(&mut library);
     assert_eq!(embed_everything(&mut library), 3);
     let index = library.sign_index(&table, collection.id).unwrap();
     assert_eq!(index.lock().unwrap().len(), 8);
@@ -86,11 +86,7 @@ fn the_copy_follows_new_and_deleted_vectors() {
     // A deleted file's vector is gone from results even though the copy still lists it.
     let gone_id = library.document(&docs.path().join("6.md")).unwrap().chunks[0].id;
     std::fs::remove_file(docs.path().join("6.md")).unwrap();
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
+    reindex(&mut library);
     let query = quarry_core::embed::normalized(vector(gone_id));
     let mut guard = index.lock().unwrap();
     let hits = library

@@ -83,13 +83,7 @@ pub(crate) fn ort_threads(requested: Option<usize>) -> usize {
 impl Embedder {
     /// Loads and checks the installed model `id` (files verified against their sha256).
     pub fn load(models: &Models, id: &str, threads: Option<usize>) -> Result<Embedder> {
-        let model = models.find(id)?;
-        if model.kind != ModelKind::Embedding {
-            return Err(Error::InvalidModel {
-                path: model.dir.clone(),
-                reason: format!("`{id}` is a {:?} model, not an embedding model", model.kind),
-            });
-        }
+        let model = models.find_kind(id, ModelKind::Embedding)?;
         model.verify()?;
         let dimension = model.dimension.ok_or_else(|| Error::InvalidModel {
             path: model.dir.clone(),

@@ -48,6 +48,14 @@ impl ModelKind {
             _ => None,
         }
     }
+
+    /// "an embedding model" or "a reranker", for messages.
+    pub fn described(self) -> &'static str {
+        match self {
+            ModelKind::Embedding => "an embedding model",
+            ModelKind::Reranker => "a reranker",
+        }
+    }
 }
 
 /// One catalogue entry.

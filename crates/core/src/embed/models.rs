@@ -277,6 +277,22 @@ impl Models {
         }
     }
 
+    /// The installed model `id`, refused unless it is a `kind` model.
+    pub fn find_kind(&self, id: &str, kind: ModelKind) -> Result<InstalledModel> {
+        let model = self.find(id)?;
+        if model.kind != kind {
+            return Err(Error::InvalidModel {
+                path: model.dir,
+                reason: format!(
+                    "`{id}` is {}, not {}",
+                    model.kind.described(),
+                    kind.described()
+                ),
+            });
+        }
+        Ok(model)
+    }
+
     /// The catalogue and whatever else is installed.
     pub fn list(&self) -> Vec<ModelListing> {
         let installed = self.installed();
@@ -915,6 +931,23 @@ mod tests {
         assert!(err.to_string().contains("hidden_size"), "{err}");
         let model = models.import(&src, None, ModelKind::Reranker).unwrap();
         assert_eq!(model.id, "my-model");
+        // Asking for it as an embedding model is refused, naming what it is.
+        let err = models
+            .find_kind("my-model", ModelKind::Embedding)
+            .unwrap_err();
+        assert_eq!(err.code(), "invalid_model");
+        assert!(
+            err.to_string()
+                .contains("is a reranker, not an embedding model"),
+            "{err}"
+        );
+        assert_eq!(
+            models
+                .find_kind("my-model", ModelKind::Reranker)
+                .unwrap()
+                .id,
+            "my-model"
+        );
         model.verify().unwrap();
         // Corrupt one byte: verification names the file and the fix.
         std::fs::write(model.file("tokenizer.json"), "{ }").unwrap();

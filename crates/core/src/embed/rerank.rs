@@ -27,13 +27,7 @@ impl std::fmt::Debug for Reranker {
 impl Reranker {
     /// Loads and checks the installed reranker `id`.
     pub fn load(models: &Models, id: &str, threads: Option<usize>) -> Result<Reranker> {
-        let model = models.find(id)?;
-        if model.kind != ModelKind::Reranker {
-            return Err(Error::InvalidModel {
-                path: model.dir.clone(),
-                reason: format!("`{id}` is an embedding model, not a reranker"),
-            });
-        }
+        let model = models.find_kind(id, ModelKind::Reranker)?;
         model.verify()?;
         let env = environment(&models.runtime_library()?)?;
         let onnx_path = model.file("model.onnx");

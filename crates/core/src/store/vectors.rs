@@ -476,8 +476,9 @@ impl Store {
         Ok(scored)
     }
 
-    /// How many vectors a table holds for a collection.
-    pub fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
+    /// How many vectors a table holds for a collection (a full scan: tests only).
+    #[cfg(test)]
+    fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
         Ok(self.conn.query_row(
             &format!(
                 "SELECT COUNT(*) FROM {} WHERE collection_id = ?1",
