@@ -69,6 +69,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 640)]
         chunks: usize,
     },
+    /// Per-call cost of code tools in the Python executor: the first (cold) call, then warm
+    /// calls of a no-op chunk tool, the query expansion tool, and an action tool whose
+    /// `ctx.search_documents` round-trips to the host (lexical search over `path`)
+    Tool {
+        /// Folder indexed (full text only) for the ctx round trip
+        path: PathBuf,
+        /// Warm calls timed per tool
+        #[arg(long, default_value_t = 300)]
+        calls: usize,
+    },
 }
 
 pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode> {
@@ -80,6 +90,7 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             breadth,
         } => return vector_bench(n, dim, queries, &breadth),
         BenchCommand::Hybrid { path, queries } => return hybrid_bench(&path, queries),
+        BenchCommand::Tool { path, calls } => return tool_bench(&path, calls),
         BenchCommand::Embed {
             path,
             batch,
@@ -530,5 +541,76 @@ fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
     search_latency(&library, queries, SearchMode::Lexical)?;
     search_latency(&library, queries, SearchMode::Hybrid)?;
     println!("RSS after search  {} (peak {})", current_rss(), peak_rss());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
+    use quarry_core::evidence::EvidenceSession;
+    use quarry_core::pipeline::{call_code_tool, ToolEnvironment};
+    use serde_json::json;
+
+    let temp = tempfile::tempdir()?;
+    let mut library = Library::open(temp.path())?;
+    library.add_source(path, "bench", &[], &[])?;
+    library
+        .writer()?
+        .index_all(&IndexOptions::default(), &|_| {})?;
+    let session = EvidenceSession::new(
+        library.evidence_key()?,
+        quarry_core::Principal::administrator(),
+    )?;
+    let lexical = library.tool("retrieve-lexical-focused")?;
+    let env = ToolEnvironment {
+        library: &library,
+        session: &session,
+        retrieval: Some(&lexical),
+        capabilities: Vec::new(),
+        collections: Vec::new(),
+    };
+    let chunk = library
+        .store()
+        .chunks_by_id(&library.store().all_chunk_ids()?[..1])?;
+    let reference = session.issue_chunk(chunk.first().context("the folder gave no chunks")?);
+    let candidates: Vec<_> = (0..10)
+        .map(|i| json!({"evidence_ref": reference, "score": 1.0 - i as f64 / 10.0, "rank": i + 1}))
+        .collect();
+    let cases = [
+        (
+            "noop_chunk",
+            json!({"query": "q", "candidates": candidates}),
+        ),
+        (
+            "expand_multi_query",
+            json!({"query": "service the XR-200 pump", "history": [], "variants": []}),
+        ),
+        (
+            "search_documents",
+            json!({"query": "cache eviction", "limit": 5}),
+        ),
+    ];
+    library.executor().stop_idle();
+    let cold = Instant::now();
+    call_code_tool(&env, &library.tool("noop_chunk")?, &cases[0].1)?;
+    println!(
+        "cold call (starts a Python worker): {:.1} ms",
+        cold.elapsed().as_secs_f64() * 1e3
+    );
+    println!("warm calls ({calls} each):");
+    for (slug, input) in &cases {
+        let tool = library.tool(slug)?;
+        let mut times = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let t = Instant::now();
+            call_code_tool(&env, &tool, input)?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        println!(
+            "  {slug:<20} mean {mean:.2} ms  p50 {:.2} ms  p95 {:.2} ms",
+            percentile(&mut times, 0.5),
+            percentile(&mut times, 0.95)
+        );
+    }
+    println!("network isolation: {:?}", library.executor().check()?);
     Ok(ExitCode::SUCCESS)
 }

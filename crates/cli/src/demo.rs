@@ -81,6 +81,18 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
             Err(e) => println!("error[{}]: {e}", e.code()),
         }
     }
+    // The seeded default pipeline: query expansion → hybrid retrieval → score-ordered selection.
+    let question = "how does an LRU cache evict entries?";
+    println!("\n$ quarry pipeline run {question:?} --trace");
+    match library.run_pipeline(
+        quarry_core::pipeline::DEFAULT_PIPELINE,
+        question,
+        &quarry_core::Principal::administrator(),
+        &quarry_core::RunOptions::default(),
+    ) {
+        Ok(run) => crate::tools_cmd::print_run(&run, true),
+        Err(e) => println!("error[{}]: {e}", e.code()),
+    }
     println!();
     crate::output::status(&library.status()?, false)?;
     Ok(ExitCode::SUCCESS)

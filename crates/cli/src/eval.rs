@@ -27,12 +27,26 @@ pub struct EvalArgs {
     /// Keep the library here (reused when it already holds the set)
     #[arg(long)]
     keep: Option<PathBuf>,
+    /// Also score this pipeline of the library (its saved version: query tools, retrieval and
+    /// chunk tools) over the set (repeatable)
+    #[arg(long)]
+    pipeline: Vec<String>,
     /// Print JSON
     #[arg(long)]
     json: bool,
 }
 
-pub fn run(args: &EvalArgs) -> Result<ExitCode> {
+pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
+    // Resolved from the user's library before anything else, so a typo fails fast.
+    let pipelines = if args.pipeline.is_empty() {
+        Vec::new()
+    } else {
+        let user_library = Library::open(data_dir)?;
+        args.pipeline
+            .iter()
+            .map(|name| quarry_core::pipeline::resolve(user_library.store(), name, false))
+            .collect::<quarry_core::Result<Vec<_>>>()?
+    };
     let set = BeirSet::load(&args.beir)?;
     let temp = tempfile::tempdir()?;
     let work = args
@@ -50,7 +64,7 @@ pub fn run(args: &EvalArgs) -> Result<ExitCode> {
     let progress = writer.index_all(&IndexOptions::default(), &|_| {})?;
     let indexed_secs = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let needs_vectors = args.mode.iter().any(|m| m != "lexical");
+    let needs_vectors = args.mode.iter().any(|m| m != "lexical") || !pipelines.is_empty();
     let embedded = if needs_vectors {
         writer.embed_pending(&|_| {}, &AtomicBool::new(false))?
     } else {
@@ -79,6 +93,11 @@ pub fn run(args: &EvalArgs) -> Result<ExitCode> {
             &settings,
         )?);
     }
+    for pipeline in &pipelines {
+        rows.push(quarry_core::eval::evaluate_pipeline(
+            &library, &set, pipeline,
+        )?);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
@@ -94,12 +113,12 @@ pub fn run(args: &EvalArgs) -> Result<ExitCode> {
         set.queries.len()
     );
     println!(
-        "{:<16} {:>8} {:>11} {:>7} {:>10}",
+        "{:<20} {:>8} {:>11} {:>7} {:>10}",
         "mode", "nDCG@10", "Recall@100", "MRR@10", "queries/s"
     );
     for r in &rows {
         println!(
-            "{:<16} {:>8.4} {:>11.4} {:>7.4} {:>10.1}",
+            "{:<20} {:>8.4} {:>11.4} {:>7.4} {:>10.1}",
             r.name, r.ndcg_at_10, r.recall_at_100, r.mrr_at_10, r.queries_per_sec
         );
     }

@@ -6,6 +6,7 @@ mod demo;
 mod eval;
 mod models_cmd;
 mod output;
+mod tools_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,6 +85,23 @@ enum Command {
     /// Benchmarks that print throughput and latency figures
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Tool definitions: query, retrieval, chunk and action tools
+    #[command(subcommand)]
+    Tools(tools_cmd::ToolsCommand),
+    /// Pipelines: Query → Retrieval → Chunk stages, drafts and saved versions
+    #[command(subcommand)]
+    Pipeline(tools_cmd::PipelineCommand),
+    /// API keys: personal keys and service keys acting for a user
+    #[command(subcommand)]
+    Keys(tools_cmd::KeysCommand),
+    /// The audit log of tool tests and pipeline runs, newest first
+    Audit {
+        /// How many records
+        #[arg(long, short = 'n', default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -227,6 +245,8 @@ struct SearchArgs {
     /// Retrieval settings as JSON, over the defaults (e.g. '{"fusion":{"method":"rrf","k":60}}')
     #[arg(long)]
     settings: Option<String>,
+    #[command(flatten)]
+    principal: tools_cmd::AsPrincipal,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -298,7 +318,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Demo { corpus } => return demo::run(cli.data_dir, corpus),
         Command::Bench(command) => return bench::run(command, cli.data_dir),
-        Command::Eval(args) => return eval::run(&args),
+        Command::Eval(args) => return eval::run(&args, &data_dir),
         Command::Models(ref command)
             if models_cmd::run_without_library(command, &Models::discover(&data_dir))? =>
         {
@@ -354,6 +374,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             request.settings = search_settings(&args, library.models())?;
             request.collections = args.collection.clone();
             request.embedding_model = args.model.clone();
+            let principal = args.principal.principal(&library)?;
+            if principal.kind != quarry_core::auth::PrincipalKind::Administrator {
+                request.scope = Some(principal.scope);
+            }
             let results = library.search(&request)?;
             output::hits(&results, args.json, args.explain)?;
             if results.hits.is_empty() {
@@ -380,6 +404,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Models(command) => models_cmd::run_with_library(&command, &mut library)?,
+        Command::Tools(command) => tools_cmd::run_tools(command, &library)?,
+        Command::Pipeline(command) => {
+            if !tools_cmd::run_pipeline(command, &library)? {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Keys(command) => tools_cmd::run_keys(command, &library)?,
+        Command::Audit { limit, json } => tools_cmd::print_audit(&library, limit, json)?,
         Command::Demo { .. } | Command::Bench(_) | Command::Eval(_) => {
             unreachable!("handled before opening a library")
         }

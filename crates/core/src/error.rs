@@ -202,6 +202,97 @@ pub enum Error {
         /// What is wrong (with the line number where one applies).
         reason: String,
     },
+    /// A tool slug that is not known.
+    #[error("tool `{0}` does not exist (see `quarry tools list`)")]
+    ToolNotFound(String),
+    /// A tool slug already taken.
+    #[error("tool `{0}` already exists")]
+    ToolExists(String),
+    /// A tool definition that cannot be saved.
+    #[error("invalid tool `{tool}`: `{field}` {reason}")]
+    InvalidTool {
+        /// The tool's slug.
+        tool: String,
+        /// The offending field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A code tool's source that does not parse or has an undeclared shape.
+    #[error("tool `{tool}` source, line {line}, column {column}: {message}")]
+    ToolSource {
+        /// The tool's slug.
+        tool: String,
+        /// 1-based line.
+        line: u32,
+        /// 1-based column.
+        column: u32,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tool that pipelines still use.
+    #[error("tool `{tool}` is used by pipeline(s) {pipelines}; remove it from them first", pipelines = .pipelines.join(", "))]
+    ToolInUse {
+        /// The tool's slug.
+        tool: String,
+        /// The pipelines that use it.
+        pipelines: Vec<String>,
+    },
+    /// A tool export file that cannot be imported.
+    #[error("cannot import `{path}`: {reason}")]
+    InvalidToolFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A code tool that failed, was refused by the sandbox, or returned a bad shape.
+    #[error("tool `{tool}` failed: {reason}")]
+    ToolFailed {
+        /// The tool's slug.
+        tool: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A code tool that ran past its time limit (its worker was killed).
+    #[error("tool `{tool}` timed out after {timeout_ms} ms")]
+    ToolTimeout {
+        /// The tool's slug.
+        tool: String,
+        /// The limit.
+        timeout_ms: u64,
+    },
+    /// No Python to run code tools with.
+    #[error(
+        "code tools need Python 3.8 or later: {reason} (install python3 or set QUARRY_PYTHON)"
+    )]
+    PythonUnavailable {
+        /// What went wrong finding or starting it.
+        reason: String,
+    },
+    /// A pipeline name that is not known.
+    #[error("pipeline `{0}` does not exist (see `quarry pipeline list`)")]
+    PipelineNotFound(String),
+    /// A pipeline name already taken.
+    #[error("pipeline `{0}` already exists")]
+    PipelineExists(String),
+    /// A pipeline with blocking readiness problems.
+    #[error("pipeline `{pipeline}` is not ready: {problems}", problems = .problems.join("; "))]
+    PipelineNotReady {
+        /// The pipeline.
+        pipeline: String,
+        /// What blocks it.
+        problems: Vec<String>,
+    },
+    /// A key that is unknown, revoked or malformed, or a principal that cannot be formed.
+    #[error("not authorized: {0}")]
+    Unauthorized(String),
+    /// A key name that is not known.
+    #[error("no API key named `{0}` (see `quarry keys list`)")]
+    KeyNotFound(String),
+    /// An evidence reference or cursor that failed revalidation.
+    #[error("evidence reference rejected: {0}")]
+    EvidenceRejected(String),
     /// Invariant broken: a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -247,6 +338,21 @@ impl Error {
             Error::Download { .. } => "download_failed",
             Error::InvalidSetting { .. } => "invalid_setting",
             Error::InvalidDataset { .. } => "invalid_dataset",
+            Error::ToolNotFound(_) => "tool_not_found",
+            Error::ToolExists(_) => "tool_exists",
+            Error::InvalidTool { .. } => "invalid_tool",
+            Error::ToolSource { .. } => "invalid_tool_source",
+            Error::ToolInUse { .. } => "tool_in_use",
+            Error::InvalidToolFile { .. } => "invalid_tool_file",
+            Error::ToolFailed { .. } => "tool_failed",
+            Error::ToolTimeout { .. } => "tool_timeout",
+            Error::PythonUnavailable { .. } => "python_unavailable",
+            Error::PipelineNotFound(_) => "pipeline_not_found",
+            Error::PipelineExists(_) => "pipeline_exists",
+            Error::PipelineNotReady { .. } => "pipeline_not_ready",
+            Error::Unauthorized(_) => "unauthorized",
+            Error::KeyNotFound(_) => "key_not_found",
+            Error::EvidenceRejected(_) => "evidence_rejected",
             Error::Internal(_) => "internal",
         }
     }
@@ -290,6 +396,21 @@ pub const ERROR_CODES: &[(&str, ErrorKind)] = &[
     ("download_failed", ErrorKind::Unavailable),
     ("invalid_setting", ErrorKind::InvalidInput),
     ("invalid_dataset", ErrorKind::InvalidInput),
+    ("tool_not_found", ErrorKind::NotFound),
+    ("tool_exists", ErrorKind::InvalidInput),
+    ("invalid_tool", ErrorKind::InvalidInput),
+    ("invalid_tool_source", ErrorKind::InvalidInput),
+    ("tool_in_use", ErrorKind::InvalidInput),
+    ("invalid_tool_file", ErrorKind::InvalidInput),
+    ("tool_failed", ErrorKind::InvalidInput),
+    ("tool_timeout", ErrorKind::Unavailable),
+    ("python_unavailable", ErrorKind::Unavailable),
+    ("pipeline_not_found", ErrorKind::NotFound),
+    ("pipeline_exists", ErrorKind::InvalidInput),
+    ("pipeline_not_ready", ErrorKind::Unavailable),
+    ("unauthorized", ErrorKind::InvalidInput),
+    ("key_not_found", ErrorKind::NotFound),
+    ("evidence_rejected", ErrorKind::InvalidInput),
     ("internal", ErrorKind::Internal),
 ];
 
@@ -306,7 +427,10 @@ mod tests {
 source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,writer_busy,\
 schema_too_new,watch_failed,disk_full,database_error,fulltext_error,fulltext_out_of_sync,\
 io_error,unknown_model,model_not_installed,model_file_bad,runtime_unavailable,invalid_model,\
-model_mismatch,inference_failed,download_failed,invalid_setting,invalid_dataset,internal"
+model_mismatch,inference_failed,download_failed,invalid_setting,invalid_dataset,tool_not_found,\
+tool_exists,invalid_tool,invalid_tool_source,tool_in_use,invalid_tool_file,tool_failed,tool_timeout,\
+python_unavailable,pipeline_not_found,pipeline_exists,pipeline_not_ready,unauthorized,key_not_found,\
+evidence_rejected,internal"
         );
     }
 

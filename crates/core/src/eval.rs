@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::BufRead;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -220,29 +220,20 @@ pub fn score_ranking(ranking: &[String], relevant: &HashMap<String, u32>) -> (f6
     (if idcg > 0.0 { dcg / idcg } else { 0.0 }, recall, mrr)
 }
 
-/// Runs every judged query with `settings` (limit raised to 100 for Recall@100) and scores
-/// the document rankings.
-pub fn evaluate(
-    library: &Library,
+/// Scores `rank` (query text → documents, best first) over every judged query.
+fn evaluate_with(
     set: &BeirSet,
     name: &str,
-    settings: &RetrievalSettings,
+    mut rank: impl FnMut(&str) -> Result<Vec<PathBuf>>,
 ) -> Result<EvalScores> {
-    let mut settings = settings.clone();
-    settings.limit = settings.limit.max(100);
-    settings.max_per_document = 1;
-    settings.lexical_candidates = settings.lexical_candidates.max(300);
-    settings.vector_candidates = settings.vector_candidates.max(300);
     let (mut ndcg, mut recall, mut mrr) = (0.0, 0.0, 0.0);
     let started = Instant::now();
     for (qid, text) in &set.queries {
-        let mut request = SearchRequest::new(text.clone());
-        request.settings = settings.clone();
-        let results = library.search(&request)?;
-        let ranking: Vec<String> = results
-            .hits
+        let mut seen = std::collections::HashSet::new();
+        let ranking: Vec<String> = rank(text)?
             .iter()
-            .filter_map(|h| id_from_path(&h.path))
+            .filter_map(|p| id_from_path(p))
+            .filter(|id| seen.insert(id.clone()))
             .collect();
         let (n, r, m) = score_ranking(&ranking, &set.qrels[qid]);
         ndcg += n;
@@ -258,6 +249,50 @@ pub fn evaluate(
         mrr_at_10: mrr / count,
         queries: set.queries.len(),
         queries_per_sec: count / secs,
+    })
+}
+
+/// Scores retrieval settings on `set`, already indexed into `library`. Pools are widened to
+/// rank 100 documents, so Recall@100 measures the settings' ranking, not their limit.
+pub fn evaluate(
+    library: &Library,
+    set: &BeirSet,
+    name: &str,
+    settings: &RetrievalSettings,
+) -> Result<EvalScores> {
+    let mut settings = settings.clone();
+    settings.limit = settings.limit.max(100);
+    settings.max_per_document = 1;
+    settings.lexical_candidates = settings.lexical_candidates.max(300);
+    settings.vector_candidates = settings.vector_candidates.max(300);
+    evaluate_with(set, name, |text| {
+        let mut request = SearchRequest::new(text);
+        request.settings = settings.clone();
+        Ok(library
+            .search(&request)?
+            .hits
+            .into_iter()
+            .map(|h| h.path)
+            .collect())
+    })
+}
+
+/// Scores a whole pipeline (query tools, retrieval, chunk tools) on `set`, already indexed into
+/// `library`, by the order of the evidence it admits. Its own limits apply, so Recall@100 is
+/// bounded by its evidence budget.
+pub fn evaluate_pipeline(
+    library: &Library,
+    set: &BeirSet,
+    pipeline: &crate::pipeline::ResolvedPipeline,
+) -> Result<EvalScores> {
+    let admin = crate::Principal::administrator();
+    // The evaluation library has one collection; the pipeline's own names mean nothing here.
+    let mut pipeline = pipeline.clone();
+    pipeline.pipeline.collections.clear();
+    evaluate_with(set, &format!("pipeline {}", pipeline.name), |text| {
+        let run =
+            crate::pipeline::run_resolved(library, &pipeline, text, &admin, &Default::default())?;
+        Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
     })
 }
 

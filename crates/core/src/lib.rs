@@ -23,25 +23,34 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod audit;
+pub mod auth;
 pub mod embed;
 mod error;
 pub mod eval;
+pub mod evidence;
 pub mod fulltext;
+mod governance;
 pub mod ingest;
 mod library;
 mod lock;
+pub mod pipeline;
 pub mod retrieve;
 pub mod store;
+pub mod tools;
 
+pub use auth::{Principal, Scope};
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
 pub use ingest::{
     ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
 };
 pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
+pub use pipeline::{PipelineRun, RunOptions};
 pub use retrieve::{
     Fusion, Hit, RetrievalSettings, SearchMode, SearchRequest, SearchResults, WeightedQuery,
 };
 pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source, Stats};
+pub use tools::{ToolDefinition, ToolType};
 
 /// Arms the fail points named in the `FAILPOINTS` environment variable (crash tests only;
 /// a no-op unless built with the `failpoints` feature).

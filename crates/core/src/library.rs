@@ -39,6 +39,9 @@ pub struct Library {
     /// In-memory sign bits per (vector table, collection), kept for the process's searches.
     sign_indexes: Mutex<HashMap<(String, i64), SharedSignIndex>>,
     ort_threads: Option<usize>,
+    /// Python workers for code tools, started on first use and reused.
+    pub(crate) executor: crate::tools::Executor,
+    pub(crate) evidence_key: std::sync::OnceLock<crate::evidence::EvidenceKey>,
 }
 
 /// Everything `quarry status` shows.
@@ -120,6 +123,8 @@ impl Library {
             rerankers: Mutex::new(HashMap::new()),
             sign_indexes: Mutex::new(HashMap::new()),
             ort_threads: None,
+            executor: crate::tools::Executor::default(),
+            evidence_key: std::sync::OnceLock::new(),
         };
         // Repair at start-up: if nobody is writing, replay whatever the outbox has that
         // tantivy does not (a crash between the two commits).
@@ -130,6 +135,7 @@ impl Library {
                 Err(e) => return Err(e),
             }
         }
+        crate::tools::install_seeds(&library.store, &library.executor)?;
         Ok(library)
     }
 

@@ -50,6 +50,9 @@ pub struct SearchRequest {
     pub embedding_model: Option<String>,
     /// Snippet length in characters. Default 200.
     pub snippet_chars: usize,
+    /// The caller's authorization: collections outside it are never searched (`None`: the
+    /// local administrator, everything).
+    pub scope: Option<crate::auth::Scope>,
 }
 
 impl SearchRequest {
@@ -62,6 +65,7 @@ impl SearchRequest {
             settings: RetrievalSettings::default(),
             embedding_model: None,
             snippet_chars: 200,
+            scope: None,
         }
     }
 
@@ -218,7 +222,21 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
             })
             .collect::<Result<_>>()?
     };
-    let collection_ids: Vec<i64> = if request.collections.is_empty() {
+    let mut wanted = wanted;
+    if let Some(scope) = &request.scope {
+        wanted.retain(|c| scope.allows(c));
+        if wanted.is_empty() {
+            // Nothing the caller may read: an empty answer, never "all collections".
+            return Ok(SearchResults {
+                hits: Vec::new(),
+                took_us: us(started),
+                mode: settings.mode,
+                trace: Vec::new(),
+                readiness: Vec::new(),
+            });
+        }
+    }
+    let collection_ids: Vec<i64> = if request.collections.is_empty() && request.scope.is_none() {
         Vec::new()
     } else {
         wanted.iter().map(|c| c.id).collect()

@@ -104,6 +104,57 @@ const MIGRATIONS: &[&str] = &[
         last_chunk_id INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY(collection_id, model_id)
     );",
+    // v3: tools, pipelines, API keys and the audit log (see tools/, pipeline/, auth.rs, audit.rs).
+    "CREATE TABLE tools(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        slug TEXT NOT NULL UNIQUE,
+        tool_type TEXT NOT NULL CHECK (tool_type IN ('query', 'retrieval', 'chunk', 'action')),
+        definition TEXT NOT NULL,
+        seeded INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TRIGGER tools_type_is_fixed BEFORE UPDATE OF tool_type ON tools
+    WHEN NEW.tool_type <> OLD.tool_type
+    BEGIN SELECT RAISE(ABORT, 'a tool''s type is fixed after creation'); END;
+    CREATE TABLE pipelines(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        draft TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE pipeline_versions(
+        pipeline_id INTEGER NOT NULL REFERENCES pipelines(id) ON DELETE CASCADE,
+        version INTEGER NOT NULL,
+        definition TEXT NOT NULL,
+        saved_by TEXT NOT NULL,
+        saved_at INTEGER NOT NULL,
+        PRIMARY KEY(pipeline_id, version)
+    );
+    CREATE TABLE api_keys(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('personal', 'service')),
+        user_name TEXT,
+        key_prefix TEXT NOT NULL UNIQUE,
+        key_hash TEXT NOT NULL,
+        collections TEXT,
+        sensitivity_ceiling TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER
+    );
+    CREATE TABLE audit_log(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms INTEGER NOT NULL,
+        principal TEXT NOT NULL,
+        action TEXT NOT NULL,
+        target TEXT NOT NULL,
+        input_hash TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        detail TEXT,
+        duration_ms INTEGER NOT NULL
+    );",
 ];
 
 /// The schema version this build writes.

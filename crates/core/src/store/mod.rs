@@ -475,14 +475,14 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    fn meta(&self, key: &str) -> Result<Option<String>> {
+    pub(crate) fn meta(&self, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()?)
     }
 
-    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+    pub(crate) fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES (?1, ?2)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -581,7 +581,8 @@ const DOCUMENT_SELECT: &str = "SELECT d.id, d.source_id, col.name, d.path, d.siz
     d.current_revision_id, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id), d.updated_at
     FROM documents d JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id";
 
-const CHUNK_SELECT: &str = "SELECT c.id, c.document_id, c.revision_id, c.ordinal, c.text,
+pub(crate) const CHUNK_SELECT: &str =
+    "SELECT c.id, c.document_id, c.revision_id, c.ordinal, c.text,
     c.heading_path, c.page, c.line_start, c.line_end, c.byte_start, c.byte_end, c.token_count,
     d.path, d.title, col.name, d.mtime_ns
     FROM chunks c JOIN documents d ON d.id = c.document_id JOIN sources s ON s.id = d.source_id

@@ -1,0 +1,441 @@
+//! Principals and authorization: who is asking, and which collections they may read.
+//!
+//! Three kinds of principal, as the tool manual has them: the local administrator (whoever runs
+//! Quarry on this machine), personal API keys (a user's own), and service keys that act for a
+//! named user. Each has a [`Scope`]: the collections it may read and a sensitivity ceiling.
+//! A service key acting for a user gets the intersection of its own scope and that user's, so
+//! it can never see more than the person it acts for. Every retrieval, fetch and `ctx`
+//! operation is filtered by the caller's scope.
+//!
+//! Keys are random, shown once at creation, and stored only as a SHA-256 hash with a short
+//! public prefix for lookup.
+
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::store::{now_unix, Collection, Store};
+
+/// Sensitivity labels, lowest first. A collection's label must be at or below a principal's
+/// ceiling for the principal to read it.
+pub const SENSITIVITY_LEVELS: &[&str] = &["public", "internal", "confidential", "restricted"];
+
+/// The rank of a sensitivity label; unknown labels rank highest, so they are never leaked.
+pub fn sensitivity_rank(label: &str) -> usize {
+    SENSITIVITY_LEVELS
+        .iter()
+        .position(|l| *l == label)
+        .unwrap_or(SENSITIVITY_LEVELS.len())
+}
+
+/// Checks a sensitivity label.
+pub fn validate_sensitivity(field: &str, label: &str) -> Result<()> {
+    if SENSITIVITY_LEVELS.contains(&label) {
+        Ok(())
+    } else {
+        Err(Error::InvalidSetting {
+            field: field.into(),
+            reason: format!("`{label}` is not one of {}", SENSITIVITY_LEVELS.join(", ")),
+        })
+    }
+}
+
+/// What a principal may read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scope {
+    /// Collection names it may read; `None`: every collection.
+    pub collections: Option<Vec<String>>,
+    /// The highest sensitivity label it may read.
+    pub sensitivity_ceiling: String,
+}
+
+impl Scope {
+    /// Everything.
+    pub fn unrestricted() -> Scope {
+        Scope {
+            collections: None,
+            sensitivity_ceiling: SENSITIVITY_LEVELS[SENSITIVITY_LEVELS.len() - 1].into(),
+        }
+    }
+
+    /// Whether the scope lets its holder read `collection`.
+    pub fn allows(&self, collection: &Collection) -> bool {
+        self.allows_named(&collection.name, &collection.sensitivity)
+    }
+
+    /// [`Scope::allows`] by name and label.
+    pub fn allows_named(&self, name: &str, sensitivity: &str) -> bool {
+        let listed = self
+            .collections
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name));
+        listed && sensitivity_rank(sensitivity) <= sensitivity_rank(&self.sensitivity_ceiling)
+    }
+
+    /// What both scopes allow.
+    pub fn intersect(&self, other: &Scope) -> Scope {
+        let collections = match (&self.collections, &other.collections) {
+            (None, None) => None,
+            (Some(a), None) => Some(a.clone()),
+            (None, Some(b)) => Some(b.clone()),
+            (Some(a), Some(b)) => Some(a.iter().filter(|n| b.contains(n)).cloned().collect()),
+        };
+        let ceiling = if sensitivity_rank(&self.sensitivity_ceiling)
+            <= sensitivity_rank(&other.sensitivity_ceiling)
+        {
+            self.sensitivity_ceiling.clone()
+        } else {
+            other.sensitivity_ceiling.clone()
+        };
+        Scope {
+            collections,
+            sensitivity_ceiling: ceiling,
+        }
+    }
+}
+
+/// The kind of principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrincipalKind {
+    /// Whoever runs Quarry on this machine.
+    Administrator,
+    /// A user's own API key.
+    Personal,
+    /// A service key acting for a named user.
+    Service,
+}
+
+/// Who is asking.
+#[derive(Debug, Clone, Serialize)]
+pub struct Principal {
+    /// The kind.
+    pub kind: PrincipalKind,
+    /// A stable id: `admin`, `key:<id>`, or `key:<id>@<user>` for a service key.
+    pub id: String,
+    /// For people: `administrator`, the key's name, or `<service key> for <user>`.
+    pub label: String,
+    /// What it may read.
+    pub scope: Scope,
+}
+
+impl Principal {
+    /// The local administrator: every collection, every label.
+    pub fn administrator() -> Principal {
+        Principal {
+            kind: PrincipalKind::Administrator,
+            id: "admin".into(),
+            label: "administrator".into(),
+            scope: Scope::unrestricted(),
+        }
+    }
+}
+
+/// An API key as listed (never the secret).
+#[derive(Debug, Clone, Serialize)]
+pub struct ApiKey {
+    /// Row id.
+    pub id: i64,
+    /// Unique name.
+    pub name: String,
+    /// `personal` or `service`.
+    pub kind: PrincipalKind,
+    /// The user a personal key belongs to (its name when not given).
+    pub user: Option<String>,
+    /// The public part of the key, for recognising it.
+    pub prefix: String,
+    /// What it may read.
+    pub scope: Scope,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds, when revoked.
+    pub revoked_at: Option<i64>,
+}
+
+/// A new key: the record and the secret, which is shown this once.
+#[derive(Debug, Clone, Serialize)]
+pub struct CreatedKey {
+    /// The stored record.
+    pub key: ApiKey,
+    /// The secret to hand to the user. Not stored anywhere.
+    pub secret: String,
+}
+
+/// What a new key may do.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    /// Unique name.
+    pub name: String,
+    /// Personal or service.
+    pub kind: PrincipalKind,
+    /// The owner of a personal key (default: its name).
+    pub user: Option<String>,
+    /// What it may read.
+    pub scope: Scope,
+}
+
+const KEY_COLUMNS: &str = "id, name, kind, user_name, key_prefix, collections, sensitivity_ceiling, created_at, revoked_at";
+
+fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApiKey> {
+    let kind: String = r.get(2)?;
+    let collections: Option<String> = r.get(5)?;
+    Ok(ApiKey {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        kind: if kind == "service" {
+            PrincipalKind::Service
+        } else {
+            PrincipalKind::Personal
+        },
+        user: r.get(3)?,
+        prefix: r.get(4)?,
+        scope: Scope {
+            collections: collections.and_then(|c| serde_json::from_str(&c).ok()),
+            sensitivity_ceiling: r.get(6)?,
+        },
+        created_at: r.get(7)?,
+        revoked_at: r.get(8)?,
+    })
+}
+
+fn hash_secret(secret: &str) -> String {
+    format!("{:x}", Sha256::digest(secret.as_bytes()))
+}
+
+pub(crate) fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Creates a key and returns its secret (shown once).
+pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
+    if new.name.is_empty()
+        || new.name.len() > 64
+        || !new
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+    {
+        return Err(Error::InvalidSetting {
+            field: "name".into(),
+            reason: "use 1 to 64 letters, digits, `-`, `_`, `.` or `@`".into(),
+        });
+    }
+    if new.kind == PrincipalKind::Administrator {
+        return Err(Error::InvalidSetting {
+            field: "kind".into(),
+            reason: "keys are `personal` or `service`; the administrator needs no key".into(),
+        });
+    }
+    validate_sensitivity("ceiling", &new.scope.sensitivity_ceiling)?;
+    if let Some(names) = &new.scope.collections {
+        for name in names {
+            if store.collection_by_name(name)?.is_none() {
+                return Err(Error::CollectionNotFound(name.clone()));
+            }
+        }
+    }
+    let exists: bool = store.conn().query_row(
+        "SELECT EXISTS(SELECT 1 FROM api_keys WHERE name = ?1)",
+        [&new.name],
+        |r| r.get(0),
+    )?;
+    if exists {
+        return Err(Error::InvalidSetting {
+            field: "name".into(),
+            reason: format!("a key named `{}` already exists", new.name),
+        });
+    }
+    let prefix = format!("qk_{}", random_hex(4)?);
+    let secret = format!("{prefix}_{}", random_hex(24)?);
+    let user = match new.kind {
+        PrincipalKind::Personal => Some(new.user.clone().unwrap_or_else(|| new.name.clone())),
+        _ => None,
+    };
+    let kind = match new.kind {
+        PrincipalKind::Service => "service",
+        _ => "personal",
+    };
+    store.conn().execute(
+        "INSERT INTO api_keys(name, kind, user_name, key_prefix, key_hash, collections,
+             sensitivity_ceiling, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            new.name,
+            kind,
+            user,
+            prefix,
+            hash_secret(&secret),
+            new.scope
+                .collections
+                .as_ref()
+                .map(|c| serde_json::to_string(c).expect("strings serialize")),
+            new.scope.sensitivity_ceiling,
+            now_unix()
+        ],
+    )?;
+    let key = key_by_name(store, &new.name)?;
+    Ok(CreatedKey { key, secret })
+}
+
+fn key_by_name(store: &Store, name: &str) -> Result<ApiKey> {
+    store
+        .conn()
+        .query_row(
+            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE name = ?1"),
+            [name],
+            key_from_row,
+        )
+        .optional()?
+        .ok_or_else(|| Error::KeyNotFound(name.into()))
+}
+
+/// Every key, newest last.
+pub fn keys(store: &Store) -> Result<Vec<ApiKey>> {
+    let mut stmt = store
+        .conn()
+        .prepare(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"))?;
+    let rows = stmt.query_map([], key_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Revokes a key by name; it stops working at once.
+pub fn revoke_key(store: &Store, name: &str) -> Result<ApiKey> {
+    key_by_name(store, name)?;
+    store.conn().execute(
+        "UPDATE api_keys SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
+        params![name, now_unix()],
+    )?;
+    key_by_name(store, name)
+}
+
+/// Turns a key secret (and, for a service key, the user it acts for) into a principal.
+pub fn authenticate(store: &Store, secret: &str, acting_for: Option<&str>) -> Result<Principal> {
+    let prefix = secret
+        .rsplit_once('_')
+        .map(|(p, _)| p)
+        .filter(|p| p.starts_with("qk_"))
+        .ok_or_else(|| Error::Unauthorized("that is not a Quarry API key".into()))?;
+    let found: Option<(ApiKey, String)> = store
+        .conn()
+        .query_row(
+            &format!("SELECT {KEY_COLUMNS}, key_hash FROM api_keys WHERE key_prefix = ?1"),
+            [prefix],
+            |r| Ok((key_from_row(r)?, r.get::<_, String>(9)?)),
+        )
+        .optional()?;
+    let (key, hash) = found.ok_or_else(|| Error::Unauthorized("unknown API key".into()))?;
+    if hash != hash_secret(secret) {
+        return Err(Error::Unauthorized("unknown API key".into()));
+    }
+    if key.revoked_at.is_some() {
+        return Err(Error::Unauthorized(format!(
+            "API key `{}` was revoked",
+            key.name
+        )));
+    }
+    match key.kind {
+        PrincipalKind::Service => {
+            let user = acting_for.ok_or_else(|| {
+                Error::Unauthorized(format!(
+                    "service key `{}` must act for a user (pass --user NAME)",
+                    key.name
+                ))
+            })?;
+            let user_scope = user_scope(store, user)?;
+            Ok(Principal {
+                kind: PrincipalKind::Service,
+                id: format!("key:{}@{user}", key.id),
+                label: format!("{} for {user}", key.name),
+                scope: key.scope.intersect(&user_scope),
+            })
+        }
+        _ => {
+            if acting_for.is_some() {
+                return Err(Error::Unauthorized(format!(
+                    "`{}` is a personal key; only service keys act for another user",
+                    key.name
+                )));
+            }
+            Ok(Principal {
+                kind: PrincipalKind::Personal,
+                id: format!("key:{}", key.id),
+                label: key.name.clone(),
+                scope: key.scope,
+            })
+        }
+    }
+}
+
+/// A user's scope: the union of their active personal keys' scopes.
+fn user_scope(store: &Store, user: &str) -> Result<Scope> {
+    let scopes: Vec<Scope> = keys(store)?
+        .into_iter()
+        .filter(|k| {
+            k.kind == PrincipalKind::Personal
+                && k.revoked_at.is_none()
+                && k.user.as_deref() == Some(user)
+        })
+        .map(|k| k.scope)
+        .collect();
+    if scopes.is_empty() {
+        return Err(Error::Unauthorized(format!(
+            "`{user}` has no active personal key, so a service key cannot act for them"
+        )));
+    }
+    let collections = if scopes.iter().any(|s| s.collections.is_none()) {
+        None
+    } else {
+        let mut all: Vec<String> = scopes
+            .iter()
+            .flat_map(|s| s.collections.clone().unwrap_or_default())
+            .collect();
+        all.sort();
+        all.dedup();
+        Some(all)
+    };
+    let ceiling = scopes
+        .iter()
+        .map(|s| s.sensitivity_ceiling.clone())
+        .max_by_key(|c| sensitivity_rank(c))
+        .expect("not empty");
+    Ok(Scope {
+        collections,
+        sensitivity_ceiling: ceiling,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(collections: Option<&[&str]>, ceiling: &str) -> Scope {
+        Scope {
+            collections: collections.map(|c| c.iter().map(|s| s.to_string()).collect()),
+            sensitivity_ceiling: ceiling.into(),
+        }
+    }
+
+    #[test]
+    fn scopes_filter_by_name_and_label() {
+        let s = scope(Some(&["a", "b"]), "internal");
+        assert!(s.allows_named("a", "public"));
+        assert!(s.allows_named("b", "internal"));
+        assert!(!s.allows_named("b", "confidential"));
+        assert!(!s.allows_named("c", "public"));
+        assert!(
+            !s.allows_named("a", "made-up-label"),
+            "unknown labels never leak"
+        );
+    }
+
+    #[test]
+    fn intersection_takes_the_narrower_of_each() {
+        let s =
+            scope(Some(&["a", "b"]), "restricted").intersect(&scope(Some(&["b", "c"]), "public"));
+        assert_eq!(s, scope(Some(&["b"]), "public"));
+        let s = scope(None, "internal").intersect(&scope(Some(&["x"]), "restricted"));
+        assert_eq!(s, scope(Some(&["x"]), "internal"));
+    }
+}

@@ -1,0 +1,237 @@
+//! The library's face for tools, pipelines, keys and the audit log: thin methods over
+//! [`crate::tools`], [`crate::pipeline`], [`crate::auth`] and [`crate::audit`], so the CLI
+//! and the desktop shell call one API. Test runs and pipeline runs are audited here.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::audit::{self, AuditRecord};
+use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
+use crate::error::Result;
+use crate::evidence::EvidenceKey;
+use crate::pipeline::{
+    self, PipelineDefinition, PipelineRun, PipelineView, ReadinessProblem, RunOptions,
+    SavedPipeline,
+};
+use crate::pipeline::{TestInput, ToolTestReport};
+use crate::tools::{self, Executor, ToolDefinition, ToolSummary, ToolType};
+use crate::Library;
+
+impl Library {
+    /// The code-tool executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// The library's evidence key (created on first use).
+    pub fn evidence_key(&self) -> Result<EvidenceKey> {
+        if let Some(key) = self.evidence_key.get() {
+            return Ok(key.clone());
+        }
+        let key = EvidenceKey::load_or_create(self.store())?;
+        Ok(self.evidence_key.get_or_init(|| key).clone())
+    }
+
+    // ---- tools ---------------------------------------------------------------------------
+
+    /// Tools, optionally of one type and matching a search.
+    pub fn tools(
+        &self,
+        tool_type: Option<ToolType>,
+        search: Option<&str>,
+    ) -> Result<Vec<ToolSummary>> {
+        tools::list(self.store(), tool_type, search)
+    }
+
+    /// One tool.
+    pub fn tool(&self, slug: &str) -> Result<ToolDefinition> {
+        tools::get(self.store(), slug)
+    }
+
+    /// Creates a tool.
+    pub fn create_tool(&self, tool: ToolDefinition) -> Result<ToolDefinition> {
+        tools::create(self.store(), &self.executor, tool)
+    }
+
+    /// Replaces a tool's definition (its type stays fixed).
+    pub fn update_tool(&self, slug: &str, tool: ToolDefinition) -> Result<ToolDefinition> {
+        tools::update(self.store(), &self.executor, slug, tool)
+    }
+
+    /// Copies a tool under a new slug.
+    pub fn duplicate_tool(
+        &self,
+        slug: &str,
+        new_slug: &str,
+        new_name: Option<&str>,
+    ) -> Result<ToolDefinition> {
+        tools::duplicate(self.store(), &self.executor, slug, new_slug, new_name)
+    }
+
+    /// Deletes a tool no pipeline uses.
+    pub fn delete_tool(&self, slug: &str) -> Result<()> {
+        tools::delete(self.store(), slug)
+    }
+
+    /// The export file for some tools.
+    pub fn export_tools(&self, slugs: &[String]) -> Result<String> {
+        tools::export(self.store(), slugs)
+    }
+
+    /// Imports an export file, all or nothing.
+    pub fn import_tools(
+        &self,
+        bytes: &[u8],
+        path: &Path,
+        replace: bool,
+    ) -> Result<Vec<ToolDefinition>> {
+        tools::import(self.store(), &self.executor, bytes, path, replace)
+    }
+
+    /// Tests a tool as `principal` and writes an audit record.
+    pub fn test_tool(
+        &self,
+        slug: &str,
+        input: &TestInput,
+        principal: &Principal,
+        pipeline: Option<&str>,
+    ) -> Result<ToolTestReport> {
+        let started = Instant::now();
+        let result = pipeline::run::test_tool(self, slug, input, principal, pipeline);
+        let input_json = match input {
+            TestInput::Query(q) => json!({"query": q}),
+            TestInput::Json(v) => v.clone(),
+        };
+        let context = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.pipeline.clone())
+            .or_else(|| pipeline.map(String::from))
+            .map(|p| format!("pipeline context `{p}`"));
+        audit::record(
+            self.store(),
+            &principal.label,
+            "tool.test",
+            slug,
+            &input_json,
+            result.as_ref().map(|_| ()),
+            context.as_deref(),
+            started.elapsed().as_millis() as i64,
+        )?;
+        result
+    }
+
+    // ---- pipelines -----------------------------------------------------------------------
+
+    /// Every pipeline's name.
+    pub fn pipelines(&self) -> Result<Vec<String>> {
+        pipeline::list(self.store())
+    }
+
+    /// A pipeline's draft and newest version.
+    pub fn pipeline(&self, name: &str) -> Result<PipelineView> {
+        pipeline::show(self.store(), name)
+    }
+
+    /// Creates a pipeline draft.
+    pub fn create_pipeline(&self, name: &str, definition: &PipelineDefinition) -> Result<()> {
+        pipeline::create(self.store(), name, definition)
+    }
+
+    /// Replaces a pipeline's draft.
+    pub fn edit_pipeline(&self, name: &str, definition: &PipelineDefinition) -> Result<()> {
+        pipeline::edit(self.store(), name, definition)
+    }
+
+    /// Saves a pipeline's draft as a new version, snapshotting its tools.
+    pub fn save_pipeline(&self, name: &str, principal: &Principal) -> Result<SavedPipeline> {
+        pipeline::save(self.store(), name, &principal.label)
+    }
+
+    /// Deletes a pipeline.
+    pub fn delete_pipeline(&self, name: &str) -> Result<()> {
+        pipeline::delete(self.store(), name)
+    }
+
+    /// Readiness problems of a pipeline's saved version (or its draft).
+    pub fn check_pipeline(&self, name: &str, draft: bool) -> Result<Vec<ReadinessProblem>> {
+        let resolved = pipeline::resolve(self.store(), name, draft)?;
+        Ok(pipeline::check(self, &resolved))
+    }
+
+    /// Runs a pipeline as `principal` and writes an audit record.
+    pub fn run_pipeline(
+        &self,
+        name: &str,
+        query: &str,
+        principal: &Principal,
+        options: &RunOptions,
+    ) -> Result<PipelineRun> {
+        let started = Instant::now();
+        let result = pipeline::run(self, name, query, principal, options);
+        let detail = result
+            .as_ref()
+            .ok()
+            .map(|r| format!("{} chunk(s) admitted", r.evidence.entries.len()));
+        audit::record(
+            self.store(),
+            &principal.label,
+            "pipeline.run",
+            name,
+            &json!({"query": query, "draft": options.draft}),
+            result.as_ref().map(|_| ()),
+            detail.as_deref(),
+            started.elapsed().as_millis() as i64,
+        )?;
+        result
+    }
+
+    // ---- keys and audit ------------------------------------------------------------------
+
+    /// Creates an API key; the secret is in the result and nowhere else.
+    pub fn create_key(&self, key: &NewKey) -> Result<CreatedKey> {
+        auth::create_key(self.store(), key)
+    }
+
+    /// Every API key (never the secrets).
+    pub fn keys(&self) -> Result<Vec<ApiKey>> {
+        auth::keys(self.store())
+    }
+
+    /// Revokes a key.
+    pub fn revoke_key(&self, name: &str) -> Result<ApiKey> {
+        auth::revoke_key(self.store(), name)
+    }
+
+    /// The principal a key secret stands for (a service key must name the user it acts for).
+    /// A refused key is audited (by its public prefix, never the secret).
+    pub fn authenticate(&self, secret: &str, acting_for: Option<&str>) -> Result<Principal> {
+        let started = Instant::now();
+        let result = auth::authenticate(self.store(), secret, acting_for);
+        if let Err(e) = &result {
+            let prefix: String = secret.chars().take(11).collect();
+            audit::record(
+                self.store(),
+                "unknown",
+                "auth",
+                if prefix.starts_with("qk_") {
+                    &prefix
+                } else {
+                    "(not a Quarry key)"
+                },
+                &json!({"acting_for": acting_for}),
+                Err(e),
+                None,
+                started.elapsed().as_millis() as i64,
+            )?;
+        }
+        result
+    }
+
+    /// The newest audit records.
+    pub fn audit(&self, limit: usize) -> Result<Vec<AuditRecord>> {
+        audit::recent(self.store(), limit)
+    }
+}

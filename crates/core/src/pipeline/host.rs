@@ -1,0 +1,615 @@
+//! The host side of a code-tool call: the governed `ctx` operations, checked against the
+//! tool's evidence manifest and the caller's authorization, and the checks on what comes back.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::retrieve::SearchRequest;
+use crate::store::{ChunkRecord, CHUNK_SELECT};
+use crate::tools::{schema, CallError, ToolDefinition};
+use crate::Library;
+
+/// Largest page any fetch operation returns, whatever a tool asks for.
+const MAX_PAGE_CHUNKS: i64 = 32;
+/// `fetch_neighbors` radius cap (the manual's "capped at four").
+pub const MAX_NEIGHBOR_RADIUS: i64 = 4;
+const MAX_HTTP_BODY: u64 = 1024 * 1024;
+
+/// What a tool call may reach: the library, the caller's evidence session, the pipeline's
+/// retrieval tools and collections.
+pub struct ToolEnvironment<'a> {
+    /// The library.
+    pub library: &'a Library,
+    /// The caller and run.
+    pub session: &'a EvidenceSession,
+    /// The default retrieval tool (`ctx.search` without `retrieval=`).
+    pub retrieval: Option<&'a ToolDefinition>,
+    /// Other retrieval tools `ctx.search(..., retrieval=slug)` may use.
+    pub capabilities: Vec<&'a ToolDefinition>,
+    /// Collections to search (empty: all the caller may read).
+    pub collections: Vec<String>,
+}
+
+/// One ctx operation, as the trace shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CtxCall {
+    /// The operation.
+    pub operation: String,
+    /// Microseconds.
+    pub took_us: u64,
+    /// `None` when it succeeded, else why it was refused or failed.
+    pub error: Option<String>,
+}
+
+/// A finished code-tool call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallReport {
+    /// The validated output.
+    pub output: Value,
+    /// What the tool printed or logged.
+    pub logs: Vec<String>,
+    /// Its ctx operations in order.
+    pub ctx_calls: Vec<CtxCall>,
+    /// Wall time, microseconds.
+    pub took_us: u64,
+}
+
+/// A candidate as tools see it.
+pub(crate) fn candidate_json(
+    session: &EvidenceSession,
+    chunk: &ChunkRecord,
+    rank: usize,
+    score: f32,
+    snippet: &str,
+) -> Value {
+    json!({
+        "evidence_ref": session.issue_chunk(chunk),
+        "source_ref": session.issue_source(chunk.document_id, chunk.revision_id),
+        "rank": rank,
+        "score": score,
+        "title": chunk.title.clone().unwrap_or_default(),
+        "path": chunk.path.display().to_string(),
+        "collection": chunk.collection,
+        "snippet": snippet,
+        "text": chunk.text,
+        "ordinal": chunk.ordinal,
+    })
+}
+
+fn chunk_json(session: &EvidenceSession, chunk: &ChunkRecord) -> Value {
+    json!({
+        "evidence_ref": session.issue_chunk(chunk),
+        "ordinal": chunk.ordinal,
+        "text": chunk.text,
+        "title": chunk.title.clone().unwrap_or_default(),
+        "path": chunk.path.display().to_string(),
+        "location": {
+            "page": chunk.location.page,
+            "line_start": chunk.location.line_start,
+            "line_end": chunk.location.line_end,
+        },
+    })
+}
+
+/// Runs a code tool: input checked (action tools), the call made with every ctx operation
+/// governed, the output checked against the stored output schema.
+pub fn call_code_tool(
+    env: &ToolEnvironment<'_>,
+    tool: &ToolDefinition,
+    input: &Value,
+) -> Result<ToolCallReport> {
+    let started = Instant::now();
+    let derived = tool.derived.as_ref().ok_or_else(|| Error::ToolFailed {
+        tool: tool.slug.clone(),
+        reason: "it has not been validated (save it again with Python available)".into(),
+    })?;
+    let source = tool.source.as_deref().ok_or_else(|| Error::ToolFailed {
+        tool: tool.slug.clone(),
+        reason: "it has no source".into(),
+    })?;
+    let mut input = input.clone();
+    if let Some(input_schema) = &derived.input_schema {
+        input = schema::with_defaults(&input, input_schema);
+        schema::validate(&input, input_schema).map_err(|e| Error::ToolFailed {
+            tool: tool.slug.clone(),
+            reason: format!("invalid input: {e}"),
+        })?;
+    }
+    let mut ctx_calls = Vec::new();
+    let limits = tool.limits();
+    let outcome = {
+        let mut handler = |operation: &str, args: &Value, kwargs: &Value| {
+            let t = Instant::now();
+            let result = governed(env, tool, operation, args, kwargs);
+            ctx_calls.push(CtxCall {
+                operation: operation.into(),
+                took_us: t.elapsed().as_micros() as u64,
+                error: result.as_ref().err().cloned(),
+            });
+            result
+        };
+        env.library.executor().call(
+            source,
+            &derived.source_hash,
+            &input,
+            &tool.effective_settings(),
+            limits.timeout_ms,
+            limits.memory_mb,
+            &mut handler,
+        )?
+    };
+    let failed = |reason: String| Error::ToolFailed {
+        tool: tool.slug.clone(),
+        reason,
+    };
+    let outcome = outcome.map_err(|e| match e {
+        CallError::Sandbox(m) => failed(format!(
+            "refused by the sandbox: {}",
+            m.trim_start_matches("sandbox: ")
+        )),
+        CallError::Exception(m, Some(line)) => failed(format!("raised at line {line}: {m}")),
+        CallError::Exception(m, None) => failed(format!("raised: {m}")),
+        CallError::Memory(mb) => failed(format!("ran past its memory limit of {mb} MB")),
+        CallError::Ctx(m) => failed(format!("a ctx operation was refused: {m}")),
+        CallError::Worker(m) => failed(m),
+        CallError::Timeout(ms) => Error::ToolTimeout {
+            tool: tool.slug.clone(),
+            timeout_ms: ms,
+        },
+    })?;
+    schema::validate(&outcome.output, &derived.output_schema)
+        .map_err(|e| failed(format!("its output does not fit its output schema: {e}")))?;
+    Ok(ToolCallReport {
+        output: outcome.output,
+        logs: outcome.logs,
+        ctx_calls,
+        took_us: started.elapsed().as_micros() as u64,
+    })
+}
+
+/// Revalidates every reference an action tool returned and admits its chunks to `ledger`.
+pub(crate) fn admit_returned_refs(
+    env: &ToolEnvironment<'_>,
+    tool: &str,
+    value: &Value,
+    ledger: &mut EvidenceLedger,
+) {
+    match value {
+        Value::Object(map) => {
+            for (key, item) in map {
+                let refs: Vec<&str> = match (key.as_str(), item) {
+                    ("evidence_ref", Value::String(s)) => vec![s.as_str()],
+                    ("evidence_refs", Value::Array(a)) => {
+                        a.iter().filter_map(Value::as_str).collect()
+                    }
+                    ("source_ref", Value::String(s)) => {
+                        if let Err(e) = env.session.open_source(env.library.store(), s) {
+                            ledger.reject(s, tool, e.to_string());
+                        }
+                        continue;
+                    }
+                    _ => {
+                        admit_returned_refs(env, tool, item, ledger);
+                        continue;
+                    }
+                };
+                for reference in refs {
+                    match env
+                        .session
+                        .revalidate_chunk(env.library.store(), reference, None, tool)
+                    {
+                        Ok(entry) => {
+                            ledger.admit(entry);
+                        }
+                        Err(e) => ledger.reject(reference, tool, e.to_string()),
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                admit_returned_refs(env, tool, item, ledger);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn arg<'v>(args: &'v Value, kwargs: &'v Value, index: usize, name: &str) -> Option<&'v Value> {
+    kwargs
+        .get(name)
+        .or_else(|| args.get(index))
+        .filter(|v| !v.is_null())
+}
+
+fn str_arg(
+    args: &Value,
+    kwargs: &Value,
+    index: usize,
+    name: &str,
+) -> std::result::Result<String, String> {
+    arg(args, kwargs, index, name)
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or_else(|| format!("`{name}` (a string) is required"))
+}
+
+fn int_arg(
+    args: &Value,
+    kwargs: &Value,
+    index: usize,
+    name: &str,
+    default: i64,
+) -> std::result::Result<i64, String> {
+    match arg(args, kwargs, index, name) {
+        None => Ok(default),
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| format!("`{name}` must be an integer")),
+    }
+}
+
+/// One ctx operation: manifest first, then the operation as the caller.
+fn governed(
+    env: &ToolEnvironment<'_>,
+    tool: &ToolDefinition,
+    operation: &str,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let manifest = tool
+        .derived
+        .as_ref()
+        .map(|d| d.manifest.as_slice())
+        .unwrap_or_default();
+    if !manifest.iter().any(|m| m == operation) {
+        return Err(format!(
+            "ctx.{operation} is not declared in this tool's evidence manifest (declared: {})",
+            if manifest.is_empty() {
+                "none".to_string()
+            } else {
+                manifest.join(", ")
+            }
+        ));
+    }
+    match operation {
+        "search" => op_search(env, args, kwargs),
+        "search_documents" => op_search_documents(env, args, kwargs),
+        "fetch_document_chunks" => op_fetch_document_chunks(env, args, kwargs),
+        "fetch_source_document" => op_fetch_source_document(env, args, kwargs),
+        "fetch_neighbors" => op_fetch_neighbors(env, args, kwargs),
+        "http_get" => op_http_get(tool, args, kwargs),
+        "llm" => Err("no language model backend is configured here yet".to_string()),
+        other => Err(format!("unknown ctx operation `{other}`")),
+    }
+}
+
+fn retrieval_tool<'a>(
+    env: &'a ToolEnvironment<'_>,
+    slug: Option<&str>,
+) -> std::result::Result<&'a ToolDefinition, String> {
+    match slug {
+        None => env
+            .retrieval
+            .ok_or_else(|| "no default retrieval tool in this context".to_string()),
+        Some(slug) => env
+            .retrieval
+            .into_iter()
+            .chain(env.capabilities.iter().copied())
+            .find(|t| t.slug == slug)
+            .ok_or_else(|| format!("retrieval tool `{slug}` is not a capability of this pipeline")),
+    }
+}
+
+fn search_as_caller(
+    env: &ToolEnvironment<'_>,
+    tool: &ToolDefinition,
+    query: &str,
+    limit: usize,
+    one_per_document: bool,
+) -> std::result::Result<Vec<(ChunkRecord, f32, String)>, String> {
+    let mut settings = tool.retrieval_settings().map_err(|e| e.to_string())?;
+    settings.limit = limit;
+    if one_per_document {
+        settings.max_per_document = 1;
+    }
+    let mut request = SearchRequest::new(query);
+    request.settings = settings;
+    request.collections = env.collections.clone();
+    request.scope = Some(env.session.principal.scope.clone());
+    let results = env.library.search(&request).map_err(|e| e.to_string())?;
+    let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
+    let chunks: HashMap<i64, ChunkRecord> = env
+        .library
+        .store()
+        .chunks_by_id(&ids)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|c| (c.id, c))
+        .collect();
+    Ok(results
+        .hits
+        .into_iter()
+        .filter_map(|h| {
+            chunks
+                .get(&h.chunk_id)
+                .map(|c| (c.clone(), h.score, h.snippet.text))
+        })
+        .collect())
+}
+
+fn op_search(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let query = str_arg(args, kwargs, 0, "query")?;
+    let top_k = int_arg(args, kwargs, 1, "top_k", 10)?.clamp(1, 50) as usize;
+    let retrieval = arg(args, kwargs, 2, "retrieval").and_then(Value::as_str);
+    let tool = retrieval_tool(env, retrieval)?;
+    let hits = search_as_caller(env, tool, &query, top_k, false)?;
+    Ok(Value::Array(
+        hits.iter()
+            .enumerate()
+            .map(|(i, (chunk, score, snippet))| {
+                candidate_json(env.session, chunk, i + 1, *score, snippet)
+            })
+            .collect(),
+    ))
+}
+
+fn op_search_documents(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let query = str_arg(args, kwargs, 0, "query")?;
+    let limit = int_arg(args, kwargs, 1, "limit", 10)?.clamp(1, 50) as usize;
+    let tool = retrieval_tool(env, None)?;
+    let hits = search_as_caller(env, tool, &query, limit, true)?;
+    Ok(Value::Array(
+        hits.iter()
+            .map(|(chunk, score, snippet)| {
+                json!({
+                    "source_ref": env.session.issue_source(chunk.document_id, chunk.revision_id),
+                    "title": chunk.title.clone().unwrap_or_default(),
+                    "path": chunk.path.display().to_string(),
+                    "snippet": snippet,
+                    "score": score,
+                })
+            })
+            .collect(),
+    ))
+}
+
+/// Chunks of one document revision from `start`, at most `limit` (+1 to tell if more remain).
+fn chunks_from(
+    env: &ToolEnvironment<'_>,
+    document_id: i64,
+    revision_id: i64,
+    start: i64,
+    limit: i64,
+) -> std::result::Result<Vec<ChunkRecord>, String> {
+    let conn = env.library.store().conn();
+    let mut stmt = conn
+        .prepare(&format!(
+            "{CHUNK_SELECT} WHERE c.document_id = ?1 AND c.revision_id = ?2 AND c.ordinal >= ?3
+             ORDER BY c.ordinal LIMIT ?4"
+        ))
+        .map_err(|e| e.to_string())?;
+    let rows = stmt
+        .query_map(
+            params![document_id, revision_id, start, limit],
+            ChunkRecord::from_row,
+        )
+        .map_err(|e| e.to_string())?;
+    rows.collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| e.to_string())
+}
+
+fn open_page(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<(crate::evidence::Claims, i64), String> {
+    let source_ref = str_arg(args, kwargs, 0, "source_ref")?;
+    let source = env
+        .session
+        .open_source(env.library.store(), &source_ref)
+        .map_err(|e| e.to_string())?;
+    let start = match arg(args, kwargs, 1, "cursor").and_then(Value::as_str) {
+        None => 0,
+        Some(cursor) => env
+            .session
+            .open_cursor(cursor, &source)
+            .map_err(|e| e.to_string())?,
+    };
+    Ok((source, start))
+}
+
+fn op_fetch_document_chunks(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let (source, start) = open_page(env, args, kwargs)?;
+    let limit = int_arg(args, kwargs, 2, "limit", 8)?.clamp(1, MAX_PAGE_CHUNKS);
+    let mut chunks = chunks_from(
+        env,
+        source.document_id,
+        source.revision_id,
+        start,
+        limit + 1,
+    )?;
+    let cursor = if chunks.len() as i64 > limit {
+        chunks.truncate(limit as usize);
+        let next = chunks.last().map_or(start, |c| c.ordinal + 1);
+        Some(
+            env.session
+                .issue_cursor(source.document_id, source.revision_id, next),
+        )
+    } else {
+        None
+    };
+    Ok(json!({
+        "chunks": chunks.iter().map(|c| chunk_json(env.session, c)).collect::<Vec<_>>(),
+        "cursor": cursor,
+    }))
+}
+
+fn op_fetch_source_document(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let (source, start) = open_page(env, args, kwargs)?;
+    let max_chars = int_arg(args, kwargs, 2, "max_chars", 4000)?.clamp(200, 20_000) as usize;
+    let chunks = chunks_from(
+        env,
+        source.document_id,
+        source.revision_id,
+        start,
+        MAX_PAGE_CHUNKS + 1,
+    )?;
+    let mut text = String::new();
+    let mut refs = Vec::new();
+    let mut taken = 0;
+    for chunk in &chunks {
+        if taken > 0 && text.chars().count() + chunk.text.chars().count() > max_chars {
+            break;
+        }
+        if taken == MAX_PAGE_CHUNKS as usize {
+            break;
+        }
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str(&chunk.text);
+        refs.push(env.session.issue_chunk(chunk));
+        taken += 1;
+    }
+    let cursor = chunks.get(taken).map(|next| {
+        env.session
+            .issue_cursor(source.document_id, source.revision_id, next.ordinal)
+    });
+    let first = chunks.first();
+    Ok(json!({
+        "title": first.and_then(|c| c.title.clone()).unwrap_or_default(),
+        "path": first.map(|c| c.path.display().to_string()).unwrap_or_default(),
+        "text": text,
+        "evidence_refs": refs,
+        "cursor": cursor,
+    }))
+}
+
+fn op_fetch_neighbors(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let reference = str_arg(args, kwargs, 0, "evidence_ref")?;
+    let radius = int_arg(args, kwargs, 1, "radius", 1)?.clamp(1, MAX_NEIGHBOR_RADIUS);
+    let entry = env
+        .session
+        .revalidate_chunk(env.library.store(), &reference, None, "fetch_neighbors")
+        .map_err(|e| e.to_string())?;
+    let start = (entry.ordinal - radius).max(0);
+    let chunks = chunks_from(
+        env,
+        entry.document_id,
+        entry.revision_id,
+        start,
+        entry.ordinal + radius - start + 1,
+    )?;
+    Ok(json!({
+        "chunks": chunks
+            .iter()
+            .filter(|c| c.id != entry.chunk_id)
+            .map(|c| chunk_json(env.session, c))
+            .collect::<Vec<_>>(),
+        "radius": radius,
+    }))
+}
+
+/// `scheme://host[:port]` of a URL.
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    Some(format!("{scheme}://{}", authority.to_ascii_lowercase()))
+}
+
+fn op_http_get(
+    tool: &ToolDefinition,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    let url = str_arg(args, kwargs, 0, "url")?;
+    let origin = origin_of(&url).ok_or_else(|| format!("`{url}` is not an http(s) URL"))?;
+    let allowed = tool.egress.as_deref().unwrap_or_default();
+    if !allowed.iter().any(|a| a.to_ascii_lowercase() == origin) {
+        return Err(format!(
+            "egress to {origin} is refused: it is not in this tool's allowlist ({})",
+            if allowed.is_empty() {
+                "empty".to_string()
+            } else {
+                allowed.join(", ")
+            }
+        ));
+    }
+    // No redirects: one could lead outside the allowlist.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .get(&url)
+        .call()
+        .map_err(|e| format!("GET {url} failed: {e}"))?;
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_HTTP_BODY)
+        .read_to_string()
+        .map_err(|e| format!("reading {url} failed: {e}"))?;
+    Ok(json!({"status": status, "content_type": content_type, "body": body}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_of;
+
+    #[test]
+    fn origins_ignore_paths_and_refuse_userinfo() {
+        assert_eq!(
+            origin_of("http://127.0.0.1:8080/a?b").as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
+        assert_eq!(
+            origin_of("https://Example.com").as_deref(),
+            Some("https://example.com")
+        );
+        assert_eq!(origin_of("http://good.com@evil.com/"), None);
+        assert_eq!(origin_of("file:///etc/passwd"), None);
+    }
+}

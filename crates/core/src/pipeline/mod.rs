@@ -1,0 +1,593 @@
+//! Pipelines: Query stage → Retrieval stage → Chunk stage, with drafts and saved versions.
+//!
+//! A pipeline names its tools by slug. The draft follows the live tool definitions; saving a
+//! pipeline snapshots every tool it uses into a new immutable version, and runs use the newest
+//! saved version unless asked for the draft. So saving a tool changes the definition, not a
+//! saved pipeline's behaviour, until the pipeline is saved again (the tool manual's rule).
+//!
+//! Readiness problems (no default retrieval tool, a missing or mistyped tool, no Python for
+//! code tools, a missing model) are listed by [`check`] before anything runs; a run refuses
+//! to start while a blocking one remains. Every run returns a trace of every stage.
+
+mod host;
+pub mod run;
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::store::{now_unix, Store};
+use crate::tools::{self, ToolDefinition, ToolType};
+use crate::Library;
+pub use host::{call_code_tool, CtxCall, ToolCallReport, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
+pub use run::{run, run_resolved, PipelineRun, RunOptions, StageReport, TestInput, ToolTestReport};
+
+/// The seeded pipeline's name.
+pub const DEFAULT_PIPELINE: &str = "default";
+
+/// What limits a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budget {
+    /// Most query streams after the Query stage (each tool's own maximum applies too).
+    pub max_query_variants: usize,
+    /// Most chunks admitted to the evidence ledger.
+    pub max_evidence: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_query_variants: 4,
+            max_evidence: 50,
+        }
+    }
+}
+
+/// Which tools a pipeline runs, in order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineDefinition {
+    /// Query tools, run in this order.
+    #[serde(default)]
+    pub query_tools: Vec<String>,
+    /// The default retrieval tool (required for a ready pipeline).
+    #[serde(default)]
+    pub retrieval: Option<String>,
+    /// Extra retrieval tools code tools may name in `ctx.search(..., retrieval=...)`.
+    #[serde(default)]
+    pub retrieval_capabilities: Vec<String>,
+    /// Chunk tools, run in this order.
+    #[serde(default)]
+    pub chunk_tools: Vec<String>,
+    /// Collections searched (empty: every collection the caller may read).
+    #[serde(default)]
+    pub collections: Vec<String>,
+    /// Limits.
+    #[serde(default)]
+    pub budget: Budget,
+}
+
+impl PipelineDefinition {
+    /// Every tool slug it names, with the stage and the type it must have.
+    pub fn tool_slots(&self) -> Vec<(&'static str, &str, ToolType)> {
+        let mut slots = Vec::new();
+        for slug in &self.query_tools {
+            slots.push(("query_tools", slug.as_str(), ToolType::Query));
+        }
+        if let Some(slug) = &self.retrieval {
+            slots.push(("retrieval", slug.as_str(), ToolType::Retrieval));
+        }
+        for slug in &self.retrieval_capabilities {
+            slots.push(("retrieval_capabilities", slug.as_str(), ToolType::Retrieval));
+        }
+        for slug in &self.chunk_tools {
+            slots.push(("chunk_tools", slug.as_str(), ToolType::Chunk));
+        }
+        slots
+    }
+
+    fn uses(&self, slug: &str) -> bool {
+        self.tool_slots().iter().any(|(_, s, _)| *s == slug)
+    }
+}
+
+/// A saved, immutable version: the definition and a snapshot of every tool it uses.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedPipeline {
+    /// 1, 2, …
+    pub version: i64,
+    /// The pipeline as saved.
+    pub pipeline: PipelineDefinition,
+    /// Its tools as they were when saved.
+    pub tools: BTreeMap<String, ToolDefinition>,
+    /// Who saved it.
+    pub saved_by: String,
+    /// Unix seconds.
+    pub saved_at: i64,
+}
+
+/// A pipeline with its draft and versions.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineView {
+    /// Name.
+    pub name: String,
+    /// The working definition.
+    pub draft: PipelineDefinition,
+    /// The newest saved version, which runs use.
+    pub saved: Option<SavedPipeline>,
+    /// Every saved version number.
+    pub versions: Vec<i64>,
+    /// Whether the draft differs from the newest saved version.
+    pub unsaved_changes: bool,
+}
+
+/// How bad a readiness problem is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The pipeline cannot run.
+    Blocking,
+    /// It runs, with less than it was configured for (the trace says what).
+    Degraded,
+}
+
+/// One readiness problem.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReadinessProblem {
+    /// Blocking or degraded.
+    pub severity: Severity,
+    /// What it concerns (`retrieval`, a tool slug, `python`, a model id).
+    pub component: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+/// A pipeline resolved to concrete tool definitions (a saved snapshot or the live tools).
+#[derive(Debug, Clone)]
+pub struct ResolvedPipeline {
+    /// Name.
+    pub name: String,
+    /// `Some(n)` for saved version n, `None` for the draft.
+    pub version: Option<i64>,
+    /// The definition.
+    pub pipeline: PipelineDefinition,
+    /// Tools by slug (missing ones are readiness problems).
+    pub tools: BTreeMap<String, ToolDefinition>,
+}
+
+fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidSetting {
+            field: "name".into(),
+            reason: "a pipeline name is 1 to 64 letters, digits, `-`, `_` or `.`".into(),
+        })
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
+    serde_json::from_str(json)
+        .map_err(|e| Error::Internal(format!("stored {what} is unreadable: {e}")))
+}
+
+/// Installs the seeded default pipeline (inside the seeding transaction) and saves version 1.
+pub(crate) fn install_default_pipeline(
+    conn: &rusqlite::Connection,
+    tools: &[ToolDefinition],
+) -> Result<()> {
+    let pipeline = PipelineDefinition {
+        query_tools: vec!["expand_multi_query".into()],
+        retrieval: Some("retrieve-hybrid-coverage".into()),
+        retrieval_capabilities: vec![
+            "retrieve-lexical-focused".into(),
+            "retrieve-high-recall".into(),
+        ],
+        chunk_tools: vec!["iterative-context-chunk".into()],
+        collections: Vec::new(),
+        budget: Budget::default(),
+    };
+    let now = now_unix();
+    conn.execute(
+        "INSERT INTO pipelines(name, draft, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
+        params![
+            DEFAULT_PIPELINE,
+            serde_json::to_string(&pipeline).expect("json"),
+            now
+        ],
+    )?;
+    let id = conn.last_insert_rowid();
+    let snapshot: BTreeMap<String, ToolDefinition> = tools
+        .iter()
+        .filter(|t| pipeline.uses(&t.slug))
+        .map(|t| (t.slug.clone(), t.clone()))
+        .collect();
+    insert_version(conn, id, 1, &pipeline, snapshot, "seed")?;
+    Ok(())
+}
+
+fn insert_version(
+    conn: &rusqlite::Connection,
+    pipeline_id: i64,
+    version: i64,
+    pipeline: &PipelineDefinition,
+    tools: BTreeMap<String, ToolDefinition>,
+    saved_by: &str,
+) -> Result<SavedPipeline> {
+    let saved = SavedPipeline {
+        version,
+        pipeline: pipeline.clone(),
+        tools,
+        saved_by: saved_by.into(),
+        saved_at: now_unix(),
+    };
+    conn.execute(
+        "INSERT INTO pipeline_versions(pipeline_id, version, definition, saved_by, saved_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            pipeline_id,
+            version,
+            serde_json::to_string(&saved).expect("json"),
+            saved_by,
+            saved.saved_at
+        ],
+    )?;
+    Ok(saved)
+}
+
+/// Every pipeline's name.
+pub fn list(store: &Store) -> Result<Vec<String>> {
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT name FROM pipelines ORDER BY name")?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn pipeline_row(store: &Store, name: &str) -> Result<(i64, PipelineDefinition)> {
+    let row: Option<(i64, String)> = store
+        .conn()
+        .query_row(
+            "SELECT id, draft FROM pipelines WHERE name = ?1",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (id, draft) = row.ok_or_else(|| Error::PipelineNotFound(name.into()))?;
+    Ok((id, parse(&draft, "pipeline")?))
+}
+
+fn latest_version(store: &Store, pipeline_id: i64) -> Result<Option<SavedPipeline>> {
+    let json: Option<String> = store
+        .conn()
+        .query_row(
+            "SELECT definition FROM pipeline_versions WHERE pipeline_id = ?1
+             ORDER BY version DESC LIMIT 1",
+            [pipeline_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    json.map(|j| parse(&j, "pipeline version")).transpose()
+}
+
+/// A pipeline with its draft and newest saved version.
+pub fn show(store: &Store, name: &str) -> Result<PipelineView> {
+    let (id, draft) = pipeline_row(store, name)?;
+    let saved = latest_version(store, id)?;
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT version FROM pipeline_versions WHERE pipeline_id = ?1 ORDER BY version")?;
+    let versions = stmt
+        .query_map([id], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    let unsaved_changes = match &saved {
+        None => true,
+        Some(s) => {
+            s.pipeline != draft
+                || draft
+                    .tool_slots()
+                    .iter()
+                    .any(|(_, slug, _)| tools::get(store, slug).ok().as_ref() != s.tools.get(*slug))
+        }
+    };
+    Ok(PipelineView {
+        name: name.into(),
+        draft,
+        saved,
+        versions,
+        unsaved_changes,
+    })
+}
+
+fn check_structure(name: &str, pipeline: &PipelineDefinition) -> Result<()> {
+    if pipeline.budget.max_query_variants == 0 || pipeline.budget.max_query_variants > 32 {
+        return Err(Error::InvalidSetting {
+            field: "budget.max_query_variants".into(),
+            reason: "must be 1 to 32".into(),
+        });
+    }
+    if pipeline.budget.max_evidence == 0 || pipeline.budget.max_evidence > 1000 {
+        return Err(Error::InvalidSetting {
+            field: "budget.max_evidence".into(),
+            reason: "must be 1 to 1000".into(),
+        });
+    }
+    let _ = name;
+    Ok(())
+}
+
+/// Creates a pipeline (a draft; save it to put it into service).
+pub fn create(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
+    validate_name(name)?;
+    check_structure(name, pipeline)?;
+    let now = now_unix();
+    let inserted = store.conn().execute(
+        "INSERT INTO pipelines(name, draft, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+         ON CONFLICT(name) DO NOTHING",
+        params![name, serde_json::to_string(pipeline).expect("json"), now],
+    )?;
+    if inserted == 0 {
+        return Err(Error::PipelineExists(name.into()));
+    }
+    Ok(())
+}
+
+/// Replaces a pipeline's draft. Runs keep using the saved version until it is saved.
+pub fn edit(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
+    pipeline_row(store, name)?;
+    check_structure(name, pipeline)?;
+    store.conn().execute(
+        "UPDATE pipelines SET draft = ?2, updated_at = ?3 WHERE name = ?1",
+        params![
+            name,
+            serde_json::to_string(pipeline).expect("json"),
+            now_unix()
+        ],
+    )?;
+    Ok(())
+}
+
+/// Saves the draft as a new version, snapshotting its tools. Refused while the draft names a
+/// missing or mistyped tool or has no default retrieval tool.
+pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> {
+    let (id, draft) = pipeline_row(store, name)?;
+    let resolved = resolve_live(store, name, &draft)?;
+    let structural: Vec<String> = structural_problems(&resolved)
+        .into_iter()
+        .map(|p| p.message)
+        .collect();
+    if !structural.is_empty() {
+        return Err(Error::PipelineNotReady {
+            pipeline: name.into(),
+            problems: structural,
+        });
+    }
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
+    let next: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(version), 0) + 1 FROM pipeline_versions WHERE pipeline_id = ?1",
+        [id],
+        |r| r.get(0),
+    )?;
+    let saved = insert_version(&tx, id, next, &draft, resolved.tools, saved_by)?;
+    tx.commit()?;
+    Ok(saved)
+}
+
+/// Deletes a pipeline and its versions.
+pub fn delete(store: &Store, name: &str) -> Result<()> {
+    pipeline_row(store, name)?;
+    store
+        .conn()
+        .execute("DELETE FROM pipelines WHERE name = ?1", [name])?;
+    Ok(())
+}
+
+/// The pipelines whose draft or newest saved version use a tool.
+pub fn pipelines_using(store: &Store, slug: &str) -> Result<Vec<String>> {
+    let mut users = Vec::new();
+    for name in list(store)? {
+        let (id, draft) = pipeline_row(store, &name)?;
+        let saved_uses = latest_version(store, id)?.is_some_and(|s| s.pipeline.uses(slug));
+        if draft.uses(slug) || saved_uses {
+            users.push(name);
+        }
+    }
+    Ok(users)
+}
+
+fn resolve_live(
+    store: &Store,
+    name: &str,
+    pipeline: &PipelineDefinition,
+) -> Result<ResolvedPipeline> {
+    let mut found = BTreeMap::new();
+    for (_, slug, _) in pipeline.tool_slots() {
+        match tools::get(store, slug) {
+            Ok(tool) => {
+                found.insert(slug.to_string(), tool);
+            }
+            Err(Error::ToolNotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(ResolvedPipeline {
+        name: name.into(),
+        version: None,
+        pipeline: pipeline.clone(),
+        tools: found,
+    })
+}
+
+/// The pipeline to run: the newest saved version, or the draft with the live tools.
+pub fn resolve(store: &Store, name: &str, draft: bool) -> Result<ResolvedPipeline> {
+    let (id, definition) = pipeline_row(store, name)?;
+    if draft {
+        return resolve_live(store, name, &definition);
+    }
+    match latest_version(store, id)? {
+        Some(saved) => Ok(ResolvedPipeline {
+            name: name.into(),
+            version: Some(saved.version),
+            pipeline: saved.pipeline,
+            tools: saved.tools,
+        }),
+        None => Err(Error::PipelineNotReady {
+            pipeline: name.into(),
+            problems: vec![format!(
+                "it has never been saved (run `quarry pipeline save {name}`, or run the draft with --draft)"
+            )],
+        }),
+    }
+}
+
+fn structural_problems(resolved: &ResolvedPipeline) -> Vec<ReadinessProblem> {
+    let blocking = |component: &str, message: String| ReadinessProblem {
+        severity: Severity::Blocking,
+        component: component.into(),
+        message,
+    };
+    let mut problems = Vec::new();
+    if resolved.pipeline.retrieval.is_none() {
+        problems.push(blocking(
+            "retrieval",
+            "no default retrieval tool: every ready pipeline needs one".into(),
+        ));
+    }
+    for (stage, slug, wanted) in resolved.pipeline.tool_slots() {
+        match resolved.tools.get(slug) {
+            None => problems.push(blocking(
+                slug,
+                format!("`{stage}` names tool `{slug}`, which does not exist"),
+            )),
+            Some(tool) if tool.tool_type != wanted => problems.push(blocking(
+                slug,
+                format!(
+                    "`{stage}` needs a {} tool, but `{slug}` is a {} tool",
+                    wanted.as_str(),
+                    tool.tool_type.as_str()
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    problems
+}
+
+/// Everything that keeps a pipeline from running as configured, blocking problems first.
+pub fn check(library: &Library, resolved: &ResolvedPipeline) -> Vec<ReadinessProblem> {
+    let mut problems = structural_problems(resolved);
+    let known: Vec<String> = library
+        .collections()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    for name in &resolved.pipeline.collections {
+        if !known.contains(name) {
+            problems.push(ReadinessProblem {
+                severity: Severity::Blocking,
+                component: name.clone(),
+                message: format!("the pipeline searches collection `{name}`, which does not exist"),
+            });
+        }
+    }
+    let mut python_checked = false;
+    for (_, slug, _) in resolved.pipeline.tool_slots() {
+        let Some(tool) = resolved.tools.get(slug) else {
+            continue;
+        };
+        if tool.tool_type.is_code() {
+            if !python_checked {
+                python_checked = true;
+                if let Err(e) = library.executor().check() {
+                    problems.push(ReadinessProblem {
+                        severity: Severity::Blocking,
+                        component: "python".into(),
+                        message: e.to_string(),
+                    });
+                }
+            }
+            if tool.derived.is_none() {
+                problems.push(ReadinessProblem {
+                    severity: Severity::Blocking,
+                    component: slug.into(),
+                    message: format!(
+                        "tool `{slug}` has not been validated (it was saved without Python)"
+                    ),
+                });
+            }
+            if tool.uses_llm() && tool.model.is_none() {
+                problems.push(ReadinessProblem {
+                    severity: Severity::Blocking,
+                    component: slug.into(),
+                    message: format!("tool `{slug}` calls ctx.llm but no model is chosen"),
+                });
+            }
+            continue;
+        }
+        match tool.retrieval_settings() {
+            Err(e) => problems.push(ReadinessProblem {
+                severity: Severity::Blocking,
+                component: slug.into(),
+                message: e.to_string(),
+            }),
+            Ok(settings) => problems.extend(model_problems(library, slug, &settings)),
+        }
+    }
+    problems.sort_by_key(|p| p.severity != Severity::Blocking);
+    // One note per missing model, however many tools use it.
+    let mut seen = std::collections::HashSet::new();
+    problems.retain(|p| p.severity == Severity::Blocking || seen.insert(p.component.clone()));
+    problems
+}
+
+fn model_problems(
+    library: &Library,
+    slug: &str,
+    settings: &crate::RetrievalSettings,
+) -> Vec<ReadinessProblem> {
+    let mut problems = Vec::new();
+    if settings.mode.uses_vector() {
+        let models: Vec<String> = library
+            .collections()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|c| c.embedding_model)
+            .collect();
+        for model in models {
+            if let Err(e) = library.models().find(&model) {
+                problems.push(ReadinessProblem {
+                    severity: if settings.mode == crate::SearchMode::Vector {
+                        Severity::Blocking
+                    } else {
+                        Severity::Degraded
+                    },
+                    component: model.clone(),
+                    message: format!("`{slug}` searches vectors, but {e}"),
+                });
+            }
+        }
+    }
+    if let Some(rerank) = &settings.rerank {
+        if let Err(e) = library.models().find(&rerank.model) {
+            problems.push(ReadinessProblem {
+                severity: Severity::Degraded,
+                component: rerank.model.clone(),
+                message: format!("`{slug}` reranks with `{}`, which is not usable here ({e}); results are not reranked until it is installed", rerank.model),
+            });
+        }
+    }
+    problems.dedup_by(|a, b| a.component == b.component);
+    problems
+}

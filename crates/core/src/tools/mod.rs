@@ -1,0 +1,624 @@
+//! Tool definitions: the four types of the tool manual, stored in the library, validated and
+//! derived on save, exported and imported in a versioned JSON format.
+//!
+//! A retrieval tool is settings only ([`RetrievalSettings`]). Query, chunk and action tools are
+//! Python (`async def run(input, ctx)`): saving one asks a worker to parse it and derive its
+//! settings schema, action input and output schemas and evidence manifest (the `ctx`
+//! operations it uses); the host adds the source hash. The type is fixed at creation.
+//!
+//! The export format is `{"format": "quarry-tool", "version": 1, "tools": [...]}`, serialised
+//! deterministically (keys in a fixed order), so export → delete → import → export gives the
+//! same bytes. Import checks every tool before writing any, in one transaction.
+
+mod executor;
+pub mod schema;
+mod seeds;
+
+use std::path::Path;
+
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::retrieve::RetrievalSettings;
+use crate::store::{now_unix, Store};
+pub use executor::{python_command, CallError, CallOutcome, Executor, NetworkIsolation};
+pub use seeds::{install_seeds, SEEDED_TOOLS};
+
+/// The export format's name and the newest version this build reads and writes.
+pub const EXPORT_FORMAT: &str = "quarry-tool";
+/// See [`EXPORT_FORMAT`].
+pub const EXPORT_VERSION: u32 = 1;
+
+/// The governed operations a code tool may use through `ctx` (the evidence manifest's vocabulary).
+pub const CTX_OPERATIONS: &[&str] = &[
+    "search",
+    "search_documents",
+    "fetch_document_chunks",
+    "fetch_source_document",
+    "fetch_neighbors",
+    "http_get",
+    "llm",
+];
+
+/// Where a tool runs and what it produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolType {
+    /// Before retrieval: weighted query variants.
+    Query,
+    /// During retrieval: settings only.
+    Retrieval,
+    /// After retrieval: selects or reorders issued references.
+    Chunk,
+    /// Called by the orchestrator: a schema-validated direct-evidence result.
+    Action,
+}
+
+impl ToolType {
+    /// `query`, `retrieval`, `chunk` or `action`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolType::Query => "query",
+            ToolType::Retrieval => "retrieval",
+            ToolType::Chunk => "chunk",
+            ToolType::Action => "action",
+        }
+    }
+
+    /// Parses [`ToolType::as_str`]'s names.
+    pub fn parse(s: &str) -> Result<ToolType> {
+        match s {
+            "query" => Ok(ToolType::Query),
+            "retrieval" => Ok(ToolType::Retrieval),
+            "chunk" => Ok(ToolType::Chunk),
+            "action" => Ok(ToolType::Action),
+            _ => Err(Error::InvalidSetting {
+                field: "type".into(),
+                reason: format!("`{s}` is not one of query, retrieval, chunk, action"),
+            }),
+        }
+    }
+
+    /// Whether tools of this type are Python.
+    pub fn is_code(self) -> bool {
+        self != ToolType::Retrieval
+    }
+}
+
+/// A code tool's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock limit per call, ms.
+    pub timeout_ms: u64,
+    /// Address-space limit of the worker, MB.
+    pub memory_mb: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: 5000,
+            memory_mb: 256,
+        }
+    }
+}
+
+/// What saving a code tool derives from its source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Derived {
+    /// From `class Settings`.
+    pub settings_schema: Value,
+    /// From `class Inputs` (action tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    /// From `class Output` (action tools), or the type's fixed shape.
+    pub output_schema: Value,
+    /// `sha256:` of the source.
+    pub source_hash: String,
+    /// The `ctx` operations the code uses.
+    pub manifest: Vec<String>,
+}
+
+/// A tool as stored and exported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDefinition {
+    /// Unique id: lower-case letters, digits, `-`, `_`.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// What it does and when to use it.
+    #[serde(default)]
+    pub description: String,
+    /// Fixed at creation.
+    #[serde(rename = "type")]
+    pub tool_type: ToolType,
+    /// Retrieval settings, or the values of a code tool's `Settings`.
+    #[serde(default = "empty_object")]
+    pub settings: Value,
+    /// Code tools: time and memory limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// Code tools: origins `ctx.http_get` may reach (`https://host[:port]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<String>>,
+    /// Code tools that use `ctx.llm`: the model they call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Code tools: the Python source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Code tools: what saving derived from the source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived: Option<Derived>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+impl ToolDefinition {
+    /// The retrieval settings of a retrieval tool.
+    pub fn retrieval_settings(&self) -> Result<RetrievalSettings> {
+        serde_json::from_value(self.settings.clone()).map_err(|e| Error::InvalidTool {
+            tool: self.slug.clone(),
+            field: "settings".into(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// A code tool's settings with the defaults of its `Settings` model filled in.
+    pub fn effective_settings(&self) -> Value {
+        match &self.derived {
+            Some(d) => schema::with_defaults(&self.settings, &d.settings_schema),
+            None => self.settings.clone(),
+        }
+    }
+
+    /// Whether the code calls `ctx.llm`.
+    pub fn uses_llm(&self) -> bool {
+        self.derived
+            .as_ref()
+            .is_some_and(|d| d.manifest.iter().any(|m| m == "llm"))
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits.unwrap_or_default()
+    }
+}
+
+/// A tool in a listing.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSummary {
+    /// Slug.
+    pub slug: String,
+    /// Name.
+    pub name: String,
+    /// Type.
+    #[serde(rename = "type")]
+    pub tool_type: ToolType,
+    /// Description.
+    pub description: String,
+    /// Installed by a fresh library.
+    pub seeded: bool,
+    /// Unix seconds.
+    pub updated_at: i64,
+}
+
+/// The export file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFile {
+    /// Always [`EXPORT_FORMAT`].
+    pub format: String,
+    /// [`EXPORT_VERSION`] when written by this build.
+    pub version: u32,
+    /// The tools.
+    pub tools: Vec<ToolDefinition>,
+}
+
+fn invalid(tool: &str, field: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidTool {
+        tool: tool.into(),
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks a slug: 1–64 of `a-z 0-9 - _`, starting with a letter or digit.
+pub fn validate_slug(slug: &str) -> Result<()> {
+    let ok = !slug.is_empty()
+        && slug.len() <= 64
+        && slug.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && slug
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            slug,
+            "slug",
+            "must be 1 to 64 lower-case letters, digits, `-` or `_`",
+        ))
+    }
+}
+
+fn validate_origin(tool: &str, origin: &str) -> Result<()> {
+    let rest = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    let ok = rest.is_some_and(|r| {
+        !r.is_empty() && !r.contains(['/', '?', '#', '@', ' ']) && !r.ends_with(':')
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            tool,
+            "egress",
+            format!(
+                "`{origin}` is not an origin like `https://example.com` or `http://127.0.0.1:8080`"
+            ),
+        ))
+    }
+}
+
+/// Validates a definition and derives what its source implies. The result is what gets stored.
+pub fn prepare(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDefinition> {
+    validate_slug(&tool.slug)?;
+    let slug = tool.slug.clone();
+    if tool.name.trim().is_empty() || tool.name.chars().count() > 120 {
+        return Err(invalid(&slug, "name", "must be 1 to 120 characters"));
+    }
+    if tool.description.chars().count() > 2000 {
+        return Err(invalid(
+            &slug,
+            "description",
+            "must be at most 2000 characters",
+        ));
+    }
+    if !tool.settings.is_object() {
+        return Err(invalid(&slug, "settings", "must be a JSON object"));
+    }
+    if !tool.tool_type.is_code() {
+        for (field, present) in [
+            ("source", tool.source.is_some()),
+            ("limits", tool.limits.is_some()),
+            ("egress", tool.egress.is_some()),
+            ("model", tool.model.is_some()),
+            ("derived", tool.derived.is_some()),
+        ] {
+            if present {
+                return Err(invalid(
+                    &slug,
+                    field,
+                    "does not apply: a retrieval tool is settings only",
+                ));
+            }
+        }
+        let settings = tool.retrieval_settings()?;
+        settings
+            .validate()
+            .map_err(|e| invalid(&slug, "settings", e.to_string()))?;
+        // Stored in full, so every field is visible and export is canonical.
+        // Through text, so f32 fields keep their short form (0.3, not 0.30000001192092896).
+        tool.settings =
+            serde_json::from_str(&serde_json::to_string(&settings).expect("serializes"))
+                .expect("round-trips");
+        return Ok(tool);
+    }
+    let source = tool
+        .source
+        .clone()
+        .ok_or_else(|| invalid(&slug, "source", "is required for a code tool"))?;
+    if source.len() > 256 * 1024 {
+        return Err(invalid(&slug, "source", "is larger than 256 KiB"));
+    }
+    let limits = tool.limits.unwrap_or_default();
+    if !(10..=600_000).contains(&limits.timeout_ms) {
+        return Err(invalid(&slug, "limits.timeout_ms", "must be 10 to 600000"));
+    }
+    if !(64..=16_384).contains(&limits.memory_mb) {
+        return Err(invalid(&slug, "limits.memory_mb", "must be 64 to 16384"));
+    }
+    tool.limits = Some(limits);
+    let egress = tool.egress.clone().unwrap_or_default();
+    for origin in &egress {
+        validate_origin(&slug, origin)?;
+    }
+    tool.egress = Some(egress);
+
+    let analysis = executor
+        .analyze(&source, tool.tool_type.as_str())?
+        .map_err(|(message, line, column)| Error::ToolSource {
+            tool: slug.clone(),
+            line,
+            column,
+            message,
+        })?;
+    let manifest: Vec<String> = serde_json::from_value(analysis["manifest"].clone())
+        .map_err(|e| Error::Internal(format!("worker manifest: {e}")))?;
+    let output_schema = match tool.tool_type {
+        ToolType::Query => schema::query_output_schema(),
+        ToolType::Chunk => schema::chunk_output_schema(),
+        _ => analysis["output_schema"].clone(),
+    };
+    let input_schema = match tool.tool_type {
+        ToolType::Action => Some(analysis["input_schema"].clone()),
+        _ => None,
+    };
+    let derived = Derived {
+        settings_schema: analysis["settings_schema"].clone(),
+        input_schema,
+        output_schema,
+        source_hash: format!("sha256:{:x}", Sha256::digest(source.as_bytes())),
+        manifest,
+    };
+    schema::validate(&tool.settings, &derived.settings_schema)
+        .map_err(|e| invalid(&slug, "settings", e))?;
+    tool.derived = Some(derived);
+    if tool.model.is_some() && !tool.uses_llm() {
+        return Err(invalid(
+            &slug,
+            "model",
+            "can be chosen only when the code uses ctx.llm",
+        ));
+    }
+    Ok(tool)
+}
+
+/// The tools, optionally of one type and matching a search (slug, name or description).
+pub fn list(
+    store: &Store,
+    tool_type: Option<ToolType>,
+    search: Option<&str>,
+) -> Result<Vec<ToolSummary>> {
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT definition, seeded, updated_at FROM tools ORDER BY tool_type, slug")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, bool>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    let needle = search.map(str::to_lowercase);
+    let mut out = Vec::new();
+    for row in rows {
+        let (definition, seeded, updated_at) = row?;
+        let tool: ToolDefinition = parse_stored(&definition)?;
+        if tool_type.is_some_and(|t| t != tool.tool_type) {
+            continue;
+        }
+        if let Some(needle) = &needle {
+            let haystack =
+                format!("{} {} {}", tool.slug, tool.name, tool.description).to_lowercase();
+            if !haystack.contains(needle.as_str()) {
+                continue;
+            }
+        }
+        out.push(ToolSummary {
+            slug: tool.slug,
+            name: tool.name,
+            tool_type: tool.tool_type,
+            description: tool.description,
+            seeded,
+            updated_at,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_stored(definition: &str) -> Result<ToolDefinition> {
+    serde_json::from_str(definition)
+        .map_err(|e| Error::Internal(format!("stored tool definition is unreadable: {e}")))
+}
+
+/// One tool.
+pub fn get(store: &Store, slug: &str) -> Result<ToolDefinition> {
+    let definition: Option<String> = store
+        .conn()
+        .query_row(
+            "SELECT definition FROM tools WHERE slug = ?1",
+            [slug],
+            |r| r.get(0),
+        )
+        .optional()?;
+    parse_stored(&definition.ok_or_else(|| Error::ToolNotFound(slug.into()))?)
+}
+
+fn canonical(tool: &ToolDefinition) -> String {
+    serde_json::to_string(tool).expect("tool serializes")
+}
+
+fn insert(conn: &rusqlite::Connection, tool: &ToolDefinition, seeded: bool) -> Result<()> {
+    let now = now_unix();
+    let inserted = conn.execute(
+        "INSERT INTO tools(slug, tool_type, definition, seeded, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(slug) DO NOTHING",
+        params![
+            tool.slug,
+            tool.tool_type.as_str(),
+            canonical(tool),
+            seeded,
+            now
+        ],
+    )?;
+    if inserted == 0 {
+        return Err(Error::ToolExists(tool.slug.clone()));
+    }
+    Ok(())
+}
+
+/// Creates a tool (validated and derived first).
+pub fn create(store: &Store, executor: &Executor, tool: ToolDefinition) -> Result<ToolDefinition> {
+    let tool = prepare(tool, executor)?;
+    insert(store.conn(), &tool, false)?;
+    Ok(tool)
+}
+
+/// Replaces a tool's definition. Its type cannot change. Saved pipeline versions keep the
+/// definition they were saved with.
+pub fn update(
+    store: &Store,
+    executor: &Executor,
+    slug: &str,
+    tool: ToolDefinition,
+) -> Result<ToolDefinition> {
+    let current = get(store, slug)?;
+    if tool.slug != slug {
+        return Err(invalid(
+            slug,
+            "slug",
+            "cannot change; duplicate the tool to get a new slug",
+        ));
+    }
+    if tool.tool_type != current.tool_type {
+        return Err(invalid(
+            slug,
+            "type",
+            format!(
+                "is fixed after creation (it is `{}`); duplicate or create a tool to get a `{}` tool",
+                current.tool_type.as_str(),
+                tool.tool_type.as_str()
+            ),
+        ));
+    }
+    let tool = prepare(tool, executor)?;
+    store.conn().execute(
+        "UPDATE tools SET definition = ?2, updated_at = ?3 WHERE slug = ?1",
+        params![slug, canonical(&tool), now_unix()],
+    )?;
+    Ok(tool)
+}
+
+/// Copies a tool under a new slug (and name).
+pub fn duplicate(
+    store: &Store,
+    executor: &Executor,
+    slug: &str,
+    new_slug: &str,
+    new_name: Option<&str>,
+) -> Result<ToolDefinition> {
+    let mut tool = get(store, slug)?;
+    tool.slug = new_slug.into();
+    tool.name = new_name.map_or_else(|| format!("{} (copy)", tool.name), String::from);
+    create(store, executor, tool)
+}
+
+/// Deletes a tool that no pipeline uses.
+pub fn delete(store: &Store, slug: &str) -> Result<()> {
+    get(store, slug)?;
+    let users = crate::pipeline::pipelines_using(store, slug)?;
+    if !users.is_empty() {
+        return Err(Error::ToolInUse {
+            tool: slug.into(),
+            pipelines: users,
+        });
+    }
+    store
+        .conn()
+        .execute("DELETE FROM tools WHERE slug = ?1", [slug])?;
+    Ok(())
+}
+
+/// The export file for some tools (pretty, deterministic, ending in a newline).
+pub fn export(store: &Store, slugs: &[String]) -> Result<String> {
+    let tools = slugs
+        .iter()
+        .map(|s| get(store, s))
+        .collect::<Result<Vec<_>>>()?;
+    let file = ToolFile {
+        format: EXPORT_FORMAT.into(),
+        version: EXPORT_VERSION,
+        tools,
+    };
+    Ok(serde_json::to_string_pretty(&file).expect("serializes") + "\n")
+}
+
+/// Imports an export file: every tool is checked before any is written, and all are written
+/// in one transaction. An existing slug is refused unless `replace` (which keeps types fixed).
+pub fn import(
+    store: &Store,
+    executor: &Executor,
+    bytes: &[u8],
+    path: &Path,
+    replace: bool,
+) -> Result<Vec<ToolDefinition>> {
+    let bad = |reason: String| Error::InvalidToolFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let raw: Value = serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
+    if raw.get("format").and_then(Value::as_str) != Some(EXPORT_FORMAT) {
+        return Err(bad(format!(
+            "not a Quarry tool export (`format` must be \"{EXPORT_FORMAT}\")"
+        )));
+    }
+    match raw.get("version").and_then(Value::as_u64) {
+        Some(v) if v == EXPORT_VERSION as u64 => {}
+        Some(v) if v > EXPORT_VERSION as u64 => {
+            return Err(bad(format!(
+                "format version {v} was written by a newer Quarry; this one reads version {EXPORT_VERSION}"
+            )))
+        }
+        other => return Err(bad(format!("unsupported format version {other:?}"))),
+    }
+    let file: ToolFile = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
+    if file.tools.is_empty() {
+        return Err(bad("it holds no tools".into()));
+    }
+    let mut prepared = Vec::new();
+    for (i, tool) in file.tools.into_iter().enumerate() {
+        if prepared
+            .iter()
+            .any(|t: &ToolDefinition| t.slug == tool.slug)
+        {
+            return Err(bad(format!("tools[{i}]: `{}` appears twice", tool.slug)));
+        }
+        let tool = prepare(tool, executor).map_err(|e| bad(format!("tools[{i}]: {e}")))?;
+        prepared.push(tool);
+    }
+    let tx = store.conn().unchecked_transaction()?;
+    for tool in &prepared {
+        let existing: Option<String> = tx
+            .query_row(
+                "SELECT tool_type FROM tools WHERE slug = ?1",
+                [&tool.slug],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match existing {
+            None => insert(&tx, tool, false)?,
+            Some(_) if !replace => {
+                return Err(bad(format!(
+                    "tool `{}` already exists (import with --replace to overwrite it)",
+                    tool.slug
+                )))
+            }
+            Some(t) if t != tool.tool_type.as_str() => {
+                return Err(invalid(
+                    &tool.slug,
+                    "type",
+                    format!("is fixed after creation (the existing tool is `{t}`)"),
+                ))
+            }
+            Some(_) => {
+                tx.execute(
+                    "UPDATE tools SET definition = ?2, updated_at = ?3 WHERE slug = ?1",
+                    params![tool.slug, canonical(tool), now_unix()],
+                )?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(prepared)
+}

@@ -1,0 +1,254 @@
+//! The JSON Schema subset that tool shapes use, checked with messages that name the field.
+//!
+//! Schemas come from two places only: the fixed shapes of query and chunk tools below, and the
+//! ones the worker derives from a tool's `Settings`, `Inputs` and `Output` models (see
+//! `worker.py`). Both use the same small subset (type, properties, required,
+//! additionalProperties, items, anyOf, enum, numeric bounds, lengths, counts), so a focused
+//! validator gives better messages than a general one.
+
+use serde_json::{json, Map, Value};
+
+/// What a query tool returns.
+pub fn query_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "kind": {"enum": ["query_variants"]},
+            "queries": {"type": "array", "items": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "maxLength": 2000},
+                    "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 100}
+                },
+                "required": ["query", "weight"],
+                "additionalProperties": false
+            }}
+        },
+        "required": ["kind", "queries"],
+        "additionalProperties": false
+    })
+}
+
+/// What a chunk tool returns: references only, so it cannot introduce content.
+pub fn chunk_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "chunks": {"type": "array", "items": {
+                "type": "object",
+                "properties": {"evidence_ref": {"type": "string", "minLength": 1}},
+                "required": ["evidence_ref"],
+                "additionalProperties": false
+            }}
+        },
+        "required": ["chunks"],
+        "additionalProperties": false
+    })
+}
+
+/// Checks `value` against `schema`; the error names the path (`queries[0].weight`).
+pub fn validate(value: &Value, schema: &Value) -> Result<(), String> {
+    check(value, schema, "")
+}
+
+fn at(path: &str) -> String {
+    if path.is_empty() {
+        "the value".into()
+    } else {
+        format!("`{path}`")
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn check(value: &Value, schema: &Value, path: &str) -> Result<(), String> {
+    let Some(schema) = schema.as_object() else {
+        return Ok(());
+    };
+    if let Some(options) = schema.get("anyOf").and_then(Value::as_array) {
+        let mut first_error = None;
+        for option in options {
+            match check(value, option, path) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        return Err(first_error.unwrap_or_else(|| format!("{} matches no allowed shape", at(path))));
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
+        if !allowed.contains(value) {
+            return Err(format!(
+                "{} must be one of {}",
+                at(path),
+                Value::Array(allowed.clone())
+            ));
+        }
+    }
+    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+        let actual = type_name(value);
+        let fits = actual == expected || (expected == "number" && actual == "integer");
+        if !fits {
+            return Err(format!("{} must be {expected}, not {actual}", at(path)));
+        }
+    }
+    match value {
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+            if let Some(min) = bound("minimum").filter(|m| x < *m) {
+                return Err(format!("{} must be at least {min}", at(path)));
+            }
+            if let Some(max) = bound("maximum").filter(|m| x > *m) {
+                return Err(format!("{} must be at most {max}", at(path)));
+            }
+            if let Some(min) = bound("exclusiveMinimum").filter(|m| x <= *m) {
+                return Err(format!("{} must be more than {min}", at(path)));
+            }
+            if let Some(max) = bound("exclusiveMaximum").filter(|m| x >= *m) {
+                return Err(format!("{} must be less than {max}", at(path)));
+            }
+        }
+        Value::String(s) => {
+            let chars = s.chars().count() as u64;
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
+                if chars < min {
+                    return Err(format!("{} must have at least {min} characters", at(path)));
+                }
+            }
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
+                if chars > max {
+                    return Err(format!("{} must have at most {max} characters", at(path)));
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
+                if (items.len() as u64) < min {
+                    return Err(format!("{} must have at least {min} items", at(path)));
+                }
+            }
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
+                if items.len() as u64 > max {
+                    return Err(format!("{} must have at most {max} items", at(path)));
+                }
+            }
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check(item, item_schema, &format!("{path}[{i}]"))?;
+                }
+            }
+        }
+        Value::Object(map) => check_object(map, schema, path)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_object(
+    map: &Map<String, Value>,
+    schema: &Map<String, Value>,
+    path: &str,
+) -> Result<(), String> {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for required in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !map.contains_key(required) {
+            return Err(format!("`{}` is required", join(required)));
+        }
+    }
+    for (key, item) in map {
+        match properties.and_then(|p| p.get(key)) {
+            Some(property) => check(item, property, &join(key))?,
+            None => match schema.get("additionalProperties") {
+                Some(Value::Bool(false)) => {
+                    let known: Vec<&String> =
+                        properties.map(|p| p.keys().collect()).unwrap_or_default();
+                    return Err(format!(
+                        "`{}` is not allowed here (allowed: {})",
+                        join(key),
+                        known
+                            .iter()
+                            .map(|k| k.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+                Some(extra @ Value::Object(_)) => check(item, extra, &join(key))?,
+                _ => {}
+            },
+        }
+    }
+    Ok(())
+}
+
+/// `values` with every missing top-level property filled from the schema's defaults.
+pub fn with_defaults(values: &Value, schema: &Value) -> Value {
+    let mut out = values.as_object().cloned().unwrap_or_default();
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        for (key, property) in properties {
+            if let (false, Some(default)) = (out.contains_key(key), property.get("default")) {
+                out.insert(key.clone(), default.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_path() {
+        let out = json!({"kind": "query_variants", "queries": [{"query": "a", "weight": 0}]});
+        let err = validate(&out, &query_output_schema()).unwrap_err();
+        assert!(
+            err.contains("`queries[0].weight` must be more than 0"),
+            "{err}"
+        );
+        let out = json!({"chunks": [{"evidence_ref": "x", "text": "made up"}]});
+        let err = validate(&out, &chunk_output_schema()).unwrap_err();
+        assert!(err.contains("`chunks[0].text` is not allowed"), "{err}");
+        let err = validate(&json!({}), &chunk_output_schema()).unwrap_err();
+        assert_eq!(err, "`chunks` is required");
+    }
+
+    #[test]
+    fn any_of_and_defaults() {
+        let schema = json!({"type": "object", "properties": {
+            "cursor": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null},
+            "n": {"type": "integer", "minimum": 1, "default": 8}
+        }, "additionalProperties": false});
+        assert!(validate(&json!({"cursor": null}), &schema).is_ok());
+        assert!(validate(&json!({"cursor": 3}), &schema).is_err());
+        assert!(validate(&json!({"n": 1.5}), &schema).is_err());
+        assert_eq!(
+            with_defaults(&json!({"n": 2}), &schema),
+            json!({"cursor": null, "n": 2})
+        );
+    }
+}

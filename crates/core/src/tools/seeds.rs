@@ -1,0 +1,110 @@
+//! The 12 tool definitions every fresh library starts with (`seeds/tools/` in the repository),
+//! and the default pipeline that uses them.
+
+use super::{insert, prepare, Executor, ToolDefinition};
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+macro_rules! seed {
+    ($slug:literal) => {
+        (
+            $slug,
+            include_str!(concat!("../../../../seeds/tools/", $slug, ".json")),
+            None,
+        )
+    };
+    ($slug:literal, code) => {
+        (
+            $slug,
+            include_str!(concat!("../../../../seeds/tools/", $slug, ".json")),
+            Some(include_str!(concat!(
+                "../../../../seeds/tools/",
+                $slug,
+                ".py"
+            ))),
+        )
+    };
+}
+
+/// Slug, definition JSON and Python source of each seeded tool, in the manual's order.
+const SEEDS: &[(&str, &str, Option<&str>)] = &[
+    seed!("expand_multi_query", code),
+    seed!("retrieve-lexical-focused"),
+    seed!("retrieve-hybrid-coverage"),
+    seed!("retrieve-high-recall"),
+    seed!("llm_select_and_expand", code),
+    seed!("iterative-context-chunk", code),
+    seed!("noop_chunk", code),
+    seed!("context_expansion", code),
+    seed!("search_documents", code),
+    seed!("fetch_source_document", code),
+    seed!("fetch_document_chunks", code),
+    seed!("fetch_neighbors", code),
+];
+
+/// The seeded tools' slugs.
+pub const SEEDED_TOOLS: &[&str] = &[
+    "expand_multi_query",
+    "retrieve-lexical-focused",
+    "retrieve-hybrid-coverage",
+    "retrieve-high-recall",
+    "llm_select_and_expand",
+    "iterative-context-chunk",
+    "noop_chunk",
+    "context_expansion",
+    "search_documents",
+    "fetch_source_document",
+    "fetch_document_chunks",
+    "fetch_neighbors",
+];
+
+/// The seeded tool definitions, derived with `executor` where Python is available (without
+/// Python the code tools are stored underived and reported as not ready).
+pub(crate) fn seeded_definitions(executor: &Executor) -> Result<Vec<ToolDefinition>> {
+    SEEDS
+        .iter()
+        .map(|(slug, json, source)| {
+            let mut tool: ToolDefinition = serde_json::from_str(json)
+                .map_err(|e| Error::Internal(format!("seed `{slug}` is unreadable: {e}")))?;
+            tool.source = source.map(String::from);
+            match prepare(tool.clone(), executor) {
+                Ok(tool) => Ok(tool),
+                Err(Error::PythonUnavailable { reason }) => {
+                    tracing::warn!(tool = slug, %reason, "seeded without its derived shapes");
+                    tool.limits = Some(tool.limits.unwrap_or_default());
+                    tool.egress = Some(tool.egress.unwrap_or_default());
+                    Ok(tool)
+                }
+                Err(e) => Err(Error::Internal(format!("seed `{slug}` is invalid: {e}"))),
+            }
+        })
+        .collect()
+}
+
+/// Installs the seeded tools and the default pipeline into a library that has never had them.
+pub fn install_seeds(store: &Store, executor: &Executor) -> Result<()> {
+    if store.meta("seeded")?.is_some() {
+        return Ok(());
+    }
+    let tools = seeded_definitions(executor)?;
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
+    // Another process may have seeded while we derived.
+    let seeded: bool = tx.query_row(
+        "SELECT EXISTS(SELECT 1 FROM meta WHERE key = 'seeded')",
+        [],
+        |r| r.get(0),
+    )?;
+    if seeded {
+        return Ok(());
+    }
+    for tool in &tools {
+        insert(&tx, tool, true)?;
+    }
+    crate::pipeline::install_default_pipeline(&tx, &tools)?;
+    tx.execute("INSERT INTO meta(key, value) VALUES ('seeded', '1')", [])?;
+    tx.commit()?;
+    Ok(())
+}

@@ -1,0 +1,535 @@
+"""Quarry's code-tool worker: runs `async def run(input, ctx)` tools for the host, one call at a time.
+
+The host (crates/core/src/tools/executor.rs) starts this script with `python3 -I -S` and talks
+to it in JSON lines: requests on stdin, replies on the duplicated stdout. A tool's `print` goes
+to a per-call buffer, never to the protocol stream.
+
+Containment, in layers: the host runs the worker in a fresh network namespace where the OS
+allows it and kills it on timeout; this script sets an address-space limit and installs an audit
+hook (PEP 578) that refuses sockets, processes, ctypes, file writes, reads outside the Python
+installation and changes to its own limits. Every `ctx` operation is a request to the host,
+which checks it against the tool's evidence manifest and the caller's authorization.
+"""
+
+import ast
+import asyncio
+import io
+import json
+import os
+import resource
+import sys
+import traceback
+import types
+
+# Modules tools commonly use, loaded before the hook so they need no further file access.
+import collections  # noqa: F401
+import datetime  # noqa: F401
+import functools  # noqa: F401
+import hashlib  # noqa: F401
+import itertools  # noqa: F401
+import math  # noqa: F401
+import random  # noqa: F401
+import re  # noqa: F401
+import statistics  # noqa: F401
+import string  # noqa: F401
+import textwrap  # noqa: F401
+import typing  # noqa: F401
+import unicodedata  # noqa: F401
+
+KNOWN_CTX_OPERATIONS = {
+    "search",
+    "search_documents",
+    "fetch_document_chunks",
+    "fetch_source_document",
+    "fetch_neighbors",
+    "http_get",
+    "llm",
+}
+LOCAL_CTX_ATTRIBUTES = {"settings", "log"}
+MAX_LOG_CHARS = 16_000
+
+
+class SandboxViolation(PermissionError):
+    """Raised by the audit hook when a tool tries something the sandbox refuses."""
+
+
+class CtxError(RuntimeError):
+    """A ctx operation the host refused or could not perform."""
+
+
+# ---------------------------------------------------------------- the `quarry` module for tools
+
+_REQUIRED = ...
+
+
+class Field:
+    """A model field's default and constraints: `Field(30, ge=1, description="...")`."""
+
+    def __init__(self, default=_REQUIRED, **constraints):
+        self.default = default
+        self.constraints = constraints
+
+
+class BaseModel:
+    """Declares a shape (Settings, Inputs, Output). The host validates data against the JSON
+    schema derived from it; at run time it only builds plain objects."""
+
+    def __init__(self, **values):
+        for name in getattr(type(self), "__annotations__", {}):
+            if name in values:
+                value = values.pop(name)
+            else:
+                default = getattr(type(self), name, _REQUIRED)
+                if isinstance(default, Field):
+                    default = default.default
+                if default is _REQUIRED:
+                    raise TypeError(f"{type(self).__name__}.{name} is required")
+                value = default
+            setattr(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(values)[0]!r}")
+
+    def model_dump(self):
+        return {name: _plain(getattr(self, name)) for name in type(self).__annotations__}
+
+    dict = model_dump
+
+
+def _plain(value):
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+quarry_module = types.ModuleType("quarry")
+quarry_module.BaseModel = BaseModel
+quarry_module.Field = Field
+quarry_module.CtxError = CtxError
+quarry_module.SandboxViolation = SandboxViolation
+sys.modules["quarry"] = quarry_module
+
+# ---------------------------------------------------------------- static analysis (on save)
+
+
+class ShapeError(Exception):
+    def __init__(self, message, node=None, line=None, column=None):
+        super().__init__(message)
+        self.line = line if line is not None else getattr(node, "lineno", 1)
+        self.column = column if column is not None else getattr(node, "col_offset", 0) + 1
+
+
+SCALARS = {
+    "str": {"type": "string"},
+    "int": {"type": "integer"},
+    "float": {"type": "number"},
+    "bool": {"type": "boolean"},
+    "dict": {"type": "object"},
+    "list": {"type": "array"},
+    "Any": {},
+}
+CONSTRAINT_KEYWORDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+    "min_length": "minLength",
+    "max_length": "maxLength",
+    "min_items": "minItems",
+    "max_items": "maxItems",
+}
+
+
+def _annotation_schema(node, models):
+    if isinstance(node, ast.Constant) and node.value is None:
+        return {"type": "null"}
+    if isinstance(node, ast.Name):
+        if node.id in SCALARS:
+            return dict(SCALARS[node.id])
+        if node.id in models:
+            return _model_schema(models[node.id], models)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        if node.value.id == "typing" and node.attr in SCALARS:
+            return dict(SCALARS[node.attr])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return {"anyOf": [_annotation_schema(node.left, models), _annotation_schema(node.right, models)]}
+    if isinstance(node, ast.Subscript):
+        outer = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "attr", None)
+        inner = node.slice
+        if outer in ("list", "List"):
+            return {"type": "array", "items": _annotation_schema(inner, models)}
+        if outer == "Optional":
+            return {"anyOf": [_annotation_schema(inner, models), {"type": "null"}]}
+        if outer in ("dict", "Dict") and isinstance(inner, ast.Tuple) and len(inner.elts) == 2:
+            return {"type": "object", "additionalProperties": _annotation_schema(inner.elts[1], models)}
+        if outer == "Literal":
+            values = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+            try:
+                return {"enum": [ast.literal_eval(v) for v in values]}
+            except ValueError:
+                pass
+    raise ShapeError(f"unsupported field type `{ast.unparse(node)}`", node)
+
+
+def _model_schema(cls, models):
+    properties, required = {}, []
+    for statement in cls.body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # docstring
+        if isinstance(statement, ast.Pass):
+            continue
+        if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
+            raise ShapeError(
+                f"{cls.name} may only declare fields (`name: type = default`)", statement
+            )
+        name = statement.target.id
+        schema = _annotation_schema(statement.annotation, models)
+        value = statement.value
+        default, has_default = None, False
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Field":
+            if value.args:
+                first = value.args[0]
+                if not (isinstance(first, ast.Constant) and first.value is Ellipsis):
+                    default, has_default = _literal(first), True
+            for keyword in value.keywords:
+                if keyword.arg == "default":
+                    default, has_default = _literal(keyword.value), True
+                elif keyword.arg == "description":
+                    schema["description"] = _literal(keyword.value)
+                elif keyword.arg in CONSTRAINT_KEYWORDS:
+                    schema[CONSTRAINT_KEYWORDS[keyword.arg]] = _literal(keyword.value)
+                else:
+                    raise ShapeError(f"Field() does not take `{keyword.arg}`", keyword.value)
+        elif value is not None:
+            default, has_default = _literal(value), True
+        if schema.get("type") == "array":
+            for short, long in (("minLength", "minItems"), ("maxLength", "maxItems")):
+                if short in schema:
+                    schema[long] = schema.pop(short)
+        if has_default:
+            schema["default"] = default
+        else:
+            required.append(name)
+        properties[name] = schema
+    schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _literal(node):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ShapeError("defaults and constraints must be literal values", node) from None
+
+
+def analyze(source, tool_type):
+    try:
+        tree = ast.parse(source, filename="<tool>")
+    except SyntaxError as error:
+        raise ShapeError(f"syntax error: {error.msg}", line=error.lineno or 1, column=error.offset or 1)
+    models = {}
+    run = None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bases = [getattr(b, "id", getattr(b, "attr", None)) for b in node.bases]
+            if "BaseModel" in bases:
+                models[node.name] = node
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "run":
+            run = node
+        if isinstance(node, ast.FunctionDef) and node.name == "run":
+            raise ShapeError("`run` must be `async def run(input, ctx)`", node)
+    if run is None:
+        raise ShapeError("the tool defines no `async def run(input, ctx)`", line=1, column=1)
+    params = [a.arg for a in run.args.posonlyargs + run.args.args]
+    if len(params) != 2 or run.args.vararg or run.args.kwonlyargs:
+        raise ShapeError("`run` must take exactly two parameters: (input, ctx)", run)
+    ctx_name = params[1]
+
+    for name in ("Settings", "Inputs", "Output"):
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name and name not in models:
+                raise ShapeError(f"{name} must subclass BaseModel (from quarry import BaseModel)", node)
+    if tool_type == "action":
+        for name in ("Inputs", "Output"):
+            if name not in models:
+                raise ShapeError(f"an action tool must declare `class {name}(BaseModel)`", line=1, column=1)
+    else:
+        for name in ("Inputs", "Output"):
+            if name in models:
+                raise ShapeError(
+                    f"`{name}` is only for action tools; a {tool_type} tool's shapes are fixed",
+                    models[name],
+                )
+
+    settings_schema = (
+        _model_schema(models["Settings"], models)
+        if "Settings" in models
+        else {"type": "object", "properties": {}, "additionalProperties": False}
+    )
+    for field, schema in settings_schema["properties"].items():
+        if "default" not in schema:
+            raise ShapeError(f"Settings.{field} needs a default value", models["Settings"])
+
+    manifest = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in (ctx_name, "ctx") and node.attr not in LOCAL_CTX_ATTRIBUTES:
+                if node.attr not in KNOWN_CTX_OPERATIONS:
+                    raise ShapeError(
+                        f"unknown ctx operation `ctx.{node.attr}` (known: "
+                        + ", ".join(sorted(KNOWN_CTX_OPERATIONS))
+                        + ")",
+                        node,
+                    )
+                manifest.add(node.attr)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "setattr"):
+            if node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == ctx_name:
+                raise ShapeError("use ctx operations by name (`ctx.search(...)`), not getattr", node)
+    return {
+        "settings_schema": settings_schema,
+        "input_schema": _model_schema(models["Inputs"], models) if tool_type == "action" else None,
+        "output_schema": _model_schema(models["Output"], models) if tool_type == "action" else None,
+        "manifest": sorted(manifest),
+    }
+
+
+# ---------------------------------------------------------------- the sandbox
+
+
+def _allowed_read_roots():
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots.update(p for p in sys.path if p and os.path.isabs(p))
+    return tuple(sorted({os.path.realpath(r).rstrip("/") + "/" for r in roots if r}))
+
+
+REFUSED_PREFIXES = (
+    "socket.",
+    "subprocess.",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "os.kill",
+    "os.killpg",
+    "os.remove",
+    "os.unlink",
+    "os.rename",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.chown",
+    "os.chflags",
+    "os.link",
+    "os.symlink",
+    "os.truncate",
+    "os.utime",
+    "os.putenv",
+    "os.unsetenv",
+    "os.chdir",
+    "os.chroot",
+    "shutil.",
+    "ctypes.",
+    "resource.setrlimit",
+    "resource.prlimit",
+    "sys._getframe",
+    "sys._current_frames",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "webbrowser.",
+    "pty.",
+)
+WHAT_IS_REFUSED = {
+    "socket.": "network access",
+    "subprocess.": "starting a process",
+    "os.system": "starting a process",
+    "os.exec": "starting a process",
+    "os.posix_spawn": "starting a process",
+    "os.spawn": "starting a process",
+    "os.fork": "starting a process",
+    "ctypes.": "ctypes",
+    "resource.": "changing the sandbox limits",
+}
+REFUSED_IMPORTS = {"ctypes", "_ctypes", "_posixsubprocess", "multiprocessing", "_multiprocessing"}
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _refuse(what):
+    raise SandboxViolation(f"sandbox: {what} is not allowed in a tool")
+
+
+def install_audit_hook():
+    read_roots = _allowed_read_roots()
+
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & WRITE_FLAGS
+            )
+            if writing:
+                _refuse(f"writing a file ({path!r})")
+            if isinstance(path, (str, bytes)):
+                real = os.path.realpath(os.fsdecode(path))
+                if not (real + "/").startswith(read_roots):
+                    _refuse(f"reading {os.fsdecode(path)!r}")
+            return
+        if event in ("os.listdir", "os.scandir"):
+            path = args[0] if args else "."
+            if isinstance(path, (str, bytes)):
+                real = os.path.realpath(os.fsdecode(path))
+                if not (real + "/").startswith(read_roots):
+                    _refuse(f"listing {os.fsdecode(path)!r}")
+            return
+        if event == "import" and args and args[0] in REFUSED_IMPORTS:
+            _refuse(f"importing {args[0]}")
+        if event.startswith(REFUSED_PREFIXES):
+            what = next((w for p, w in WHAT_IS_REFUSED.items() if event.startswith(p)), event)
+            _refuse(what)
+
+    sys.addaudithook(hook)
+
+
+# ---------------------------------------------------------------- running a call
+
+
+class Ctx:
+    """What a tool sees as `ctx`: settings and log locally, every other operation a request
+    to the host."""
+
+    def __init__(self, settings, channel, logs):
+        self.settings = settings
+        self._channel = channel
+        self._logs = logs
+
+    def log(self, *parts):
+        self._logs.append(" ".join(str(p) for p in parts)[:1000])
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        channel = self._channel
+
+        async def operation(*args, **kwargs):
+            return channel.ctx(name, _plain(list(args)), _plain(kwargs))
+
+        return operation
+
+
+class Channel:
+    def __init__(self, reader, writer):
+        self.reader = reader
+        self.writer = writer
+
+    def send(self, message):
+        self.writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        self.writer.flush()
+
+    def receive(self):
+        line = self.reader.readline()
+        if not line:
+            os._exit(0)  # the host went away
+        return json.loads(line)
+
+    def ctx(self, name, args, kwargs):
+        self.send({"op": "ctx", "name": name, "args": args, "kwargs": kwargs})
+        reply = self.receive()
+        if reply.get("op") != "ctx_result":
+            raise CtxError(f"protocol error: expected ctx_result, got {reply.get('op')!r}")
+        if not reply.get("ok"):
+            raise CtxError(reply.get("error", "ctx operation failed"))
+        return reply.get("value")
+
+
+def _tool_line(tb):
+    line = None
+    for frame, lineno in traceback.walk_tb(tb):
+        if frame.f_code.co_filename == "<tool>":
+            line = lineno
+    return line
+
+
+def run_call(message, channel, loop, compiled):
+    source_hash = message["source_hash"]
+    code = compiled.get(source_hash)
+    if code is None:
+        code = compile(message["source"], "<tool>", "exec")
+        compiled[source_hash] = code
+    module = types.ModuleType("tool")
+    logs = []
+    printed = io.StringIO()
+    sys.stdout = printed
+    try:
+        exec(code, module.__dict__)
+        ctx = Ctx(message.get("settings") or {}, channel, logs)
+        output = loop.run_until_complete(module.run(message.get("input"), ctx))
+        return {"op": "result", "ok": True, "output": _plain(output)}
+    except MemoryError:
+        return {"op": "result", "ok": False, "fatal": True, "error": {"kind": "memory", "message": "the tool ran out of its memory limit"}}
+    except SandboxViolation as error:
+        return {"op": "result", "ok": False, "error": {"kind": "sandbox", "message": str(error), "line": _tool_line(error.__traceback__)}}
+    except CtxError as error:
+        return {"op": "result", "ok": False, "error": {"kind": "ctx", "message": str(error), "line": _tool_line(error.__traceback__)}}
+    except BaseException as error:  # the tool's own bug: report it, keep serving
+        return {
+            "op": "result",
+            "ok": False,
+            "error": {
+                "kind": "exception",
+                "message": f"{type(error).__name__}: {error}",
+                "line": _tool_line(error.__traceback__),
+            },
+        }
+    finally:
+        sys.stdout = sys.__stderr__
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        text = printed.getvalue()
+        if text:
+            logs.append(text[:MAX_LOG_CHARS])
+        run_call.logs = logs
+
+
+def main():
+    memory_mb = int(os.environ.get("QUARRY_TOOL_MEMORY_MB", "256"))
+    # Protocol on a private copy of stdout; fd 1 becomes stderr so stray writes can't corrupt it.
+    protocol_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.__stderr__
+    channel = Channel(sys.stdin.buffer, protocol_out)
+    loop = asyncio.new_event_loop()  # before the hook: its self-pipe is a socket pair
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    install_audit_hook()
+    channel.send({"op": "ready", "python": sys.version.split()[0], "pid": os.getpid()})
+    compiled = {}
+    while True:
+        message = channel.receive()
+        op = message.get("op")
+        if op == "analyze":
+            try:
+                reply = {"op": "analyzed", "ok": True, **analyze(message["source"], message["tool_type"])}
+            except ShapeError as error:
+                reply = {"op": "analyzed", "ok": False, "error": {"message": str(error), "line": error.line, "column": error.column}}
+            channel.send(reply)
+        elif op == "run":
+            reply = run_call(message, channel, loop, compiled)
+            reply["logs"] = getattr(run_call, "logs", [])
+            channel.send(reply)
+            if reply.get("fatal"):
+                os._exit(3)  # a MemoryError leaves the interpreter unreliable: start afresh
+        elif op == "ping":
+            channel.send({"op": "pong"})
+        else:
+            channel.send({"op": "error", "message": f"unknown op {op!r}"})
+
+
+if __name__ == "__main__":
+    main()

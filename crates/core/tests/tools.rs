@@ -1,0 +1,907 @@
+//! Code tools, the sandbox, evidence references and authorization, on real libraries with a
+//! real Python worker.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+
+use quarry_core::auth::{NewKey, PrincipalKind, Scope};
+use quarry_core::evidence::EvidenceSession;
+use quarry_core::pipeline::{call_code_tool, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
+use quarry_core::tools::{Limits, ToolDefinition, ToolType};
+use quarry_core::{IndexOptions, Library, Principal, RunOptions, SearchMode, SearchRequest};
+use serde_json::{json, Value};
+
+struct Fixture {
+    _data: tempfile::TempDir,
+    docs: tempfile::TempDir,
+    library: Library,
+}
+
+/// A library with one collection `notes` indexed (full text only) from `files`.
+fn fixture(files: &[(&str, String)]) -> Fixture {
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(docs.path().join(name), text).unwrap();
+    }
+    let mut library = Library::open(data.path()).unwrap();
+    library
+        .create_collection("notes", "internal", "english")
+        .unwrap();
+    library.add_source(docs.path(), "notes", &[], &[]).unwrap();
+    reindex(&mut library);
+    Fixture {
+        _data: data,
+        docs,
+        library,
+    }
+}
+
+fn reindex(library: &mut Library) {
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+}
+
+fn session(library: &Library) -> EvidenceSession {
+    EvidenceSession::new(library.evidence_key().unwrap(), Principal::administrator()).unwrap()
+}
+
+fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
+    ToolDefinition {
+        slug: slug.into(),
+        name: slug.into(),
+        description: String::new(),
+        tool_type,
+        settings: json!({}),
+        limits: None,
+        egress: None,
+        model: None,
+        source: Some(source.into()),
+        derived: None,
+    }
+}
+
+/// Runs a tool with the lexical seed as the retrieval of its environment.
+fn call(
+    library: &Library,
+    session: &EvidenceSession,
+    tool: &ToolDefinition,
+    input: Value,
+) -> quarry_core::Result<Value> {
+    let lexical = library.tool("retrieve-lexical-focused").unwrap();
+    let env = ToolEnvironment {
+        library,
+        session,
+        retrieval: Some(&lexical),
+        capabilities: Vec::new(),
+        collections: Vec::new(),
+    };
+    call_code_tool(&env, tool, &input).map(|r| r.output)
+}
+
+fn action(library: &Library, slug: &str, source_body: &str) -> ToolDefinition {
+    let source = format!(
+        "from quarry import BaseModel\nimport os, sys\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    value: str = ''\nasync def run(input, ctx):\n{source_body}\n"
+    );
+    library
+        .create_tool(code_tool(slug, ToolType::Action, &source))
+        .unwrap()
+}
+
+fn error_of(result: quarry_core::Result<Value>) -> (String, String) {
+    let e = result.expect_err("the call must be refused");
+    (e.code().to_string(), e.to_string())
+}
+
+fn long_document(sections: usize) -> String {
+    (0..sections)
+        .map(|i| format!("## Section {i}\n\nParagraph {i} talks about turbine blade number {i} and its maintenance.\n\n"))
+        .collect()
+}
+
+// ---- the sandbox ---------------------------------------------------------------------------
+
+#[test]
+fn every_escape_is_refused_with_a_clear_error() {
+    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
+    let s = session(&f.library);
+    let escapes = [
+        (
+            "socket",
+            "    import socket\n    socket.create_connection(('127.0.0.1', 9))",
+            "network access",
+        ),
+        (
+            "ssh",
+            "    return {'value': open(os.path.expanduser('~/.ssh/id_rsa')).read()}",
+            "reading",
+        ),
+        (
+            "etc",
+            "    return {'value': open('/etc/hostname').read()}",
+            "reading",
+        ),
+        (
+            "write",
+            "    open('/tmp/quarry-escape', 'w').write('x')",
+            "writing a file",
+        ),
+        ("spawn", "    os.system('true')", "starting a process"),
+        (
+            "subprocess",
+            "    import subprocess\n    subprocess.run(['true'])",
+            "starting a process",
+        ),
+        ("ctypes", "    import ctypes", "ctypes"),
+        (
+            "rlimit",
+            "    import resource\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))",
+            "sandbox limits",
+        ),
+    ];
+    for (slug, body, expected) in escapes {
+        let tool = action(&f.library, &format!("escape-{slug}"), body);
+        let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
+        assert_eq!(code, "tool_failed", "{slug}: {message}");
+        assert!(
+            message.contains("refused by the sandbox"),
+            "{slug}: {message}"
+        );
+        assert!(message.contains(expected), "{slug}: {message}");
+    }
+    assert!(!Path::new("/tmp/quarry-escape").exists());
+}
+
+#[test]
+fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
+    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
+    let s = session(&f.library);
+    let mut hog = code_tool(
+        "hog",
+        ToolType::Action,
+        "from quarry import BaseModel\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    n: int = 0\nasync def run(input, ctx):\n    blocks = [bytearray(50_000_000) for _ in range(40)]\n    return {'n': len(blocks)}\n",
+    );
+    hog.limits = Some(Limits {
+        timeout_ms: 10_000,
+        memory_mb: 200,
+    });
+    let hog = f.library.create_tool(hog).unwrap();
+    let (code, message) = error_of(call(&f.library, &s, &hog, json!({})));
+    assert_eq!(code, "tool_failed");
+    assert!(
+        message.contains("memory limit of 200 MB") || message.contains("exited"),
+        "{message}"
+    );
+
+    let mut spin = code_tool(
+        "spin",
+        ToolType::Action,
+        "from quarry import BaseModel\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    n: int = 0\nasync def run(input, ctx):\n    while True:\n        pass\n",
+    );
+    spin.limits = Some(Limits {
+        timeout_ms: 300,
+        memory_mb: 256,
+    });
+    let spin = f.library.create_tool(spin).unwrap();
+    let (code, message) = error_of(call(&f.library, &s, &spin, json!({})));
+    assert_eq!(code, "tool_timeout", "{message}");
+    assert!(message.contains("300 ms"));
+
+    // Killed workers are replaced: the seeded tools still run.
+    let out = call(
+        &f.library,
+        &s,
+        &f.library.tool("noop_chunk").unwrap(),
+        json!({"query": "q", "candidates": []}),
+    )
+    .unwrap();
+    assert_eq!(out, json!({"chunks": []}));
+}
+
+#[test]
+fn workers_are_reused_between_calls() {
+    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
+    let s = session(&f.library);
+    let tool = action(&f.library, "pid", "    return {'value': str(os.getpid())}");
+    let first = call(&f.library, &s, &tool, json!({})).unwrap();
+    let second = call(&f.library, &s, &tool, json!({})).unwrap();
+    assert_eq!(first, second, "the second call ran in the same warm worker");
+}
+
+#[test]
+fn undeclared_ctx_operations_are_refused_by_the_host() {
+    let f = fixture(&[("a.md", "# A\n\nturbine".into())]);
+    let s = session(&f.library);
+    // `c` aliases ctx, so static analysis does not see the search: the manifest is empty.
+    let tool = action(
+        &f.library,
+        "sneaky",
+        "    c = ctx\n    await c.search('turbine')\n    return {}",
+    );
+    assert!(tool.derived.as_ref().unwrap().manifest.is_empty());
+    let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
+    assert_eq!(code, "tool_failed");
+    assert!(
+        message.contains("ctx.search is not declared in this tool's evidence manifest"),
+        "{message}"
+    );
+    // getattr on ctx is refused when saving.
+    let err = f
+        .library
+        .create_tool(code_tool("dyn", ToolType::Action, "from quarry import BaseModel\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    pass\nasync def run(input, ctx):\n    return await getattr(ctx, 'search')('x')\n"))
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_tool_source");
+    assert!(err.to_string().contains("line 7"), "{err}");
+}
+
+/// A one-shot HTTP server on loopback answering `body`.
+fn serve_once(body: &'static str) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let handle = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut buf = [0u8; 2048];
+            let _ = stream.read(&mut buf);
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    (origin, handle)
+}
+
+#[test]
+fn egress_goes_only_to_allowlisted_origins_through_the_host() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let s = session(&f.library);
+    let (allowed, server) = serve_once("hello from the allowlist");
+    let source = "from quarry import BaseModel\nclass Inputs(BaseModel):\n    url: str\nclass Output(BaseModel):\n    value: str = ''\nasync def run(input, ctx):\n    r = await ctx.http_get(input['url'])\n    return {'value': r['body']}\n";
+    let mut tool = code_tool("fetcher", ToolType::Action, source);
+    tool.egress = Some(vec![allowed.clone()]);
+    let tool = f.library.create_tool(tool).unwrap();
+    let out = call(
+        &f.library,
+        &s,
+        &tool,
+        json!({"url": format!("{allowed}/page")}),
+    )
+    .unwrap();
+    assert_eq!(out["value"], "hello from the allowlist");
+    server.join().unwrap();
+
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let outside = format!("http://{}/x", other.local_addr().unwrap());
+    let (code, message) = error_of(call(&f.library, &s, &tool, json!({"url": outside})));
+    assert_eq!(code, "tool_failed");
+    assert!(
+        message.contains("not in this tool's allowlist"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&allowed),
+        "the message lists the allowlist: {message}"
+    );
+}
+
+// ---- saving code tools -----------------------------------------------------------------------
+
+#[test]
+fn saving_validates_the_source_and_derives_its_shapes() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let err = f
+        .library
+        .create_tool(code_tool(
+            "bad",
+            ToolType::Query,
+            "async def run(input, ctx):\n    x = [\n    return 1\n",
+        ))
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_tool_source");
+    assert!(err.to_string().contains("line 2"), "{err}");
+    assert!(err.to_string().contains("column"), "{err}");
+    let err = f
+        .library
+        .create_tool(code_tool(
+            "noinputs",
+            ToolType::Action,
+            "async def run(input, ctx):\n    return {}\n",
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("class Inputs(BaseModel)"), "{err}");
+    let err = f
+        .library
+        .create_tool(code_tool(
+            "sync",
+            ToolType::Chunk,
+            "def run(input, ctx):\n    return {}\n",
+        ))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("line 1") && err.to_string().contains("async def run"),
+        "{err}"
+    );
+
+    let tool = f.library.tool("fetch_document_chunks").unwrap();
+    let derived = tool.derived.as_ref().unwrap();
+    assert_eq!(derived.manifest, vec!["fetch_document_chunks".to_string()]);
+    assert!(derived.source_hash.starts_with("sha256:"));
+    assert_eq!(
+        derived.settings_schema["properties"]["page_size"]["default"],
+        8
+    );
+    let input = derived.input_schema.as_ref().unwrap();
+    assert_eq!(input["additionalProperties"], false, "strict input schema");
+    assert_eq!(
+        input["properties"]["sources"]["items"]["properties"]["cursor"]["anyOf"][1]["type"],
+        "null"
+    );
+    assert_eq!(
+        derived.output_schema["additionalProperties"], false,
+        "strict output schema"
+    );
+
+    let mut with_model = f.library.tool("noop_chunk").unwrap();
+    with_model.model = Some("some-model".into());
+    let err = f.library.update_tool("noop_chunk", with_model).unwrap_err();
+    assert!(
+        err.to_string().contains("only when the code uses ctx.llm"),
+        "{err}"
+    );
+    let mut uses_llm = code_tool("llm-user", ToolType::Query, "async def run(input, ctx):\n    await ctx.llm('x')\n    return {'kind': 'query_variants', 'queries': []}\n");
+    uses_llm.model = Some("some-model".into());
+    assert!(f.library.create_tool(uses_llm).unwrap().uses_llm());
+}
+
+// ---- seeded tool behaviour -----------------------------------------------------------------
+
+#[test]
+fn expand_multi_query_keeps_the_normalised_query_and_adds_one_identifier_variant() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let s = session(&f.library);
+    let tool = f.library.tool("expand_multi_query").unwrap();
+    let input = |q: &str| json!({"query": q, "history": [], "variants": []});
+    let out = call(
+        &f.library,
+        &s,
+        &tool,
+        input("  How do I  service the XR-200   pump and SKU_4471? "),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        json!({"kind": "query_variants", "queries": [
+            {"query": "How do I service the XR-200 pump and SKU_4471?", "weight": 1.0},
+            {"query": "XR-200 SKU_4471", "weight": 0.8},
+        ]})
+    );
+    let out = call(&f.library, &s, &tool, input("how do ferns reproduce")).unwrap();
+    assert_eq!(
+        out["queries"],
+        json!([{"query": "how do ferns reproduce", "weight": 1.0}])
+    );
+}
+
+#[test]
+fn seeded_retrieval_tools_have_the_described_settings() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let lexical = f
+        .library
+        .tool("retrieve-lexical-focused")
+        .unwrap()
+        .retrieval_settings()
+        .unwrap();
+    assert_eq!(lexical.mode, SearchMode::Lexical);
+    assert!(lexical.rerank.is_none());
+    let coverage = f
+        .library
+        .tool("retrieve-hybrid-coverage")
+        .unwrap()
+        .retrieval_settings()
+        .unwrap();
+    assert_eq!(coverage.mode, SearchMode::Hybrid);
+    assert_eq!(
+        coverage.rerank.as_ref().unwrap().model,
+        "jina-reranker-v2-base-multilingual"
+    );
+    let recall = f
+        .library
+        .tool("retrieve-high-recall")
+        .unwrap()
+        .retrieval_settings()
+        .unwrap();
+    assert!(recall.lexical_candidates > coverage.lexical_candidates);
+    assert!(recall.vector_candidates > coverage.vector_candidates);
+    assert!(recall.ann_breadth > coverage.ann_breadth);
+    assert!(
+        recall.rerank.as_ref().unwrap().candidates > coverage.rerank.as_ref().unwrap().candidates
+    );
+    assert!(recall.limit > coverage.limit);
+}
+
+/// `n` distinct issued references (for chunk ids that need not exist: selection tools never
+/// read the library).
+fn refs(s: &EvidenceSession, library: &Library, n: usize) -> Vec<String> {
+    let template = library
+        .store()
+        .chunks_by_id(&library.store().all_chunk_ids().unwrap()[..1])
+        .unwrap()
+        .remove(0);
+    (0..n)
+        .map(|i| {
+            let mut chunk = template.clone();
+            chunk.id = 10_000 + i as i64;
+            s.issue_chunk(&chunk)
+        })
+        .collect()
+}
+
+fn selected(out: &Value) -> Vec<String> {
+    out["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["evidence_ref"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn llm_select_and_expand_dedupes_and_keeps_the_first_thirty_in_order() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let s = session(&f.library);
+    let tool = f.library.tool("llm_select_and_expand").unwrap();
+    assert!(
+        tool.derived.as_ref().unwrap().manifest.is_empty(),
+        "no LLM, no fetch"
+    );
+    let r = refs(&s, &f.library, 40);
+    let mut candidates: Vec<Value> = r
+        .iter()
+        .enumerate()
+        .map(|(i, e)| json!({"evidence_ref": e, "score": i as f64}))
+        .collect();
+    candidates.insert(3, json!({"evidence_ref": r[0], "score": 99.0}));
+    let out = call(
+        &f.library,
+        &s,
+        &tool,
+        json!({"query": "q", "candidates": candidates}),
+    )
+    .unwrap();
+    assert_eq!(selected(&out), r[..30].to_vec());
+}
+
+#[test]
+fn iterative_context_chunk_orders_by_score_with_stable_ties_and_keeps_eighty() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let s = session(&f.library);
+    let tool = f.library.tool("iterative-context-chunk").unwrap();
+    let r = refs(&s, &f.library, 100);
+    // Scores in tiers of ten: ties within a tier must keep their input order.
+    let mut candidates: Vec<Value> = r
+        .iter()
+        .enumerate()
+        .map(|(i, e)| json!({"evidence_ref": e, "score": (i % 10) as f64}))
+        .collect();
+    candidates.push(json!({"evidence_ref": r[9], "score": 100.0})); // a duplicate: first copy wins
+    let out = call(
+        &f.library,
+        &s,
+        &tool,
+        json!({"query": "q", "candidates": candidates}),
+    )
+    .unwrap();
+    let got = selected(&out);
+    let mut expected: Vec<(usize, &String)> = r.iter().enumerate().collect();
+    expected.sort_by_key(|e| std::cmp::Reverse(e.0 % 10));
+    let expected: Vec<String> = expected
+        .into_iter()
+        .map(|(_, e)| e.clone())
+        .take(80)
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn noop_chunk_returns_the_issued_references_unchanged() {
+    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
+    let s = session(&f.library);
+    let r = refs(&s, &f.library, 5);
+    let candidates: Vec<Value> = [3, 1, 1, 4, 0]
+        .iter()
+        .map(|&i| json!({"evidence_ref": r[i], "score": 0.5}))
+        .collect();
+    let out = call(
+        &f.library,
+        &s,
+        &f.library.tool("noop_chunk").unwrap(),
+        json!({"query": "q", "candidates": candidates}),
+    )
+    .unwrap();
+    assert_eq!(
+        selected(&out),
+        [3, 1, 1, 4, 0]
+            .iter()
+            .map(|&i| r[i].clone())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn action_tools_search_fetch_and_page_within_one_revision() {
+    let mut f = fixture(&[
+        (
+            "manual.md",
+            format!("# Turbine manual\n\n{}", long_document(20)),
+        ),
+        ("other.md", "# Other\n\nA note about turbine noise.".into()),
+    ]);
+    let s = session(&f.library);
+    let lib = &f.library;
+
+    // search_documents: one match per document, with a snippet and an opaque source_ref.
+    let out = call(
+        lib,
+        &s,
+        &lib.tool("search_documents").unwrap(),
+        json!({"query": "turbine"}),
+    )
+    .unwrap();
+    let matches = out["matches"].as_array().unwrap();
+    assert_eq!(matches.len(), 2);
+    let manual = matches
+        .iter()
+        .find(|m| m["path"].as_str().unwrap().ends_with("manual.md"))
+        .unwrap();
+    let source_ref = manual["source_ref"].as_str().unwrap().to_string();
+    assert!(source_ref.starts_with("qe1."));
+
+    // fetch_document_chunks: pages of eight with a cursor, in document order.
+    let fetch = lib.tool("fetch_document_chunks").unwrap();
+    let page = |cursor: Value| {
+        call(
+            lib,
+            &s,
+            &fetch,
+            json!({"sources": [{"source_ref": source_ref, "cursor": cursor}]}),
+        )
+        .unwrap()
+    };
+    let first = page(Value::Null);
+    let chunks = first["pages"][0]["chunks"].as_array().unwrap();
+    assert_eq!(chunks.len(), 8);
+    let ordinals: Vec<i64> = chunks
+        .iter()
+        .map(|c| c["ordinal"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ordinals, (0..8).collect::<Vec<_>>());
+    let cursor = first["pages"][0]["cursor"].clone();
+    assert!(cursor.is_string());
+    let second = page(cursor.clone());
+    assert_eq!(second["pages"][0]["chunks"][0]["ordinal"], 8);
+
+    // fetch_neighbors: radius capped at four.
+    let middle = second["pages"][0]["chunks"][2]["evidence_ref"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = call(
+        lib,
+        &s,
+        &lib.tool("fetch_neighbors").unwrap(),
+        json!({"evidence_ref": middle, "radius": 10}),
+    )
+    .unwrap();
+    assert_eq!(out["radius"], MAX_NEIGHBOR_RADIUS);
+    let around: Vec<i64> = out["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["ordinal"].as_i64().unwrap())
+        .collect();
+    assert_eq!(around, vec![6, 7, 8, 9, 11, 12, 13, 14]);
+
+    // fetch_source_document: a bounded page of text with its references and a cursor.
+    let out = call(
+        lib,
+        &s,
+        &lib.tool("fetch_source_document").unwrap(),
+        json!({"source_ref": source_ref}),
+    )
+    .unwrap();
+    assert!(out["text"].as_str().unwrap().contains("Paragraph 0"));
+    assert!(!out["evidence_refs"].as_array().unwrap().is_empty());
+    assert!(out["text"].as_str().unwrap().chars().count() <= 4000);
+
+    // context_expansion: references from one bounded batch of searches.
+    let out = call(
+        lib,
+        &s,
+        &lib.tool("context_expansion").unwrap(),
+        json!({"queries": ["turbine blade", "noise", "maintenance", "manual", "extra"]}),
+    )
+    .unwrap();
+    assert_eq!(out["queries_run"], 4, "at most four queries");
+    let got = out["evidence_refs"].as_array().unwrap();
+    assert!(!got.is_empty() && got.len() <= 12);
+
+    // The document changes: its old source reference and cursor point at a superseded revision.
+    std::fs::write(
+        f.docs.path().join("manual.md"),
+        format!("# Turbine manual v2\n\n{}", long_document(12)),
+    )
+    .unwrap();
+    reindex(&mut f.library);
+    let lib = &f.library;
+    let (code, message) = error_of(call(
+        lib,
+        &s,
+        &fetch,
+        json!({"sources": [{"source_ref": source_ref, "cursor": cursor}]}),
+    ));
+    assert_eq!(code, "tool_failed");
+    assert!(message.contains("superseded revision"), "{message}");
+    let (_, message) = error_of(call(
+        lib,
+        &s,
+        &lib.tool("fetch_neighbors").unwrap(),
+        json!({"evidence_ref": middle}),
+    ));
+    assert!(message.contains("superseded"), "{message}");
+}
+
+// ---- evidence references -------------------------------------------------------------------
+
+#[test]
+fn forged_foreign_expired_and_stale_references_are_rejected() {
+    let mut f = fixture(&[("a.md", "# Alpha\n\nThe alpha document about gears.".into())]);
+    let store = || f.library.store();
+    let s = session(&f.library);
+    let chunk = store()
+        .chunks_by_id(&store().all_chunk_ids().unwrap())
+        .unwrap()
+        .remove(0);
+    let good = s.issue_chunk(&chunk);
+    let entry = s
+        .revalidate_chunk(store(), &good, Some(1.0), "test")
+        .unwrap();
+    assert_eq!(entry.text, chunk.text, "the text comes from the library");
+
+    let reason = |reference: &str, by: &EvidenceSession| {
+        by.revalidate_chunk(store(), reference, None, "t")
+            .unwrap_err()
+            .to_string()
+    };
+    // Altered claims (another chunk id) keep the old MAC: forged.
+    let mut parts: Vec<String> = good.split('.').map(String::from).collect();
+    parts[1] = parts[1].replace('A', "B");
+    assert!(reason(&parts.join("."), &s).contains("invalid signature"));
+    assert!(reason("qe1.abc.def", &s).contains("invalid signature"));
+    assert!(reason("made-up", &s).contains("malformed"));
+    // Issued to someone else, or in another run.
+    let alice = Principal {
+        id: "key:99".into(),
+        label: "alice".into(),
+        ..Principal::administrator()
+    };
+    let other_principal = EvidenceSession::new(f.library.evidence_key().unwrap(), alice).unwrap();
+    assert!(reason(&good, &other_principal).contains("not issued to this caller"));
+    let other_run = session(&f.library);
+    assert!(reason(&good, &other_run).contains("another run"));
+    // A reference from another library (another key) is forged as far as this one knows.
+    let stranger = fixture(&[("b.md", "# B\n\nbeta".into())]);
+    let foreign = EvidenceSession::new(
+        stranger.library.evidence_key().unwrap(),
+        Principal::administrator(),
+    )
+    .unwrap();
+    assert!(reason(&foreign.issue_chunk(&chunk), &s).contains("invalid signature"));
+    // Expired.
+    let short = s.clone().with_ttl_secs(0);
+    assert!(reason(&short.issue_chunk(&chunk), &s).contains("expired"));
+    // A source reference is not a chunk reference.
+    let source = s.issue_source(chunk.document_id, chunk.revision_id);
+    assert!(reason(&source, &s).contains("source reference was given where a evidence reference"));
+    // Stale: the file changed, so the reference points at a superseded revision.
+    std::fs::write(
+        f.docs.path().join("a.md"),
+        "# Alpha\n\nThe alpha document, rewritten.",
+    )
+    .unwrap();
+    reindex(&mut f.library);
+    let stale = s
+        .revalidate_chunk(f.library.store(), &good, None, "t")
+        .unwrap_err()
+        .to_string();
+    assert!(stale.contains("superseded"), "{stale}");
+    // Gone: the source is removed.
+    let source_id = f.library.sources().unwrap()[0].id;
+    f.library.remove_source(source_id).unwrap();
+    let gone = s
+        .revalidate_chunk(f.library.store(), &good, None, "t")
+        .unwrap_err()
+        .to_string();
+    assert!(gone.contains("no longer in the library"), "{gone}");
+}
+
+// ---- authorization -------------------------------------------------------------------------
+
+const LABELS: [&str; 4] = ["public", "internal", "confidential", "restricted"];
+
+/// Six collections across the four labels, each with two documents that all mention zebras.
+fn scoped_library() -> (tempfile::TempDir, tempfile::TempDir, Library) {
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    let mut library = Library::open(data.path()).unwrap();
+    for c in 0..6 {
+        let name = format!("c{c}");
+        let folder = docs.path().join(&name);
+        std::fs::create_dir_all(&folder).unwrap();
+        for d in 0..2 {
+            std::fs::write(folder.join(format!("d{d}.md")), format!("# {name} doc {d}\n\nZebras graze in collection {name}, document {d}. Stripes and savanna.")).unwrap();
+        }
+        library
+            .create_collection(&name, LABELS[c % 4], "english")
+            .unwrap();
+        library.add_source(&folder, &name, &[], &[]).unwrap();
+    }
+    reindex(&mut library);
+    (data, docs, library)
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// One library for every case (building one per case would dominate the run).
+    struct Shared {
+        _dirs: (tempfile::TempDir, tempfile::TempDir),
+        library: Library,
+    }
+    static LIBRARY: OnceLock<std::sync::Mutex<Shared>> = OnceLock::new();
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+        /// Whatever the principal's collections and ceiling, no search hit, pipeline evidence
+        /// or document match ever comes from outside its scope.
+        #[test]
+        fn nothing_outside_the_callers_scope_is_ever_returned(
+            allowed in proptest::collection::vec(any::<bool>(), 6),
+            all_collections in any::<bool>(),
+            ceiling in 0usize..4,
+            query in prop::sample::select(vec!["zebra", "stripes savanna", "c3 document", "graze", "doc 1"]),
+        ) {
+            let shared = LIBRARY.get_or_init(|| {
+                let (a, b, l) = scoped_library();
+                l.create_pipeline("lexical", &quarry_core::pipeline::PipelineDefinition {
+                    query_tools: vec!["expand_multi_query".into()],
+                    retrieval: Some("retrieve-lexical-focused".into()),
+                    chunk_tools: vec!["noop_chunk".into()],
+                    ..Default::default()
+                }).unwrap();
+                l.save_pipeline("lexical", &Principal::administrator()).unwrap();
+                std::sync::Mutex::new(Shared { _dirs: (a, b), library: l })
+            });
+            let shared = shared.lock().unwrap();
+            let library = &shared.library;
+            let scope = Scope {
+                collections: (!all_collections).then(|| (0..6).filter(|&c| allowed[c]).map(|c| format!("c{c}")).collect()),
+                sensitivity_ceiling: LABELS[ceiling].into(),
+            };
+            let readable: HashSet<String> = (0..6)
+                .filter(|&c| scope.allows_named(&format!("c{c}"), LABELS[c % 4]))
+                .map(|c| format!("c{c}"))
+                .collect();
+            let principal = Principal { id: "key:1".into(), label: "p".into(), scope: scope.clone(), kind: PrincipalKind::Personal };
+
+            let mut request = SearchRequest::new(query).with_mode(SearchMode::Lexical);
+            request.scope = Some(scope.clone());
+            request.settings.limit = 50;
+            request.settings.max_per_document = 0;
+            let hits = library.search(&request).unwrap().hits;
+            for hit in &hits {
+                prop_assert!(readable.contains(&hit.collection), "search returned {}", hit.collection);
+            }
+            // Everything readable that matches is found: the filter is not simply "nothing".
+            if query == "zebra" {
+                let found: HashSet<String> = hits.iter().map(|h| h.collection.clone()).collect();
+                prop_assert_eq!(&found, &readable);
+            }
+
+            let run = library.run_pipeline("lexical", query, &principal, &RunOptions::default()).unwrap();
+            for entry in &run.evidence.entries {
+                prop_assert!(readable.contains(&entry.collection), "pipeline admitted {}", entry.collection);
+            }
+
+            let session = EvidenceSession::new(library.evidence_key().unwrap(), principal.clone()).unwrap();
+            let out = call(library, &session, &library.tool("search_documents").unwrap(), json!({"query": query, "limit": 50})).unwrap();
+            for m in out["matches"].as_array().unwrap() {
+                let path = m["path"].as_str().unwrap();
+                let collection = Path::new(path).parent().unwrap().file_name().unwrap().to_str().unwrap();
+                prop_assert!(readable.contains(collection), "search_documents returned {path}");
+            }
+        }
+    }
+}
+
+#[test]
+fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
+    let (data, _docs, library) = scoped_library();
+    let alice = library
+        .create_key(&NewKey {
+            name: "alice".into(),
+            kind: PrincipalKind::Personal,
+            user: None,
+            scope: Scope {
+                collections: Some(vec!["c0".into(), "c1".into(), "c4".into()]),
+                sensitivity_ceiling: "internal".into(),
+            },
+        })
+        .unwrap();
+    let service = library
+        .create_key(&NewKey {
+            name: "indexer".into(),
+            kind: PrincipalKind::Service,
+            user: None,
+            scope: Scope {
+                collections: None,
+                sensitivity_ceiling: "restricted".into(),
+            },
+        })
+        .unwrap();
+    drop(library);
+    for file in ["quarry.db", "quarry.db-wal"] {
+        if let Ok(bytes) = std::fs::read(data.path().join(file)) {
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(
+                !text.contains(&alice.secret) && !text.contains(&service.secret),
+                "{file} holds a secret"
+            );
+        }
+    }
+    let library = Library::open(data.path()).unwrap();
+    let p = library.authenticate(&alice.secret, None).unwrap();
+    assert_eq!(p.label, "alice");
+    let s = library
+        .authenticate(&service.secret, Some("alice"))
+        .unwrap();
+    assert_eq!(s.label, "indexer for alice");
+    assert_eq!(
+        s.scope, p.scope,
+        "a service key acting for alice sees what alice sees, no more"
+    );
+    assert_eq!(
+        library
+            .authenticate(&service.secret, None)
+            .unwrap_err()
+            .code(),
+        "unauthorized"
+    );
+    assert_eq!(
+        library
+            .authenticate(&service.secret, Some("mallory"))
+            .unwrap_err()
+            .code(),
+        "unauthorized"
+    );
+    let wrong = format!("{}0", &alice.secret[..alice.secret.len() - 1]);
+    assert_eq!(
+        library.authenticate(&wrong, None).unwrap_err().code(),
+        "unauthorized"
+    );
+    library.revoke_key("alice").unwrap();
+    assert!(library
+        .authenticate(&alice.secret, None)
+        .unwrap_err()
+        .to_string()
+        .contains("revoked"));
+    assert!(
+        library
+            .authenticate(&service.secret, Some("alice"))
+            .is_err(),
+        "alice has no active key left"
+    );
+}
