@@ -173,15 +173,11 @@ fn retrieve_candidates(
         ctx_calls: Vec::new(),
         logs: Vec::new(),
         search_trace: results.trace,
+        // Readiness (a missing reranker, say) is in the run's notes and the search trace.
         detail: format!(
-            "{} candidate(s), {} mode{}",
+            "{} candidate(s), {} mode",
             candidates.len(),
-            results.mode.as_str(),
-            results
-                .readiness
-                .iter()
-                .map(|r| format!("; {}", r.message))
-                .collect::<String>()
+            results.mode.as_str()
         ),
     };
     Ok((report, candidates))
