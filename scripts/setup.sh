@@ -14,6 +14,8 @@ command -v mkfifo >/dev/null 2>&1 || need_apt+=(coreutils)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+# Code tools run in a bubblewrap sandbox where it is installed (weaker fallbacks otherwise).
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"

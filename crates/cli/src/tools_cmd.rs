@@ -89,6 +89,9 @@ pub enum ToolsCommand {
         /// The pipeline whose retrieval tools and collections to use
         #[arg(long)]
         pipeline: Option<String>,
+        /// A conversation id: references issued under it by earlier runs are accepted
+        #[arg(long)]
+        conversation: Option<String>,
         #[command(flatten)]
         principal: AsPrincipal,
         #[arg(long)]
@@ -347,6 +350,7 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
             query,
             input,
             pipeline,
+            conversation,
             principal,
             json,
         } => {
@@ -356,7 +360,13 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
                 (None, None) => bail!("give --query TEXT or --input JSON"),
             };
             let who = principal.principal(library)?;
-            let report = library.test_tool(&slug, &input, &who, pipeline.as_deref())?;
+            let report = library.test_tool(
+                &slug,
+                &input,
+                &who,
+                pipeline.as_deref(),
+                conversation.as_deref(),
+            )?;
             if json {
                 return print_json(&report);
             }
@@ -545,6 +555,10 @@ pub enum PipelineCommand {
         /// Run the draft with the live tools
         #[arg(long)]
         draft: bool,
+        /// Bind the evidence references to this conversation id (so `tools test … --conversation`
+        /// can page from them)
+        #[arg(long)]
+        conversation: Option<String>,
         #[command(flatten)]
         principal: AsPrincipal,
         #[arg(long)]
@@ -732,6 +746,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             pipeline,
             trace,
             draft,
+            conversation,
             principal,
             json,
         } => {
@@ -743,6 +758,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
                 &RunOptions {
                     draft,
                     history: Vec::new(),
+                    conversation,
                 },
             )?;
             if json {

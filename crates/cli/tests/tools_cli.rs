@@ -1392,3 +1392,32 @@ fn tools_test_runs_each_type() {
         "{outcomes:?}"
     );
 }
+
+#[test]
+fn a_library_created_without_python_derives_its_seeds_once_python_is_there() {
+    let env = TestEnv::new();
+    // The very first open (which seeds the library) finds no Python.
+    let out = env
+        .command(&["pipeline", "check", "default"])
+        .env("QUARRY_PYTHON", "/nonexistent/python3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("blocking: python:") && stdout.contains("not been validated"),
+        "{stdout}"
+    );
+    let tool = ok_json(&env, &["tools", "show", "noop_chunk"]);
+    assert!(
+        tool["derived"]["manifest"].is_array(),
+        "derived on the first open with Python: {tool:#}"
+    );
+    // The default pipeline got a new version whose snapshot holds the derived tools.
+    let out = env.run(&["pipeline", "check", "default"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(blocking_lines(&stdout).is_empty(), "{stdout}");
+    let shown = ok_json(&env, &["pipeline", "show", "default"]);
+    assert_eq!(shown["pipeline"]["versions"], serde_json::json!([1, 2]));
+}

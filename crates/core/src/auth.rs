@@ -191,7 +191,8 @@ fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApiKey> {
         user: r.get(3)?,
         prefix: r.get(4)?,
         scope: Scope {
-            collections: collections.and_then(|c| serde_json::from_str(&c).ok()),
+            // An unreadable list grants nothing, never everything.
+            collections: collections.map(|c| serde_json::from_str(&c).unwrap_or_default()),
             sensitivity_ceiling: r.get(6)?,
         },
         created_at: r.get(7)?,
@@ -343,12 +344,11 @@ pub fn authenticate(store: &Store, secret: &str, acting_for: Option<&str>) -> Re
                     key.name
                 ))
             })?;
-            let user_scope = user_scope(store, user)?;
             Ok(Principal {
                 kind: PrincipalKind::Service,
                 id: format!("key:{}@{user}", key.id),
                 label: format!("{} for {user}", key.name),
-                scope: key.scope.intersect(&user_scope),
+                scope: acting_scope(store, &key.scope, user)?,
             })
         }
         _ => {
@@ -368,9 +368,11 @@ pub fn authenticate(store: &Store, secret: &str, acting_for: Option<&str>) -> Re
     }
 }
 
-/// A user's scope: the union of their active personal keys' scopes.
-fn user_scope(store: &Store, user: &str) -> Result<Scope> {
-    let scopes: Vec<Scope> = keys(store)?
+/// What a service key acting for `user` may read: each collection the key allows that at least
+/// one of the user's active personal keys also allows (with that key's own ceiling), listed by
+/// name. Collections created later are not included until the key is used again.
+fn acting_scope(store: &Store, service: &Scope, user: &str) -> Result<Scope> {
+    let user_scopes: Vec<Scope> = keys(store)?
         .into_iter()
         .filter(|k| {
             k.kind == PrincipalKind::Personal
@@ -379,30 +381,20 @@ fn user_scope(store: &Store, user: &str) -> Result<Scope> {
         })
         .map(|k| k.scope)
         .collect();
-    if scopes.is_empty() {
+    if user_scopes.is_empty() {
         return Err(Error::Unauthorized(format!(
             "`{user}` has no active personal key, so a service key cannot act for them"
         )));
     }
-    let collections = if scopes.iter().any(|s| s.collections.is_none()) {
-        None
-    } else {
-        let mut all: Vec<String> = scopes
-            .iter()
-            .flat_map(|s| s.collections.clone().unwrap_or_default())
-            .collect();
-        all.sort();
-        all.dedup();
-        Some(all)
-    };
-    let ceiling = scopes
-        .iter()
-        .map(|s| s.sensitivity_ceiling.clone())
-        .max_by_key(|c| sensitivity_rank(c))
-        .expect("not empty");
+    let readable = store
+        .collections()?
+        .into_iter()
+        .filter(|c| service.allows(c) && user_scopes.iter().any(|u| u.allows(c)))
+        .map(|c| c.name)
+        .collect();
     Ok(Scope {
-        collections,
-        sensitivity_ceiling: ceiling,
+        collections: Some(readable),
+        sensitivity_ceiling: service.sensitivity_ceiling.clone(),
     })
 }
 

@@ -215,6 +215,33 @@ impl EvidenceSession {
         })
     }
 
+    /// A session bound to a conversation that spans several runs (its references stay valid
+    /// from one run to the next, as the manual's paging flow needs). The id is the caller's:
+    /// 1 to 64 letters, digits, `-` or `_`.
+    pub fn in_conversation(
+        key: EvidenceKey,
+        principal: Principal,
+        conversation: &str,
+    ) -> Result<EvidenceSession> {
+        let ok = !conversation.is_empty()
+            && conversation.len() <= 64
+            && conversation
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(Error::InvalidSetting {
+                field: "conversation".into(),
+                reason: "use 1 to 64 letters, digits, `-` or `_`".into(),
+            });
+        }
+        Ok(EvidenceSession {
+            key,
+            principal,
+            run: format!("c:{conversation}"),
+            ttl_secs: DEFAULT_TTL_SECS,
+        })
+    }
+
     /// The same session with another lifetime for newly issued references.
     pub fn with_ttl_secs(mut self, ttl_secs: i64) -> Self {
         self.ttl_secs = ttl_secs;

@@ -90,16 +90,18 @@ impl Library {
         tools::import(self.store(), &self.executor, bytes, path, replace)
     }
 
-    /// Tests a tool as `principal` and writes an audit record.
+    /// Tests a tool as `principal` (in a pipeline's context, and a conversation whose
+    /// references it may use) and writes an audit record.
     pub fn test_tool(
         &self,
         slug: &str,
         input: &TestInput,
         principal: &Principal,
         pipeline: Option<&str>,
+        conversation: Option<&str>,
     ) -> Result<ToolTestReport> {
         let started = Instant::now();
-        let result = pipeline::run::test_tool(self, slug, input, principal, pipeline);
+        let result = pipeline::run::test_tool(self, slug, input, principal, pipeline, conversation);
         let input_json = match input {
             TestInput::Query(q) => json!({"query": q}),
             TestInput::Json(v) => v.clone(),

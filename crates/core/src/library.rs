@@ -139,6 +139,11 @@ impl Library {
         Ok(library)
     }
 
+    /// Replaces the code-tool executor (tests use it to exercise the isolation fallbacks).
+    pub fn set_executor(&mut self, executor: crate::tools::Executor) {
+        self.executor = executor;
+    }
+
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir

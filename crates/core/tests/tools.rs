@@ -9,7 +9,7 @@ use std::path::Path;
 use quarry_core::auth::{NewKey, PrincipalKind, Scope};
 use quarry_core::evidence::EvidenceSession;
 use quarry_core::pipeline::{call_code_tool, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
-use quarry_core::tools::{Limits, ToolDefinition, ToolType};
+use quarry_core::tools::{Executor, Limits, NetworkIsolation, ToolDefinition, ToolType};
 use quarry_core::{IndexOptions, Library, Principal, RunOptions, SearchMode, SearchRequest};
 use serde_json::{json, Value};
 
@@ -108,53 +108,56 @@ fn long_document(sections: usize) -> String {
 
 #[test]
 fn every_escape_is_refused_with_a_clear_error() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
+    let mut f = fixture(&[("a.md", "# A\n\nplain text".into())]);
     let s = session(&f.library);
     let escapes = [
+        ("socket", "    import socket\n    socket.create_connection(('127.0.0.1', 9))", "network access"),
+        ("ssh", "    return {'value': open(os.path.expanduser('~/.ssh/id_rsa')).read()}", "reading"),
+        ("etc", "    return {'value': open('/etc/hostname').read()}", "reading"),
+        ("pathlib", "    import pathlib\n    return {'value': pathlib.Path('/etc/hostname').read_text()}", "reading"),
+        ("list", "    return {'value': str(os.listdir(os.path.expanduser('~')))}", "listing"),
+        ("write", "    open('/tmp/quarry-escape', 'w').write('x')", "writing a file"),
+        ("sqlite", "    import sqlite3\n    sqlite3.connect('/tmp/quarry-escape.db')", "sqlite3"),
+        ("spawn", "    os.system('true')", "starting a process"),
+        ("subprocess", "    import subprocess\n    subprocess.run(['true'])", "starting a process"),
+        ("ctypes", "    import ctypes", "ctypes"),
+        ("rlimit", "    import resource\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "sandbox limits"),
+        // Patching what the hook might look up does not disarm it.
         (
-            "socket",
-            "    import socket\n    socket.create_connection(('127.0.0.1', 9))",
-            "network access",
-        ),
-        (
-            "ssh",
-            "    return {'value': open(os.path.expanduser('~/.ssh/id_rsa')).read()}",
-            "reading",
-        ),
-        (
-            "etc",
-            "    return {'value': open('/etc/hostname').read()}",
-            "reading",
-        ),
-        (
-            "write",
-            "    open('/tmp/quarry-escape', 'w').write('x')",
+            "patched-hook",
+            "    import __main__, posixpath\n    __main__._refuse = lambda what: None\n    __main__.REFUSED_PREFIXES = ()\n    __main__.WRITE_FLAGS = 0\n    posixpath.realpath = lambda p, **k: '/usr'\n    open('/tmp/quarry-escape', 'w')",
             "writing a file",
         ),
-        ("spawn", "    os.system('true')", "starting a process"),
-        (
-            "subprocess",
-            "    import subprocess\n    subprocess.run(['true'])",
-            "starting a process",
-        ),
-        ("ctypes", "    import ctypes", "ctypes"),
-        (
-            "rlimit",
-            "    import resource\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))",
-            "sandbox limits",
-        ),
     ];
-    for (slug, body, expected) in escapes {
-        let tool = action(&f.library, &format!("escape-{slug}"), body);
-        let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
-        assert_eq!(code, "tool_failed", "{slug}: {message}");
-        assert!(
-            message.contains("refused by the sandbox"),
-            "{slug}: {message}"
-        );
-        assert!(message.contains(expected), "{slug}: {message}");
+    // Every tier: bubblewrap where installed (CI installs it), a network namespace, the hook
+    // alone. The hook answers first in each, so the messages are the same.
+    for isolation in [
+        NetworkIsolation::Sandbox,
+        NetworkIsolation::Namespace,
+        NetworkIsolation::AuditHookOnly,
+    ] {
+        f.library
+            .set_executor(Executor::default().with_max_isolation(isolation));
+        let got = f.library.executor().check().unwrap();
+        assert!(got >= isolation, "{got:?} is stronger than {isolation:?}");
+        for (slug, body, expected) in &escapes {
+            let tool = action(&f.library, &format!("escape-{slug}-{}", got as u8), body);
+            let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
+            assert_eq!(code, "tool_failed", "{slug} ({got:?}): {message}");
+            assert!(
+                message.contains("refused by the sandbox"),
+                "{slug} ({got:?}): {message}"
+            );
+            assert!(message.contains(expected), "{slug} ({got:?}): {message}");
+        }
     }
     assert!(!Path::new("/tmp/quarry-escape").exists());
+    assert!(!Path::new("/tmp/quarry-escape.db").exists());
+    assert_eq!(
+        Executor::default().check().unwrap(),
+        NetworkIsolation::Sandbox,
+        "bubblewrap is installed (scripts/setup.sh) and works here"
+    );
 }
 
 #[test]
@@ -207,10 +210,71 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
 fn workers_are_reused_between_calls() {
     let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
     let s = session(&f.library);
-    let tool = action(&f.library, "pid", "    return {'value': str(os.getpid())}");
-    let first = call(&f.library, &s, &tool, json!({})).unwrap();
-    let second = call(&f.library, &s, &tool, json!({})).unwrap();
-    assert_eq!(first, second, "the second call ran in the same warm worker");
+    // A call counter kept in a stdlib module: 1 in a fresh worker, 2 in a reused one.
+    let tool = action(&f.library, "counter", "    import json\n    json.calls = getattr(json, 'calls', 0) + 1\n    return {'value': str(json.calls)}");
+    assert_eq!(
+        call(&f.library, &s, &tool, json!({})).unwrap()["value"],
+        "1"
+    );
+    assert_eq!(
+        call(&f.library, &s, &tool, json!({})).unwrap()["value"],
+        "2",
+        "the second call ran in the same warm worker"
+    );
+}
+
+#[test]
+fn nothing_a_call_leaves_behind_reaches_another_caller() {
+    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
+    let tool = action(
+        &f.library,
+        "stash",
+        "    import json\n    seen = getattr(json, 'stash', 'nothing')\n    json.stash = 'left by an earlier call'\n    return {'value': seen}",
+    );
+    let admin = session(&f.library);
+    assert_eq!(
+        call(&f.library, &admin, &tool, json!({})).unwrap()["value"],
+        "nothing"
+    );
+    // The same tool for the same caller may reuse its warm worker…
+    assert_eq!(
+        call(&f.library, &admin, &tool, json!({})).unwrap()["value"],
+        "left by an earlier call"
+    );
+    // …but another caller never runs in it.
+    let alice = Principal {
+        id: "key:7".into(),
+        label: "alice".into(),
+        ..Principal::administrator()
+    };
+    let alice = EvidenceSession::new(f.library.evidence_key().unwrap(), alice).unwrap();
+    assert_eq!(
+        call(&f.library, &alice, &tool, json!({})).unwrap()["value"],
+        "nothing"
+    );
+    // A task left running is cancelled; one that will not stop retires the worker.
+    let stubborn = action(
+        &f.library,
+        "stubborn",
+        "    import asyncio\n    async def forever():\n        while True:\n            try:\n                await asyncio.sleep(10)\n            except asyncio.CancelledError:\n                pass\n    asyncio.get_running_loop().create_task(forever())\n    import json\n    json.calls = getattr(json, 'calls', 0) + 1\n    return {'value': str(json.calls)}",
+    );
+    for _ in 0..2 {
+        let value = call(&f.library, &admin, &stubborn, json!({})).unwrap()["value"].clone();
+        assert_eq!(
+            value, "1",
+            "a worker with a task that would not stop is not reused"
+        );
+    }
+    // Likewise a thread that outlives its call.
+    let threaded = action(
+        &f.library,
+        "threaded",
+        "    import threading, time\n    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n    import json\n    json.calls = getattr(json, 'calls', 0) + 1\n    return {'value': str(json.calls)}",
+    );
+    for _ in 0..2 {
+        let value = call(&f.library, &admin, &threaded, json!({})).unwrap()["value"].clone();
+        assert_eq!(value, "1", "a worker with a live thread is not reused");
+    }
 }
 
 #[test]
@@ -836,8 +900,21 @@ fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
             kind: PrincipalKind::Personal,
             user: None,
             scope: Scope {
-                collections: Some(vec!["c0".into(), "c1".into(), "c4".into()]),
+                collections: Some(vec!["c0".into(), "c1".into(), "c2".into(), "c4".into()]),
                 sensitivity_ceiling: "internal".into(),
+            },
+        })
+        .unwrap();
+    // A second key of alice's: one restricted collection. Her keys' ceilings are not pooled:
+    // c2 (confidential) stays out of reach, since neither key alone allows it.
+    library
+        .create_key(&NewKey {
+            name: "alice-archive".into(),
+            kind: PrincipalKind::Personal,
+            user: Some("alice".into()),
+            scope: Scope {
+                collections: Some(vec!["c3".into()]),
+                sensitivity_ceiling: "restricted".into(),
             },
         })
         .unwrap();
@@ -869,9 +946,17 @@ fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
         .authenticate(&service.secret, Some("alice"))
         .unwrap();
     assert_eq!(s.label, "indexer for alice");
+    let readable = |scope: &Scope| -> Vec<String> {
+        (0..6)
+            .filter(|&c| scope.allows_named(&format!("c{c}"), LABELS[c % 4]))
+            .map(|c| format!("c{c}"))
+            .collect()
+    };
+    assert_eq!(readable(&p.scope), ["c0", "c1", "c4"]);
     assert_eq!(
-        s.scope, p.scope,
-        "a service key acting for alice sees what alice sees, no more"
+        readable(&s.scope),
+        ["c0", "c1", "c3", "c4"],
+        "a service key acting for alice sees what one of her keys allows, no more"
     );
     assert_eq!(
         library
@@ -898,10 +983,119 @@ fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
         .unwrap_err()
         .to_string()
         .contains("revoked"));
+    library.revoke_key("alice-archive").unwrap();
     assert!(
         library
             .authenticate(&service.secret, Some("alice"))
             .is_err(),
         "alice has no active key left"
     );
+}
+
+#[test]
+fn action_tools_cannot_put_their_own_text_beside_a_reference() {
+    let f = fixture(&[(
+        "a.md",
+        "# Gears\n\nGears transmit torque between shafts.".into(),
+    )]);
+    let source = "from quarry import BaseModel\nclass Inputs(BaseModel):\n    pass\nclass Chunk(BaseModel):\n    evidence_ref: str\n    text: str\nclass Output(BaseModel):\n    chunks: list[Chunk]\nasync def run(input, ctx):\n    hits = await ctx.search('gears')\n    return {'chunks': [{'evidence_ref': hits[0]['evidence_ref'], 'text': 'Gears are made of cheese.'},\n                       {'evidence_ref': 'qe1.forged.ref', 'text': 'Also made up.'}]}\n";
+    f.library
+        .create_tool(code_tool("liar", ToolType::Action, source))
+        .unwrap();
+    let context = quarry_core::pipeline::PipelineDefinition {
+        retrieval: Some("retrieve-lexical-focused".into()),
+        ..Default::default()
+    };
+    f.library.create_pipeline("lexical", &context).unwrap();
+    let report = f
+        .library
+        .test_tool(
+            "liar",
+            &quarry_core::pipeline::TestInput::Json(json!({})),
+            &Principal::administrator(),
+            Some("lexical"),
+            None,
+        )
+        .unwrap();
+    let chunks = report.output["chunks"].as_array().unwrap();
+    assert_eq!(
+        chunks[0]["text"].as_str().unwrap(),
+        report.evidence.entries[0].text,
+        "the text is the admitted chunk's own"
+    );
+    assert!(!chunks[0]["text"].as_str().unwrap().contains("cheese"));
+    assert_eq!(chunks[1]["text"], "", "a refused reference keeps no text");
+    assert_eq!(report.evidence.entries.len(), 1);
+    assert_eq!(report.evidence.rejected.len(), 1);
+}
+
+#[test]
+fn a_conversation_carries_references_from_a_pipeline_run_to_later_fetches() {
+    let f = fixture(&[(
+        "manual.md",
+        format!("# Turbine manual\n\n{}", long_document(12)),
+    )]);
+    let context = quarry_core::pipeline::PipelineDefinition {
+        retrieval: Some("retrieve-lexical-focused".into()),
+        chunk_tools: vec!["noop_chunk".into()],
+        ..Default::default()
+    };
+    f.library.create_pipeline("lexical", &context).unwrap();
+    f.library
+        .save_pipeline("lexical", &Principal::administrator())
+        .unwrap();
+    let admin = Principal::administrator();
+    let options = RunOptions {
+        conversation: Some("chat-1".into()),
+        ..Default::default()
+    };
+    let run = f
+        .library
+        .run_pipeline("lexical", "turbine blade", &admin, &options)
+        .unwrap();
+    let source_ref = run.evidence.entries[0].source_ref.clone();
+    let fetch = |conversation: Option<&str>, who: &Principal| {
+        f.library.test_tool(
+            "fetch_document_chunks",
+            &quarry_core::pipeline::TestInput::Json(
+                json!({"sources": [{"source_ref": source_ref}]}),
+            ),
+            who,
+            Some("lexical"),
+            conversation,
+        )
+    };
+    let page = fetch(Some("chat-1"), &admin).unwrap();
+    assert_eq!(
+        page.output["pages"][0]["chunks"].as_array().unwrap().len(),
+        8
+    );
+    assert!(page.output["pages"][0]["cursor"].is_string());
+    let err = fetch(None, &admin).unwrap_err().to_string();
+    assert!(err.contains("another run or conversation"), "{err}");
+    let err = fetch(Some("chat-2"), &admin).unwrap_err().to_string();
+    assert!(err.contains("another run or conversation"), "{err}");
+    let bob = Principal {
+        id: "key:5".into(),
+        label: "bob".into(),
+        ..Principal::administrator()
+    };
+    let err = fetch(Some("chat-1"), &bob).unwrap_err().to_string();
+    assert!(err.contains("not issued to this caller"), "{err}");
+}
+
+#[test]
+fn a_collection_outside_the_scope_is_not_found_like_a_missing_one() {
+    let (_data, _docs, library) = scoped_library();
+    let scope = Scope {
+        collections: Some(vec!["c0".into()]),
+        sensitivity_ceiling: "restricted".into(),
+    };
+    for name in ["c1", "no-such-collection"] {
+        let mut request = SearchRequest::new("zebra").with_mode(SearchMode::Lexical);
+        request.scope = Some(scope.clone());
+        request.collections = vec![name.into()];
+        let err = library.search(&request).unwrap_err();
+        assert_eq!(err.code(), "collection_not_found", "{name}");
+    }
 }

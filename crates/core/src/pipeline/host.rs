@@ -134,7 +134,10 @@ pub fn call_code_tool(
             });
             result
         };
+        // One pool of workers per tool and caller: nothing a call leaves behind reaches another.
+        let owner = format!("{}#{}", derived.source_hash, env.session.principal.id);
         env.library.executor().call(
+            &owner,
             source,
             &derived.source_hash,
             &input,
@@ -174,41 +177,56 @@ pub fn call_code_tool(
 }
 
 /// Revalidates every reference an action tool returned and admits its chunks to `ledger`.
+/// Text beside a reference is replaced with the admitted chunks' own text (or emptied when
+/// the reference is refused), so a tool cannot put words next to a valid reference.
 pub(crate) fn admit_returned_refs(
     env: &ToolEnvironment<'_>,
     tool: &str,
-    value: &Value,
+    value: &mut Value,
     ledger: &mut EvidenceLedger,
 ) {
+    let store = env.library.store();
+    let admit = |reference: &str, ledger: &mut EvidenceLedger| -> Option<String> {
+        match env.session.revalidate_chunk(store, reference, None, tool) {
+            Ok(entry) => {
+                let text = entry.text.clone();
+                ledger.admit(entry);
+                Some(text)
+            }
+            Err(e) => {
+                ledger.reject(reference, tool, e.to_string());
+                None
+            }
+        }
+    };
     match value {
         Value::Object(map) => {
-            for (key, item) in map {
-                let refs: Vec<&str> = match (key.as_str(), item) {
-                    ("evidence_ref", Value::String(s)) => vec![s.as_str()],
-                    ("evidence_refs", Value::Array(a)) => {
-                        a.iter().filter_map(Value::as_str).collect()
-                    }
-                    ("source_ref", Value::String(s)) => {
-                        if let Err(e) = env.session.open_source(env.library.store(), s) {
-                            ledger.reject(s, tool, e.to_string());
-                        }
-                        continue;
-                    }
-                    _ => {
-                        admit_returned_refs(env, tool, item, ledger);
-                        continue;
-                    }
-                };
-                for reference in refs {
-                    match env
-                        .session
-                        .revalidate_chunk(env.library.store(), reference, None, tool)
-                    {
-                        Ok(entry) => {
-                            ledger.admit(entry);
-                        }
-                        Err(e) => ledger.reject(reference, tool, e.to_string()),
-                    }
+            let mut texts: Option<Vec<String>> = None;
+            if let Some(Value::String(reference)) = map.get("evidence_ref").cloned() {
+                texts = Some(admit(&reference, ledger).into_iter().collect());
+            }
+            if let Some(Value::Array(references)) = map.get("evidence_refs").cloned() {
+                let admitted = references
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(|r| admit(r, ledger))
+                    .collect();
+                texts = Some(admitted);
+            }
+            if let Some(Value::String(reference)) = map.get("source_ref") {
+                if let Err(e) = env.session.open_source(store, reference) {
+                    ledger.reject(reference, tool, e.to_string());
+                }
+            }
+            if let (Some(texts), Some(text)) = (texts, map.get_mut("text")) {
+                *text = Value::String(texts.join("\n\n"));
+            }
+            for (key, item) in map.iter_mut() {
+                if !matches!(
+                    key.as_str(),
+                    "evidence_ref" | "evidence_refs" | "source_ref" | "text"
+                ) {
+                    admit_returned_refs(env, tool, item, ledger);
                 }
             }
         }

@@ -243,6 +243,53 @@ fn insert_version(
     Ok(saved)
 }
 
+/// Gives every pipeline whose newest saved version holds an underived code tool (saved before
+/// Python was available) a new version with the now-derived definition of that tool.
+pub(crate) fn refresh_underived_snapshots(conn: &rusqlite::Connection) -> Result<()> {
+    let mut stmt = conn.prepare(
+        "SELECT v.pipeline_id, v.version, v.definition FROM pipeline_versions v
+         WHERE v.version = (SELECT MAX(version) FROM pipeline_versions w
+                            WHERE w.pipeline_id = v.pipeline_id)",
+    )?;
+    let latest: Vec<(i64, i64, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (pipeline_id, version, json) in latest {
+        let saved: SavedPipeline = parse(&json, "pipeline version")?;
+        let mut tools = saved.tools.clone();
+        let mut changed = false;
+        for (slug, tool) in tools.iter_mut() {
+            if tool.tool_type.is_code() && tool.derived.is_none() {
+                let current: Option<String> = conn
+                    .query_row(
+                        "SELECT definition FROM tools WHERE slug = ?1",
+                        [slug],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if let Some(current) = current {
+                    let current: ToolDefinition = parse(&current, "tool")?;
+                    if current.derived.is_some() && current.source == tool.source {
+                        *tool = current;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            insert_version(
+                conn,
+                pipeline_id,
+                version + 1,
+                &saved.pipeline,
+                tools,
+                "quarry (tools derived once Python was found)",
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Every pipeline's name.
 pub fn list(store: &Store) -> Result<Vec<String>> {
     let mut stmt = store
@@ -358,6 +405,11 @@ pub fn edit(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<
 /// Saves the draft as a new version, snapshotting its tools. Refused while the draft names a
 /// missing or mistyped tool or has no default retrieval tool.
 pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> {
+    // Draft and tools are read inside the write transaction, so the snapshot is consistent.
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
     let (id, draft) = pipeline_row(store, name)?;
     let resolved = resolve_live(store, name, &draft)?;
     let structural: Vec<String> = structural_problems(&resolved)
@@ -370,10 +422,6 @@ pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> 
             problems: structural,
         });
     }
-    let tx = rusqlite::Transaction::new_unchecked(
-        store.conn(),
-        rusqlite::TransactionBehavior::Immediate,
-    )?;
     let next: i64 = tx.query_row(
         "SELECT COALESCE(MAX(version), 0) + 1 FROM pipeline_versions WHERE pipeline_id = ?1",
         [id],

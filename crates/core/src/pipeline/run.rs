@@ -24,6 +24,22 @@ pub struct RunOptions {
     pub draft: bool,
     /// Earlier turns, given to query tools as `history`.
     pub history: Vec<Value>,
+    /// Bind the run's references to this conversation, so later runs and tool calls in the
+    /// same conversation (and by the same caller) can page from them. `None`: this run only.
+    pub conversation: Option<String>,
+}
+
+/// The evidence session of a run: its own, or its conversation's.
+fn session_for(
+    library: &Library,
+    principal: &Principal,
+    conversation: Option<&str>,
+) -> Result<EvidenceSession> {
+    let key = library.evidence_key()?;
+    match conversation {
+        Some(id) => EvidenceSession::in_conversation(key, principal.clone(), id),
+        None => EvidenceSession::new(key, principal.clone()),
+    }
 }
 
 /// What one stage (or one tool in it) did.
@@ -289,7 +305,6 @@ fn run_chunk_tool(
             String::new()
         }
     );
-    let input = json!({"candidates": candidates.len()});
     Ok((
         StageReport::of_call("chunk", tool, input, report, detail),
         kept,
@@ -346,7 +361,7 @@ pub fn run_resolved(
             reason: "is empty".into(),
         });
     }
-    let session = EvidenceSession::new(library.evidence_key()?, principal.clone())?;
+    let session = session_for(library, principal, options.conversation.as_deref())?;
     let env = environment(library, &session, resolved);
     let budget = resolved.pipeline.budget;
     let mut stages = Vec::new();
@@ -467,6 +482,7 @@ pub fn test_tool(
     input: &TestInput,
     principal: &Principal,
     pipeline: Option<&str>,
+    conversation: Option<&str>,
 ) -> Result<ToolTestReport> {
     let started = Instant::now();
     let tool = crate::tools::get(library.store(), slug)?;
@@ -485,7 +501,7 @@ pub fn test_tool(
         resolved.pipeline.retrieval = Some(tool.slug.clone());
         resolved.tools.insert(tool.slug.clone(), tool.clone());
     }
-    let session = EvidenceSession::new(library.evidence_key()?, principal.clone())?;
+    let session = session_for(library, principal, conversation)?;
     let env = environment(library, &session, &resolved);
     let mut ledger = EvidenceLedger::default();
     let mut stages = Vec::new();
@@ -606,8 +622,8 @@ pub fn test_tool(
                 TestInput::Json(v) => v.clone(),
                 TestInput::Query(q) => json!({"query": q}),
             };
-            let report = call_code_tool(&env, &tool, &value)?;
-            admit_returned_refs(&env, &tool.slug, &report.output, &mut ledger);
+            let mut report = call_code_tool(&env, &tool, &value)?;
+            admit_returned_refs(&env, &tool.slug, &mut report.output, &mut ledger);
             let output = report.output.clone();
             let detail = format!(
                 "{} reference(s) admitted, {} refused",

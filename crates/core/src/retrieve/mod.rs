@@ -224,6 +224,14 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     };
     let mut wanted = wanted;
     if let Some(scope) = &request.scope {
+        // A named collection the caller may not read is "not found", like a missing one, so
+        // the answer does not tell which exist.
+        if let Some(hidden) = wanted
+            .iter()
+            .find(|c| !request.collections.is_empty() && !scope.allows(c))
+        {
+            return Err(Error::CollectionNotFound(hidden.name.clone()));
+        }
         wanted.retain(|c| scope.allows(c));
         if wanted.is_empty() {
             // Nothing the caller may read: an empty answer, never "all collections".

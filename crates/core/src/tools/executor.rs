@@ -6,10 +6,11 @@
 //! ctypes, file writes and reads outside the Python installation, and an address-space limit
 //! caps its memory. The host enforces the time limit by killing the worker. A worker that
 //! finished a call cleanly goes back to an idle pool, so a warm call costs a round trip over
-//! a pipe, not a Python start-up.
+//! a pipe, not a Python start-up. Workers are pooled per tool and caller (source hash and
+//! principal): a tool could leave something behind in its interpreter (a patched module, a
+//! stash), so no other tool or caller ever runs in the same process.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -22,16 +23,33 @@ use crate::error::{Error, Result};
 
 const WORKER_SOURCE: &str = include_str!("worker.py");
 const START_TIMEOUT: Duration = Duration::from_secs(20);
-const MAX_IDLE_PER_LIMIT: usize = 4;
+/// The largest message a worker may send (a tool's output included).
+const MAX_LINE_BYTES: u64 = 32 * 1024 * 1024;
+/// Idle workers kept in all (about 10 MB of memory each).
+const MAX_IDLE: usize = 8;
+/// Analysis parses source and runs none of it, so its workers are shared.
+const ANALYSIS_OWNER: &str = "analysis";
 
 /// How a worker is kept off the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkIsolation {
+    /// bubblewrap: fresh user, mount, PID and network namespaces; only the Python
+    /// installation and system libraries, read-only; an empty `/tmp`; no capabilities.
+    /// Plus the audit hook.
+    Sandbox,
     /// A fresh network namespace (only loopback, down) plus the audit hook.
     Namespace,
     /// The audit hook alone (the OS refused a namespace).
     AuditHookOnly,
+}
+
+/// The interpreter behind `python`, with the folders it reads from.
+#[derive(Debug, Clone)]
+struct Interpreter {
+    executable: PathBuf,
+    /// `sys.base_prefix`, `sys.prefix` and the executable's folder, resolved.
+    roots: Vec<PathBuf>,
 }
 
 struct Worker {
@@ -88,8 +106,13 @@ pub struct Executor {
     python: PathBuf,
     /// The real interpreter behind `python` (which may be a shim needing the environment),
     /// so workers can start with an empty environment.
-    interpreter: std::sync::OnceLock<std::result::Result<PathBuf, String>>,
-    idle: Mutex<HashMap<u64, Vec<Worker>>>,
+    interpreter: std::sync::OnceLock<std::result::Result<Interpreter, String>>,
+    /// bubblewrap, where installed (`QUARRY_BWRAP` names it, or `none` turns it off).
+    bwrap: Option<PathBuf>,
+    /// The strongest isolation to try (tests use it to exercise the fallbacks).
+    max_isolation: NetworkIsolation,
+    /// Idle workers by (memory limit, owner), oldest first.
+    idle: Mutex<Vec<((u64, String), Worker)>>,
 }
 
 /// Where Python is: `QUARRY_PYTHON`, else `python3` on the `PATH`.
@@ -111,55 +134,79 @@ impl Executor {
         Executor {
             python,
             interpreter: std::sync::OnceLock::new(),
-            idle: Mutex::new(HashMap::new()),
+            bwrap: find_bwrap(),
+            max_isolation: NetworkIsolation::Sandbox,
+            idle: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same executor, never isolating more strongly than `isolation` (for testing the
+    /// fallbacks a system without bubblewrap or namespaces gets).
+    pub fn with_max_isolation(mut self, isolation: NetworkIsolation) -> Executor {
+        self.max_isolation = isolation;
+        self
     }
 
     /// Whether Python can run tools here, and how the workers are kept off the network.
     pub fn check(&self) -> Result<NetworkIsolation> {
-        let worker = self.take(256)?;
+        let worker = self.take(256, ANALYSIS_OWNER)?;
         let isolation = worker.isolation;
-        self.give_back(256, worker);
+        self.give_back(256, ANALYSIS_OWNER, worker);
         Ok(isolation)
     }
 
     /// Stops every idle worker (the next call starts a fresh one).
     pub fn stop_idle(&self) {
         let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
-        for worker in idle.into_values().flatten() {
+        for (_, worker) in idle {
             worker.kill();
         }
     }
 
-    fn take(&self, memory_mb: u64) -> Result<Worker> {
-        if let Some(worker) = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&memory_mb)
-            .and_then(Vec::pop)
+    fn take(&self, memory_mb: u64, owner: &str) -> Result<Worker> {
         {
-            return Ok(worker);
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = idle
+                .iter()
+                .rposition(|((m, o), _)| *m == memory_mb && o == owner)
+            {
+                return Ok(idle.remove(i).1);
+            }
         }
-        match self.spawn(memory_mb, true) {
-            Ok(worker) => Ok(worker),
-            Err(e @ Error::PythonUnavailable { .. }) if self.interpreter().is_err() => Err(e),
-            // Some systems allow the namespace but not Python inside it: fall back to the hook.
-            Err(_) => self.spawn(memory_mb, false),
+        // The strongest isolation this system allows: bubblewrap, else a network namespace,
+        // else the audit hook alone (each a step down when the one above cannot start).
+        self.interpreter()?;
+        let mut last = None;
+        for isolation in [
+            NetworkIsolation::Sandbox,
+            NetworkIsolation::Namespace,
+            NetworkIsolation::AuditHookOnly,
+        ] {
+            if (isolation == NetworkIsolation::Sandbox && self.bwrap.is_none())
+                || isolation < self.max_isolation
+            {
+                continue;
+            }
+            match self.spawn(memory_mb, isolation) {
+                Ok(worker) => return Ok(worker),
+                Err(e) => {
+                    tracing::debug!(?isolation, error = %e, "tool worker did not start");
+                    last = Some(e);
+                }
+            }
         }
+        Err(last.expect("at least one attempt"))
     }
 
-    fn give_back(&self, memory_mb: u64, worker: Worker) {
+    fn give_back(&self, memory_mb: u64, owner: &str, worker: Worker) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let pool = idle.entry(memory_mb).or_default();
-        if pool.len() < MAX_IDLE_PER_LIMIT {
-            pool.push(worker);
-        } else {
-            worker.kill();
+        idle.push(((memory_mb, owner.to_string()), worker));
+        if idle.len() > MAX_IDLE {
+            idle.remove(0).1.kill();
         }
     }
 
-    fn interpreter(&self) -> Result<PathBuf> {
+    fn interpreter(&self) -> Result<Interpreter> {
         self.interpreter
             .get_or_init(|| {
                 let out = Command::new(&self.python)
@@ -167,27 +214,47 @@ impl Executor {
                         "-I",
                         "-S",
                         "-c",
-                        "import sys; assert sys.version_info >= (3, 8); print(sys.executable)",
+                        "import sys; assert sys.version_info >= (3, 9)\n\
+                         print(sys.executable); print(sys.base_prefix); print(sys.prefix)",
                     ])
                     .stdin(Stdio::null())
                     .output()
                     .map_err(|e| format!("cannot run `{}`: {e}", self.python.display()))?;
-                let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                if !out.status.success() || path.is_empty() {
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                let lines: Vec<&str> = text.lines().map(str::trim).collect();
+                if !out.status.success() || lines.len() < 3 || lines[0].is_empty() {
                     return Err(format!(
-                        "`{}` is not Python 3.8 or later",
+                        "`{}` is not Python 3.9 or later",
                         self.python.display()
                     ));
                 }
-                Ok(PathBuf::from(path))
+                let executable =
+                    std::fs::canonicalize(lines[0]).unwrap_or_else(|_| PathBuf::from(lines[0]));
+                let mut roots: Vec<PathBuf> = [lines[1], lines[2]]
+                    .iter()
+                    .filter_map(|p| std::fs::canonicalize(p).ok())
+                    .chain(executable.parent().map(PathBuf::from))
+                    .collect();
+                roots.sort();
+                roots.dedup();
+                Ok(Interpreter { executable, roots })
             })
             .clone()
             .map_err(|reason| Error::PythonUnavailable { reason })
     }
 
-    fn spawn(&self, memory_mb: u64, isolate_network: bool) -> Result<Worker> {
+    fn spawn(&self, memory_mb: u64, wanted: NetworkIsolation) -> Result<Worker> {
         let unavailable = |reason: String| Error::PythonUnavailable { reason };
-        let mut command = Command::new(self.interpreter()?);
+        let interpreter = self.interpreter()?;
+        let mut command = match (&self.bwrap, wanted) {
+            (Some(bwrap), NetworkIsolation::Sandbox) => {
+                let mut command = Command::new(bwrap);
+                command.args(sandbox_arguments(&interpreter));
+                command.arg(&interpreter.executable);
+                command
+            }
+            _ => Command::new(&interpreter.executable),
+        };
         command
             .args(["-I", "-S", "-c", WORKER_SOURCE])
             .env_clear()
@@ -198,7 +265,7 @@ impl Executor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if isolate_network {
+        if wanted == NetworkIsolation::Namespace {
             isolate_in_network_namespace(&mut command);
         }
         let mut child = command
@@ -209,10 +276,25 @@ impl Executor {
         let stderr = child.stderr.take().expect("piped");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+            // Lines are bounded: a tool cannot make the host buffer more than this.
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut line = Vec::new();
+                match (&mut reader)
+                    .take(MAX_LINE_BYTES + 1)
+                    .read_until(b'\n', &mut line)
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if line.len() as u64 > MAX_LINE_BYTES => {
+                        let _ = tx.send(r#"{"op":"oversized"}"#.to_string());
+                        break;
+                    }
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                        if tx.send(text).is_err() {
+                            break;
+                        }
+                    }
                 }
             }
         });
@@ -235,10 +317,11 @@ impl Executor {
         if ready["op"] != "ready" {
             return Err(unavailable(format!("unexpected worker output: {ready}")));
         }
-        let isolation = if isolate_network && only_loopback(child.id()) {
-            NetworkIsolation::Namespace
-        } else {
-            NetworkIsolation::AuditHookOnly
+        let isolation = match wanted {
+            NetworkIsolation::Namespace if !only_loopback(child.id()) => {
+                NetworkIsolation::AuditHookOnly
+            }
+            other => other,
         };
         Ok(Worker {
             child,
@@ -254,7 +337,7 @@ impl Executor {
         source: &str,
         tool_type: &str,
     ) -> Result<std::result::Result<Value, (String, u32, u32)>> {
-        let mut worker = self.take(256)?;
+        let mut worker = self.take(256, ANALYSIS_OWNER)?;
         let sent = worker.send(&json!({"op": "analyze", "source": source, "tool_type": tool_type}));
         let reply = sent
             .ok()
@@ -265,7 +348,7 @@ impl Executor {
                 reason: "the tool worker stopped while analysing a tool".into(),
             });
         };
-        self.give_back(256, worker);
+        self.give_back(256, ANALYSIS_OWNER, worker);
         let reply: Value = serde_json::from_str(&reply)
             .map_err(|e| Error::Internal(format!("worker reply: {e}")))?;
         if reply["ok"] == true {
@@ -283,11 +366,13 @@ impl Executor {
         }
     }
 
-    /// Runs one call. `ctx` answers the tool's ctx operations (name, args, kwargs), already
-    /// checked by the caller against the manifest and authorization.
+    /// Runs one call in a worker of `owner` (the tool and its caller). `ctx` answers the
+    /// tool's ctx operations (name, args, kwargs), already checked by the caller against the
+    /// manifest and authorization.
     #[allow(clippy::too_many_arguments)]
     pub fn call(
         &self,
+        owner: &str,
         source: &str,
         source_hash: &str,
         input: &Value,
@@ -296,7 +381,7 @@ impl Executor {
         memory_mb: u64,
         ctx: &mut dyn FnMut(&str, &Value, &Value) -> std::result::Result<Value, String>,
     ) -> Result<std::result::Result<CallOutcome, CallError>> {
-        let mut worker = self.take(memory_mb)?;
+        let mut worker = self.take(memory_mb, owner)?;
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         let request = json!({
             "op": "run", "source": source, "source_hash": source_hash,
@@ -354,10 +439,10 @@ impl Executor {
                         })
                         .unwrap_or_default();
                     let isolation = worker.isolation;
-                    if message["fatal"] == true {
-                        worker.kill();
+                    if message["fatal"] != true && in_step(&mut worker) {
+                        self.give_back(memory_mb, owner, worker);
                     } else {
-                        self.give_back(memory_mb, worker);
+                        worker.kill();
                     }
                     if message["ok"] == true {
                         return Ok(Ok(CallOutcome {
@@ -376,6 +461,13 @@ impl Executor {
                         _ => CallError::Exception(text, line),
                     }));
                 }
+                Some("oversized") => {
+                    worker.kill();
+                    return Ok(Err(CallError::Worker(format!(
+                        "the tool's output is larger than {} MiB",
+                        MAX_LINE_BYTES >> 20
+                    ))));
+                }
                 _ => {
                     worker.kill();
                     return Ok(Err(CallError::Worker(format!(
@@ -391,6 +483,88 @@ impl Drop for Executor {
     fn drop(&mut self) {
         self.stop_idle();
     }
+}
+
+/// bubblewrap on the `PATH` (or `QUARRY_BWRAP`; `none` turns it off).
+fn find_bwrap() -> Option<PathBuf> {
+    match std::env::var_os("QUARRY_BWRAP") {
+        Some(v) if v == "none" => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("bwrap"))
+                .find(|p| p.is_file())
+        }),
+    }
+}
+
+/// bubblewrap's arguments: new namespaces of every kind, the system libraries and the Python
+/// installation read-only, nothing of the user's files, an empty `/tmp`, no capabilities, and
+/// the whole sandbox killed with its parent.
+fn sandbox_arguments(interpreter: &Interpreter) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--ro-bind-try",
+        "/etc/ld.so.cache",
+        "/etc/ld.so.cache",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    // Merged-/usr systems link these into /usr; others have them as folders.
+    for top in ["/bin", "/sbin", "/lib", "/lib32", "/lib64"] {
+        let path = std::path::Path::new(top);
+        match std::fs::read_link(path) {
+            Ok(target) => {
+                args.extend(["--symlink".into(), target.into_os_string(), top.into()]);
+            }
+            Err(_) if path.is_dir() => {
+                args.extend(["--ro-bind".into(), top.into(), top.into()]);
+            }
+            Err(_) => {}
+        }
+    }
+    for root in &interpreter.roots {
+        if !root.starts_with("/usr") {
+            args.extend([
+                "--ro-bind".into(),
+                root.clone().into_os_string(),
+                root.clone().into_os_string(),
+            ]);
+        }
+    }
+    args.push("--".into());
+    args
+}
+
+/// Whether the worker's next line answers a fresh nonce: nothing a call wrote is left in the
+/// pipe to be mistaken for the next call's messages.
+fn in_step(worker: &mut Worker) -> bool {
+    let nonce = crate::auth::random_hex(8).unwrap_or_default();
+    if worker.send(&json!({"op": "sync", "nonce": nonce})).is_err() {
+        return false;
+    }
+    worker
+        .lines
+        .recv_timeout(Duration::from_secs(2))
+        .ok()
+        .and_then(|line| serde_json::from_str::<Value>(&line).ok())
+        .is_some_and(|reply| reply["op"] == "synced" && reply["nonce"] == nonce.as_str())
 }
 
 /// Whether the process sees no network interface but loopback (a fresh namespace).

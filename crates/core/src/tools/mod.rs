@@ -435,7 +435,7 @@ pub fn get(store: &Store, slug: &str) -> Result<ToolDefinition> {
     parse_stored(&definition.ok_or_else(|| Error::ToolNotFound(slug.into()))?)
 }
 
-fn canonical(tool: &ToolDefinition) -> String {
+pub(crate) fn canonical(tool: &ToolDefinition) -> String {
     serde_json::to_string(tool).expect("tool serializes")
 }
 
@@ -493,10 +493,14 @@ pub fn update(
         ));
     }
     let tool = prepare(tool, executor)?;
-    store.conn().execute(
-        "UPDATE tools SET definition = ?2, updated_at = ?3 WHERE slug = ?1",
-        params![slug, canonical(&tool), now_unix()],
+    // Guarded by the type: a tool deleted and re-created meanwhile is not overwritten.
+    let updated = store.conn().execute(
+        "UPDATE tools SET definition = ?2, updated_at = ?3 WHERE slug = ?1 AND tool_type = ?4",
+        params![slug, canonical(&tool), now_unix(), tool.tool_type.as_str()],
     )?;
+    if updated == 0 {
+        return Err(Error::ToolNotFound(slug.into()));
+    }
     Ok(tool)
 }
 
@@ -516,6 +520,12 @@ pub fn duplicate(
 
 /// Deletes a tool that no pipeline uses.
 pub fn delete(store: &Store, slug: &str) -> Result<()> {
+    // The check and the delete in one write transaction: no pipeline can start using the
+    // tool in between.
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
     get(store, slug)?;
     let users = crate::pipeline::pipelines_using(store, slug)?;
     if !users.is_empty() {
@@ -524,9 +534,8 @@ pub fn delete(store: &Store, slug: &str) -> Result<()> {
             pipelines: users,
         });
     }
-    store
-        .conn()
-        .execute("DELETE FROM tools WHERE slug = ?1", [slug])?;
+    tx.execute("DELETE FROM tools WHERE slug = ?1", [slug])?;
+    tx.commit()?;
     Ok(())
 }
 

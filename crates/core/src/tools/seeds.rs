@@ -1,6 +1,8 @@
 //! The 12 tool definitions every fresh library starts with (`seeds/tools/` in the repository),
 //! and the default pipeline that uses them.
 
+use rusqlite::OptionalExtension;
+
 use super::{insert, prepare, Executor, ToolDefinition};
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -84,6 +86,9 @@ pub(crate) fn seeded_definitions(executor: &Executor) -> Result<Vec<ToolDefiniti
 /// Installs the seeded tools and the default pipeline into a library that has never had them.
 pub fn install_seeds(store: &Store, executor: &Executor) -> Result<()> {
     if store.meta("seeded")?.is_some() {
+        if store.meta("seeds_underived")?.is_some() {
+            derive_late(store, executor)?;
+        }
         return Ok(());
     }
     let tools = seeded_definitions(executor)?;
@@ -105,6 +110,51 @@ pub fn install_seeds(store: &Store, executor: &Executor) -> Result<()> {
     }
     crate::pipeline::install_default_pipeline(&tx, &tools)?;
     tx.execute("INSERT INTO meta(key, value) VALUES ('seeded', '1')", [])?;
+    if tools
+        .iter()
+        .any(|t| t.tool_type.is_code() && t.derived.is_none())
+    {
+        tx.execute(
+            "INSERT INTO meta(key, value) VALUES ('seeds_underived', '1')",
+            [],
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// A library seeded without Python: once Python is here, derive the seeded code tools that
+/// are still as seeded, and give pipelines whose saved snapshot holds underived tools a new
+/// version with the derived ones.
+fn derive_late(store: &Store, executor: &Executor) -> Result<()> {
+    if executor.check().is_err() {
+        return Ok(()); // still no Python: the readiness check says so
+    }
+    let derived = seeded_definitions(executor)?;
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
+    for tool in derived.iter().filter(|t| t.derived.is_some()) {
+        let stored: Option<String> = tx
+            .query_row(
+                "SELECT definition FROM tools WHERE slug = ?1 AND seeded = 1",
+                [&tool.slug],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(stored) = stored else { continue };
+        let stored: ToolDefinition = serde_json::from_str(&stored)
+            .map_err(|e| Error::Internal(format!("stored tool is unreadable: {e}")))?;
+        if stored.derived.is_none() && stored.source == tool.source {
+            tx.execute(
+                "UPDATE tools SET definition = ?2 WHERE slug = ?1",
+                rusqlite::params![tool.slug, super::canonical(tool)],
+            )?;
+        }
+    }
+    crate::pipeline::refresh_underived_snapshots(&tx)?;
+    tx.execute("DELETE FROM meta WHERE key = 'seeds_underived'", [])?;
     tx.commit()?;
     Ok(())
 }

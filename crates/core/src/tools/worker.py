@@ -143,28 +143,28 @@ CONSTRAINT_KEYWORDS = {
 }
 
 
-def _annotation_schema(node, models):
+def _annotation_schema(node, models, stack=()):
     if isinstance(node, ast.Constant) and node.value is None:
         return {"type": "null"}
     if isinstance(node, ast.Name):
         if node.id in SCALARS:
             return dict(SCALARS[node.id])
         if node.id in models:
-            return _model_schema(models[node.id], models)
+            return _model_schema(models[node.id], models, stack)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         if node.value.id == "typing" and node.attr in SCALARS:
             return dict(SCALARS[node.attr])
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return {"anyOf": [_annotation_schema(node.left, models), _annotation_schema(node.right, models)]}
+        return {"anyOf": [_annotation_schema(node.left, models, stack), _annotation_schema(node.right, models, stack)]}
     if isinstance(node, ast.Subscript):
         outer = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "attr", None)
         inner = node.slice
         if outer in ("list", "List"):
-            return {"type": "array", "items": _annotation_schema(inner, models)}
+            return {"type": "array", "items": _annotation_schema(inner, models, stack)}
         if outer == "Optional":
-            return {"anyOf": [_annotation_schema(inner, models), {"type": "null"}]}
+            return {"anyOf": [_annotation_schema(inner, models, stack), {"type": "null"}]}
         if outer in ("dict", "Dict") and isinstance(inner, ast.Tuple) and len(inner.elts) == 2:
-            return {"type": "object", "additionalProperties": _annotation_schema(inner.elts[1], models)}
+            return {"type": "object", "additionalProperties": _annotation_schema(inner.elts[1], models, stack)}
         if outer == "Literal":
             values = inner.elts if isinstance(inner, ast.Tuple) else [inner]
             try:
@@ -174,7 +174,10 @@ def _annotation_schema(node, models):
     raise ShapeError(f"unsupported field type `{ast.unparse(node)}`", node)
 
 
-def _model_schema(cls, models):
+def _model_schema(cls, models, stack=()):
+    if cls.name in stack:
+        raise ShapeError(f"model `{cls.name}` refers to itself; shapes must not be recursive", cls)
+    stack = stack + (cls.name,)
     properties, required = {}, []
     for statement in cls.body:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
@@ -186,7 +189,7 @@ def _model_schema(cls, models):
                 f"{cls.name} may only declare fields (`name: type = default`)", statement
             )
         name = statement.target.id
-        schema = _annotation_schema(statement.annotation, models)
+        schema = _annotation_schema(statement.annotation, models, stack)
         value = statement.value
         default, has_default = None, False
         if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Field":
@@ -338,13 +341,13 @@ REFUSED_PREFIXES = (
     "ctypes.",
     "resource.setrlimit",
     "resource.prlimit",
-    "sys._getframe",
-    "sys._current_frames",
+    "sqlite3.",
     "gc.get_objects",
     "gc.get_referrers",
     "gc.get_referents",
     "webbrowser.",
     "pty.",
+    "signal.pthread_kill",
 )
 WHAT_IS_REFUSED = {
     "socket.": "network access",
@@ -356,8 +359,16 @@ WHAT_IS_REFUSED = {
     "os.fork": "starting a process",
     "ctypes.": "ctypes",
     "resource.": "changing the sandbox limits",
+    "sqlite3.": "opening a database",
 }
-REFUSED_IMPORTS = {"ctypes", "_ctypes", "_posixsubprocess", "multiprocessing", "_multiprocessing"}
+REFUSED_IMPORTS = {
+    "ctypes",
+    "_ctypes",
+    "_posixsubprocess",
+    "multiprocessing",
+    "_multiprocessing",
+    "_sqlite3",
+}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -366,35 +377,118 @@ def _refuse(what):
 
 
 def install_audit_hook():
+    """Installs the hook. Everything it uses is bound here, as C functions and immutable
+    values in its closure, so a tool cannot disarm it by patching a module, `builtins` or
+    this script's globals (nothing outside can reach the hook object itself)."""
+    import posix
+
     read_roots = _allowed_read_roots()
+    refused_prefixes = REFUSED_PREFIXES
+    what_is_refused = tuple(WHAT_IS_REFUSED.items())
+    refused_imports = frozenset(REFUSED_IMPORTS)
+    write_flags = WRITE_FLAGS
+    violation = SandboxViolation
+    fspath = posix.fspath
+    readlink = posix.readlink
+    getcwd = posix.getcwd
+    is_instance = isinstance
+    to_str = str
+    as_bytes = bytes
+    as_int = int
+
+    def refuse(what):
+        raise violation("sandbox: " + what + " is not allowed in a tool")
+
+    def resolve(path):
+        """An absolute path with `.`, `..` and symbolic links resolved, by hand."""
+        if is_instance(path, as_bytes):
+            path = path.decode("utf-8", "surrogateescape")
+        if not path.startswith("/"):
+            path = getcwd() + "/" + path
+        parts = path.split("/")
+        resolved = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = "/" + "/".join(resolved + [part])
+            try:
+                target = readlink(candidate)
+            except OSError:
+                resolved.append(part)
+                continue
+            hops += 1
+            if hops > 40:
+                return "/\0too-many-links"
+            if target.startswith("/"):
+                resolved = []
+            parts = target.split("/") + parts
+        return "/" + "/".join(resolved)
+
+    def readable(path):
+        if is_instance(path, as_int):
+            return True  # an already open descriptor
+        try:
+            real = resolve(fspath(path))
+        except (TypeError, ValueError):
+            return False
+        return (real + "/").startswith(read_roots)
 
     def hook(event, args):
         if event == "open":
             path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & WRITE_FLAGS
-            )
-            if writing:
-                _refuse(f"writing a file ({path!r})")
-            if isinstance(path, (str, bytes)):
-                real = os.path.realpath(os.fsdecode(path))
-                if not (real + "/").startswith(read_roots):
-                    _refuse(f"reading {os.fsdecode(path)!r}")
+            if (is_instance(mode, to_str) and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)) or (
+                is_instance(flags, as_int) and flags & write_flags
+            ):
+                refuse("writing a file (" + repr(path) + ")")
+            if not readable(path):
+                refuse("reading " + repr(path))
             return
         if event in ("os.listdir", "os.scandir"):
-            path = args[0] if args else "."
-            if isinstance(path, (str, bytes)):
-                real = os.path.realpath(os.fsdecode(path))
-                if not (real + "/").startswith(read_roots):
-                    _refuse(f"listing {os.fsdecode(path)!r}")
+            if args and args[0] is not None and not readable(args[0]):
+                refuse("listing " + repr(args[0]))
             return
-        if event == "import" and args and args[0] in REFUSED_IMPORTS:
-            _refuse(f"importing {args[0]}")
-        if event.startswith(REFUSED_PREFIXES):
-            what = next((w for p, w in WHAT_IS_REFUSED.items() if event.startswith(p)), event)
-            _refuse(what)
+        if event == "import" and args and args[0] in refused_imports:
+            refuse("importing " + to_str(args[0]))
+        if event.startswith(refused_prefixes):
+            what = event
+            for prefix, description in what_is_refused:
+                if event.startswith(prefix):
+                    what = description
+                    break
+            refuse(what)
 
     sys.addaudithook(hook)
+
+
+def _drop_unaudited_escapes():
+    """Removes modules and functions that reach processes or signals without an audit event
+    (`_posixsubprocess.fork_exec`, `pidfd_send_signal`), so a tool cannot pick them up from a
+    module asyncio already imported. The OS sandbox contains them where it runs; this is the
+    fallback's layer."""
+    import signal
+    import _signal
+
+    sys.modules.pop("_posixsubprocess", None)
+    for module in list(sys.modules.values()):
+        for name in ("_posixsubprocess", "_fork_exec", "_USE_POSIX_SPAWN"):
+            if getattr(module, name, None) is not None and module is not sys:
+                try:
+                    delattr(module, name)
+                except (AttributeError, TypeError):
+                    pass
+    for module in (signal, _signal):
+        for name in ("pidfd_send_signal", "pthread_kill"):
+            if hasattr(module, name):
+                delattr(module, name)
+    for name in ("pidfd_open", "fork", "forkpty", "register_at_fork"):
+        if hasattr(os, name):
+            delattr(os, name)
 
 
 # ---------------------------------------------------------------- running a call
@@ -489,12 +583,45 @@ def run_call(message, channel, loop, compiled):
         }
     finally:
         sys.stdout = sys.__stderr__
-        for task in asyncio.all_tasks(loop):
+        # Nothing of a call may run during the next one: cancel what it left behind, and
+        # retire the worker if anything refuses to stop.
+        leftovers = asyncio.all_tasks(loop)
+        for task in leftovers:
             task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=0.1))
+        run_call.retire = any(not task.done() for task in leftovers) or not _back_to_one_thread()
+        _reset_timers()
         text = printed.getvalue()
         if text:
             logs.append(text[:MAX_LOG_CHARS])
         run_call.logs = logs
+
+
+_STATUS_FD = None
+
+
+def _back_to_one_thread():
+    """Whether only the main thread is left (3.11 audits no thread start, so a tool's threads
+    are found here and the worker retired). Reads a descriptor opened before the hook."""
+    try:
+        status = os.pread(_STATUS_FD, 8192, 0).decode()
+    except (OSError, TypeError):
+        return False
+    for line in status.splitlines():
+        if line.startswith("Threads:"):
+            return line.split()[1] == "1"
+    return False
+
+
+def _reset_timers():
+    """No timer a call set may fire during the next one."""
+    import signal
+
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(timer, 0)
+    for number in (signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def main():
@@ -507,6 +634,9 @@ def main():
     loop = asyncio.new_event_loop()  # before the hook: its self-pipe is a socket pair
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    global _STATUS_FD
+    _STATUS_FD = os.open("/proc/self/status", os.O_RDONLY)
+    _drop_unaudited_escapes()
     install_audit_hook()
     channel.send({"op": "ready", "python": sys.version.split()[0], "pid": os.getpid()})
     compiled = {}
@@ -518,15 +648,21 @@ def main():
                 reply = {"op": "analyzed", "ok": True, **analyze(message["source"], message["tool_type"])}
             except ShapeError as error:
                 reply = {"op": "analyzed", "ok": False, "error": {"message": str(error), "line": error.line, "column": error.column}}
+            except Exception as error:  # an analyser bug must not look like a missing Python
+                reply = {"op": "analyzed", "ok": False, "error": {"message": f"cannot analyse the source: {type(error).__name__}: {error}", "line": 1, "column": 1}}
             channel.send(reply)
         elif op == "run":
             reply = run_call(message, channel, loop, compiled)
             reply["logs"] = getattr(run_call, "logs", [])
+            if getattr(run_call, "retire", False):
+                reply["fatal"] = True
             channel.send(reply)
             if reply.get("fatal"):
-                os._exit(3)  # a MemoryError leaves the interpreter unreliable: start afresh
-        elif op == "ping":
-            channel.send({"op": "pong"})
+                # After a MemoryError, or with tasks that would not stop: start afresh.
+                os._exit(3)
+        elif op == "sync":
+            # The host checks that nothing but this answer is left in the pipe.
+            channel.send({"op": "synced", "nonce": message.get("nonce")})
         else:
             channel.send({"op": "error", "message": f"unknown op {op!r}"})
 
