@@ -85,12 +85,22 @@ fn call(
 }
 
 fn action(library: &Library, slug: &str, source_body: &str) -> ToolDefinition {
+    limited_action(library, slug, source_body, Limits::default())
+}
+
+/// An action tool whose `run` body is `source_body` (with `os` and `sys` imported).
+fn limited_action(
+    library: &Library,
+    slug: &str,
+    source_body: &str,
+    limits: Limits,
+) -> ToolDefinition {
     let source = format!(
         "from quarry import BaseModel\nimport os, sys\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    value: str = ''\nasync def run(input, ctx):\n{source_body}\n"
     );
-    library
-        .create_tool(code_tool(slug, ToolType::Action, &source))
-        .unwrap()
+    let mut tool = code_tool(slug, ToolType::Action, &source);
+    tool.limits = Some(limits);
+    library.create_tool(tool).unwrap()
 }
 
 fn error_of(result: quarry_core::Result<Value>) -> (String, String) {
@@ -171,16 +181,12 @@ fn every_escape_is_refused_with_a_clear_error() {
 fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
     let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
     let s = session(&f.library);
-    let mut hog = code_tool(
+    let hog = limited_action(
+        &f.library,
         "hog",
-        ToolType::Action,
-        "from quarry import BaseModel\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    n: int = 0\nasync def run(input, ctx):\n    blocks = [bytearray(50_000_000) for _ in range(40)]\n    return {'n': len(blocks)}\n",
+        "    blocks = [bytearray(50_000_000) for _ in range(40)]\n    return {'value': str(len(blocks))}",
+        Limits { timeout_ms: 10_000, memory_mb: 200 },
     );
-    hog.limits = Some(Limits {
-        timeout_ms: 10_000,
-        memory_mb: 200,
-    });
-    let hog = f.library.create_tool(hog).unwrap();
     let (code, message) = error_of(call(&f.library, &s, &hog, json!({})));
     assert_eq!(code, "tool_failed");
     assert!(
@@ -188,16 +194,15 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
         "{message}"
     );
 
-    let mut spin = code_tool(
+    let spin = limited_action(
+        &f.library,
         "spin",
-        ToolType::Action,
-        "from quarry import BaseModel\nclass Inputs(BaseModel):\n    pass\nclass Output(BaseModel):\n    n: int = 0\nasync def run(input, ctx):\n    while True:\n        pass\n",
+        "    while True:\n        pass",
+        Limits {
+            timeout_ms: 300,
+            memory_mb: 256,
+        },
     );
-    spin.limits = Some(Limits {
-        timeout_ms: 300,
-        memory_mb: 256,
-    });
-    let spin = f.library.create_tool(spin).unwrap();
     let (code, message) = error_of(call(&f.library, &s, &spin, json!({})));
     assert_eq!(code, "tool_timeout", "{message}");
     assert!(message.contains("300 ms"));
