@@ -558,12 +558,21 @@ pub fn check(library: &Library, resolved: &ResolvedPipeline) -> Vec<ReadinessPro
         if tool.tool_type.is_code() {
             if !python_checked {
                 python_checked = true;
-                if let Err(e) = library.executor().check() {
-                    problems.push(ReadinessProblem {
+                match library.executor().check() {
+                    Err(e) => problems.push(ReadinessProblem {
                         severity: Severity::Blocking,
                         component: "python".into(),
                         message: e.to_string(),
-                    });
+                    }),
+                    Ok(crate::tools::NetworkIsolation::Sandbox) => {}
+                    Ok(weaker) => problems.push(ReadinessProblem {
+                        severity: Severity::Degraded,
+                        component: "sandbox".into(),
+                        message: format!(
+                            "code tools run with weaker isolation ({weaker:?}): install bubblewrap \
+                             (`bwrap`) for the full sandbox"
+                        ),
+                    }),
                 }
             }
             if tool.derived.is_none() {
