@@ -126,6 +126,7 @@ fn every_escape_is_refused_with_a_clear_error() {
         ("etc", "    return {'value': open('/etc/hostname').read()}", "reading"),
         ("pathlib", "    import pathlib\n    return {'value': pathlib.Path('/etc/hostname').read_text()}", "reading"),
         ("list", "    return {'value': str(os.listdir(os.path.expanduser('~')))}", "listing"),
+        ("list-cwd", "    return {'value': str(os.listdir())}", "listing"),
         ("write", "    open('/tmp/quarry-escape', 'w').write('x')", "writing a file"),
         ("sqlite", "    import sqlite3\n    sqlite3.connect('/tmp/quarry-escape.db')", "sqlite3"),
         ("spawn", "    os.system('true')", "starting a process"),

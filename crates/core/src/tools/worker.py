@@ -450,8 +450,9 @@ def install_audit_hook():
                 refuse("reading " + repr(path))
             return
         if event in ("os.listdir", "os.scandir"):
-            if args and args[0] is not None and not readable(args[0]):
-                refuse("listing " + repr(args[0]))
+            path = args[0] if args and args[0] is not None else "."
+            if not readable(path):
+                refuse("listing " + repr(path))
             return
         if event == "import" and args and args[0] in refused_imports:
             refuse("importing " + to_str(args[0]))
