@@ -422,13 +422,19 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
     Ok(ExitCode::SUCCESS)
 }
 
-fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<ExitCode> {
+/// A throwaway library with `path` indexed (full text only).
+fn indexed_library(path: &std::path::Path) -> Result<(tempfile::TempDir, Library)> {
     let temp = tempfile::tempdir()?;
     let mut library = Library::open(temp.path())?;
     library.add_source(path, "bench", &[], &[])?;
     library
         .writer()?
         .index_all(&IndexOptions::default(), &|_| {})?;
+    Ok((temp, library))
+}
+
+fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<ExitCode> {
+    let (_temp, mut library) = indexed_library(path)?;
     let status = library.status()?;
     anyhow::ensure!(
         status.stats.chunks > 0,
@@ -549,12 +555,7 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
     use quarry_core::pipeline::{call_code_tool, ToolEnvironment};
     use serde_json::json;
 
-    let temp = tempfile::tempdir()?;
-    let mut library = Library::open(temp.path())?;
-    library.add_source(path, "bench", &[], &[])?;
-    library
-        .writer()?
-        .index_all(&IndexOptions::default(), &|_| {})?;
+    let (_temp, library) = indexed_library(path)?;
     let session = EvidenceSession::new(
         library.evidence_key()?,
         quarry_core::Principal::administrator(),

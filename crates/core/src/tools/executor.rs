@@ -338,7 +338,12 @@ impl Executor {
         tool_type: &str,
     ) -> Result<std::result::Result<Value, (String, u32, u32)>> {
         let mut worker = self.take(256, ANALYSIS_OWNER)?;
-        let sent = worker.send(&json!({"op": "analyze", "source": source, "tool_type": tool_type}));
+        let sent = worker.send(&json!({
+            "op": "analyze",
+            "source": source,
+            "tool_type": tool_type,
+            "ctx_operations": super::CTX_OPERATIONS,
+        }));
         let reply = sent
             .ok()
             .and_then(|_| worker.lines.recv_timeout(Duration::from_secs(20)).ok());

@@ -32,7 +32,8 @@ pub const EXPORT_FORMAT: &str = "quarry-tool";
 /// See [`EXPORT_FORMAT`].
 pub const EXPORT_VERSION: u32 = 1;
 
-/// The governed operations a code tool may use through `ctx` (the evidence manifest's vocabulary).
+/// The governed operations a code tool may use through `ctx` (the evidence manifest's vocabulary,
+/// sent to the worker's analysis; `pipeline::host` implements each).
 pub const CTX_OPERATIONS: &[&str] = &[
     "search",
     "search_documents",

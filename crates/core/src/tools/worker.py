@@ -36,15 +36,6 @@ import textwrap  # noqa: F401
 import typing  # noqa: F401
 import unicodedata  # noqa: F401
 
-KNOWN_CTX_OPERATIONS = {
-    "search",
-    "search_documents",
-    "fetch_document_chunks",
-    "fetch_source_document",
-    "fetch_neighbors",
-    "http_get",
-    "llm",
-}
 LOCAL_CTX_ATTRIBUTES = {"settings", "log"}
 MAX_LOG_CHARS = 16_000
 
@@ -230,7 +221,8 @@ def _literal(node):
         raise ShapeError("defaults and constraints must be literal values", node) from None
 
 
-def analyze(source, tool_type):
+def analyze(source, tool_type, known_operations):
+    """`known_operations`: the host's ctx vocabulary (`tools::CTX_OPERATIONS`)."""
     try:
         tree = ast.parse(source, filename="<tool>")
     except SyntaxError as error:
@@ -282,10 +274,10 @@ def analyze(source, tool_type):
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in (ctx_name, "ctx") and node.attr not in LOCAL_CTX_ATTRIBUTES:
-                if node.attr not in KNOWN_CTX_OPERATIONS:
+                if node.attr not in known_operations:
                     raise ShapeError(
                         f"unknown ctx operation `ctx.{node.attr}` (known: "
-                        + ", ".join(sorted(KNOWN_CTX_OPERATIONS))
+                        + ", ".join(sorted(known_operations))
                         + ")",
                         node,
                     )
@@ -646,7 +638,7 @@ def main():
         op = message.get("op")
         if op == "analyze":
             try:
-                reply = {"op": "analyzed", "ok": True, **analyze(message["source"], message["tool_type"])}
+                reply = {"op": "analyzed", "ok": True, **analyze(message["source"], message["tool_type"], set(message["ctx_operations"]))}
             except ShapeError as error:
                 reply = {"op": "analyzed", "ok": False, "error": {"message": str(error), "line": error.line, "column": error.column}}
             except Exception as error:  # an analyser bug must not look like a missing Python
