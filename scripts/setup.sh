@@ -16,6 +16,11 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 # Code tools run in a bubblewrap sandbox where it is installed (weaker fallbacks otherwise).
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+# The embedded LLM: llama-cpp-sys-2 builds llama.cpp with CMake and generates its bindings with
+# libclang; scripts/llama-server.sh builds llama.cpp's server for the HTTP backend tests.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -79,6 +79,21 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         calls: usize,
     },
+    /// The embedded LLM: load time, RSS with the model loaded, time to first token and
+    /// tokens/s by prompt size, then end-to-end chat turns (retrieval + generation) on `path`
+    Chat {
+        /// Folder indexed and embedded for the chat turns
+        path: PathBuf,
+        /// Model: an installed model id or a GGUF path [default: the default chat model]
+        #[arg(long)]
+        model: Option<String>,
+        /// Generation runs per prompt size, and chat turns
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Generation threads [default: cores - 1]
+        #[arg(long)]
+        threads: Option<usize>,
+    },
 }
 
 pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode> {
@@ -91,6 +106,12 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
         } => return vector_bench(n, dim, queries, &breadth),
         BenchCommand::Hybrid { path, queries } => return hybrid_bench(&path, queries),
         BenchCommand::Tool { path, calls } => return tool_bench(&path, calls),
+        BenchCommand::Chat {
+            path,
+            model,
+            runs,
+            threads,
+        } => return chat_bench(&path, model.as_deref(), runs.max(1), threads),
         BenchCommand::Embed {
             path,
             batch,
@@ -613,5 +634,123 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
         );
     }
     println!("network isolation: {:?}", library.executor().check()?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn chat_bench(
+    path: &std::path::Path,
+    model: Option<&str>,
+    runs: usize,
+    threads: Option<usize>,
+) -> Result<ExitCode> {
+    use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
+    use quarry_core::llm::{ChatBackend, ChatMessage, ChatRequest};
+    use quarry_core::orchestrator::{self, BackendConfig, ChatOptions};
+
+    let (_temp, mut library) = indexed_library(path)?;
+    library
+        .writer()?
+        .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))?;
+    let model = model
+        .map(str::to_string)
+        .unwrap_or_else(|| quarry_core::embed::default_llm_model().to_string());
+    let mut config = if model.ends_with(".gguf") || model.contains('/') {
+        EmbeddedConfig::for_file(std::path::Path::new(&model))
+    } else {
+        EmbeddedConfig::installed(library.models(), &model)?
+    };
+    config.threads = threads;
+    let rss_before = current_rss();
+    let started = Instant::now();
+    let backend = EmbeddedBackend::shared(config)?;
+    let load_ms = started.elapsed().as_millis();
+    // A first tiny generation touches the weights (they are memory-mapped).
+    backend.chat(
+        &ChatRequest::new(vec![ChatMessage::user("Hi")]),
+        &mut |_| {},
+    )?;
+    println!(
+        "model             {model} ({:.1} MB)",
+        backend.model_bytes() as f64 / 1e6
+    );
+    println!(
+        "threads           {} generation, all cores for the prompt",
+        backend.threads()
+    );
+    println!("load              {load_ms} ms");
+    println!(
+        "RSS               {rss_before} before load, {} with the model loaded",
+        current_rss()
+    );
+
+    let passage =
+        "The XR-200 pump needs an inlet pressure of 4 bar and a service every 600 hours. ";
+    println!("prompt tokens  time to first token (ms)  generation (tokens/s)   [median of {runs}]");
+    for repeats in [1usize, 10, 40] {
+        let mut ttft = Vec::new();
+        let mut rate = Vec::new();
+        let mut prompt_tokens = 0;
+        for _ in 0..runs {
+            let mut request = ChatRequest::new(vec![
+                ChatMessage::system("You are a helpful assistant."),
+                ChatMessage::user(format!(
+                    "{}\nWrite a short paragraph about pump maintenance.",
+                    passage.repeat(repeats)
+                )),
+            ]);
+            request.max_tokens = 64;
+            let response = backend.chat(&request, &mut |_| {})?;
+            prompt_tokens = response.usage.prompt_tokens;
+            let first = response.first_token_ms.unwrap_or(response.total_ms) as f64;
+            ttft.push(first);
+            let gen_ms = (response.total_ms as f64 - first).max(1.0);
+            rate.push(response.usage.completion_tokens as f64 * 1000.0 / gen_ms);
+        }
+        println!(
+            "{prompt_tokens:>13}  {:>24.0}  {:>21.1}",
+            percentile(&mut ttft, 50.0),
+            percentile(&mut rate, 50.0)
+        );
+    }
+
+    let questions = [
+        "What does the documentation say about caching?",
+        "How are errors handled?",
+        "What is the default configuration?",
+    ];
+    let mut turn_ms = Vec::new();
+    let mut retrieval_ms = Vec::new();
+    let mut generation_ms = Vec::new();
+    for i in 0..runs {
+        let mut options = ChatOptions::new(quarry_core::Principal::administrator());
+        options.mode = Some("grounded".into());
+        options.backend = Some(BackendConfig::Embedded {
+            model: model.clone(),
+            threads,
+        });
+        let result = orchestrator::chat(
+            &library,
+            questions[i % questions.len()],
+            &options,
+            &mut |_| {},
+        )?;
+        turn_ms.push(result.took_ms as f64);
+        for event in &result.trace {
+            match event.kind.as_str() {
+                "tool.result" => retrieval_ms.push(event.detail["took_ms"].as_f64().unwrap_or(0.0)),
+                "llm.generate" => {
+                    generation_ms.push(event.detail["took_ms"].as_f64().unwrap_or(0.0))
+                }
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "chat turn         median {:.0} ms (retrieval {:.0} ms, generation {:.0} ms), grounded mode",
+        percentile(&mut turn_ms, 50.0),
+        percentile(&mut retrieval_ms, 50.0),
+        percentile(&mut generation_ms, 50.0)
+    );
+    println!("peak RSS          {}", peak_rss());
     Ok(ExitCode::SUCCESS)
 }

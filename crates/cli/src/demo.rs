@@ -1,5 +1,5 @@
 //! `quarry demo`: the headless main job. Indexes the bundled demo corpus into a throwaway
-//! library (or `--data-dir`) and runs sample searches.
+//! library (or `--data-dir`), runs sample searches, a traced pipeline run and a chat turn.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -91,6 +91,38 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
         &quarry_core::RunOptions::default(),
     ) {
         Ok(run) => crate::tools_cmd::print_run(&run, true),
+        Err(e) => println!("error[{}]: {e}", e.code()),
+    }
+    // The assistant: the default mode runs that pipeline, then the embedded model writes a
+    // cited answer (extractive when no model is installed).
+    println!("\n$ quarry chat {question:?}");
+    let options =
+        quarry_core::orchestrator::ChatOptions::new(quarry_core::Principal::administrator());
+    let mut stdout = std::io::stdout();
+    let streamed = quarry_core::orchestrator::chat(&library, question, &options, &mut |e| {
+        use std::io::Write;
+        match e {
+            quarry_core::orchestrator::TurnEvent::Token(t) => {
+                let _ = stdout.write_all(t.as_bytes());
+                let _ = stdout.flush();
+            }
+            quarry_core::orchestrator::TurnEvent::Notice(n) => eprintln!("notice: {n}"),
+            _ => {}
+        }
+    });
+    match streamed {
+        Ok(result) => {
+            println!();
+            for c in &result.citations {
+                println!("[{}] {}", c.n, c.locator);
+            }
+            println!(
+                "({} · {} passage(s) admitted · {} ms)",
+                result.backend,
+                result.evidence.len(),
+                result.took_ms
+            );
+        }
         Err(e) => println!("error[{}]: {e}", e.code()),
     }
     println!();

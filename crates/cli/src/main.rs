@@ -2,6 +2,7 @@
 //! arguments, call the engine, print. Exit codes: 0 success, 1 no results, 2 error.
 
 mod bench;
+mod chat_cmd;
 mod demo;
 mod eval;
 mod models_cmd;
@@ -94,6 +95,11 @@ enum Command {
     /// API keys: personal keys and service keys acting for a user
     #[command(subcommand)]
     Keys(tools_cmd::KeysCommand),
+    /// Ask the local assistant: a cited answer from your documents
+    Chat(chat_cmd::ChatArgs),
+    /// Orchestrator configurations: drafts, applied revisions, modes, budgets, gates
+    #[command(subcommand)]
+    Orchestrator(chat_cmd::OrchestratorCommand),
     /// The audit log of tool tests and pipeline runs, newest first
     Audit {
         /// How many records
@@ -302,7 +308,8 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             match err.downcast_ref::<quarry_core::Error>() {
-                Some(e) => eprintln!("error[{}]: {e}", e.code()),
+                // `{err:#}` keeps any context added on the way up (e.g. the file at fault).
+                Some(e) => eprintln!("error[{}]: {err:#}", e.code()),
                 None => eprintln!("error: {err:#}"),
             }
             ExitCode::from(2)
@@ -412,6 +419,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Keys(command) => tools_cmd::run_keys(command, &library)?,
         Command::Audit { limit, json } => tools_cmd::print_audit(&library, limit, json)?,
+        Command::Chat(args) => chat_cmd::run_chat(&args, &library)?,
+        Command::Orchestrator(command) => chat_cmd::run_orchestrator(command, &library)?,
         Command::Demo { .. } | Command::Bench(_) | Command::Eval(_) => {
             unreachable!("handled before opening a library")
         }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use quarry_core::embed::{default_embedding_model, FetchProgress, ModelKind, Models, RUNTIME_ID};
+use quarry_core::embed::{
+    default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, RUNTIME_ID,
+};
 use quarry_core::Library;
 
 #[derive(Subcommand)]
@@ -30,12 +32,13 @@ pub enum ModelsCommand {
     },
     /// Install a local model folder (model.onnx or onnx/model.onnx, plus tokenizer files)
     Import {
+        /// A model folder (ONNX + tokenizer files), or a .gguf file for --kind llm
         folder: PathBuf,
-        /// Id to install it under [default: the folder name]
+        /// Id to install it under [default: the folder or file name]
         #[arg(long)]
         id: Option<String>,
         /// What it is
-        #[arg(long, default_value = "reranker", value_parser = ["embedding", "reranker"])]
+        #[arg(long, default_value = "reranker", value_parser = ["embedding", "reranker", "llm"])]
         kind: String,
     },
     /// Delete an installed model
@@ -68,6 +71,7 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                         match r.kind {
                             ModelKind::Embedding => "embedding",
                             ModelKind::Reranker => "reranker",
+                            ModelKind::Llm => "llm",
                         },
                         if r.installed_at.is_some() {
                             "installed"
@@ -87,6 +91,7 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
         } => {
             let mut ids = ids.clone();
             if *defaults {
+                ids.insert(0, default_llm_model().to_string());
                 ids.insert(0, default_embedding_model().to_string());
                 ids.insert(0, RUNTIME_ID.to_string());
             }

@@ -757,8 +757,8 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
                 &who,
                 &RunOptions {
                     draft,
-                    history: Vec::new(),
                     conversation,
+                    ..Default::default()
                 },
             )?;
             if json {

@@ -293,6 +293,24 @@ pub enum Error {
     /// An evidence reference or cursor that failed revalidation.
     #[error("evidence reference rejected: {0}")]
     EvidenceRejected(String),
+    /// An LLM backend that failed (unreachable server, bad reply, model load failure).
+    #[error("LLM backend `{backend}` failed: {message}")]
+    LlmFailed {
+        /// `embedded`, `openai` or `ollama`, with the model or URL.
+        backend: String,
+        /// What happened.
+        message: String,
+    },
+    /// No usable LLM: no model installed, or none configured.
+    #[error("no LLM available: {0}")]
+    LlmUnavailable(String),
+    /// A conversation id that is not known (or belongs to another caller).
+    #[error("conversation `{0}` does not exist (see `quarry chat --list`)")]
+    ConversationNotFound(String),
+    /// An orchestrator configuration that cannot start; the message is shown as is (the
+    /// `knowledge_search` manual fixes some of these strings).
+    #[error("{0}")]
+    OrchestratorNotReady(String),
     /// Invariant broken: a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -353,6 +371,10 @@ impl Error {
             Error::Unauthorized(_) => "unauthorized",
             Error::KeyNotFound(_) => "key_not_found",
             Error::EvidenceRejected(_) => "evidence_rejected",
+            Error::LlmFailed { .. } => "llm_failed",
+            Error::LlmUnavailable(_) => "llm_unavailable",
+            Error::ConversationNotFound(_) => "conversation_not_found",
+            Error::OrchestratorNotReady(_) => "orchestrator_not_ready",
             Error::Internal(_) => "internal",
         }
     }
@@ -411,6 +433,10 @@ pub const ERROR_CODES: &[(&str, ErrorKind)] = &[
     ("unauthorized", ErrorKind::InvalidInput),
     ("key_not_found", ErrorKind::NotFound),
     ("evidence_rejected", ErrorKind::InvalidInput),
+    ("llm_failed", ErrorKind::Unavailable),
+    ("llm_unavailable", ErrorKind::Unavailable),
+    ("conversation_not_found", ErrorKind::NotFound),
+    ("orchestrator_not_ready", ErrorKind::InvalidInput),
     ("internal", ErrorKind::Internal),
 ];
 
@@ -430,7 +456,7 @@ io_error,unknown_model,model_not_installed,model_file_bad,runtime_unavailable,in
 model_mismatch,inference_failed,download_failed,invalid_setting,invalid_dataset,tool_not_found,\
 tool_exists,invalid_tool,invalid_tool_source,tool_in_use,invalid_tool_file,tool_failed,tool_timeout,\
 python_unavailable,pipeline_not_found,pipeline_exists,pipeline_not_ready,unauthorized,key_not_found,\
-evidence_rejected,internal"
+evidence_rejected,llm_failed,llm_unavailable,conversation_not_found,orchestrator_not_ready,internal"
         );
     }
 

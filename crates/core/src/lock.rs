@@ -25,11 +25,25 @@ impl WriterLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
+        let mine = format!("pid {} ", std::process::id());
+        let started = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+            }
+            let mut holder = String::new();
+            let _ = file.rewind();
+            let _ = file.read_to_string(&mut holder);
+            // A child process forked by this one (a code-tool worker starting) shares the lock
+            // until it execs, so a lock this process just released can look held by itself
+            // for a moment: wait that out rather than report ourselves as the holder.
+            if holder.starts_with(&mine) && started.elapsed() < std::time::Duration::from_secs(2) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
+            {
                 return Err(Error::WriterBusy {
                     data_dir: data_dir.to_path_buf(),
                     holder: if holder.trim().is_empty() {
@@ -39,7 +53,6 @@ impl WriterLock {
                     },
                 });
             }
-            Err(TryLockError::Error(e)) => return Err(Error::io(&path, e)),
         }
         let me = format!(
             "pid {} ({})",

@@ -37,6 +37,8 @@ pub enum ModelKind {
     Embedding,
     /// Scores (query, passage) pairs: a cross-encoder.
     Reranker,
+    /// A chat model (GGUF) for the embedded LLM backend.
+    Llm,
 }
 
 impl ModelKind {
@@ -45,6 +47,7 @@ impl ModelKind {
         match s {
             "embedding" => Some(ModelKind::Embedding),
             "reranker" => Some(ModelKind::Reranker),
+            "llm" => Some(ModelKind::Llm),
             _ => None,
         }
     }
@@ -54,6 +57,7 @@ impl ModelKind {
         match self {
             ModelKind::Embedding => "an embedding model",
             ModelKind::Reranker => "a reranker",
+            ModelKind::Llm => "a chat model",
         }
     }
 }
@@ -142,6 +146,16 @@ pub fn spec(id: &str) -> Option<&'static ModelSpec> {
     manifest().models.iter().find(|m| m.id == id)
 }
 
+/// The default chat model's id (the embedded LLM backend's model).
+pub fn default_llm_model() -> &'static str {
+    manifest()
+        .models
+        .iter()
+        .find(|m| m.default && m.kind == ModelKind::Llm)
+        .map(|m| m.id.as_str())
+        .expect("the manifest names a default chat model (checked by a test)")
+}
+
 /// The default embedding model's id.
 pub fn default_embedding_model() -> &'static str {
     manifest()
@@ -163,6 +177,7 @@ mod tests {
         assert_eq!(default_embedding_model(), "all-minilm-l6-v2-int8");
         let minilm = spec("all-minilm-l6-v2-int8").unwrap();
         assert_eq!(minilm.dimension, Some(384));
+        assert_eq!(default_llm_model(), "smollm2-135m-instruct-q4_1");
         for source in m.runtime.sources.iter().chain(minilm.sources.iter()) {
             assert_eq!(source.wheel_sha256.len(), 64);
             for f in &source.files {

@@ -8,7 +8,9 @@ mod rerank;
 mod runtime;
 
 pub use embedder::{normalized, Embedder};
-pub use manifest::{default_embedding_model, manifest, spec, ModelKind, ModelSpec};
+pub use manifest::{
+    default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec,
+};
 pub use models::{
     fix_command, sha256_file, FetchProgress, InstalledFile, InstalledModel, ModelListing, Models,
     RECORD_FILE, REQUIRED_FILES, RUNTIME_ID,

@@ -390,6 +390,9 @@ impl Models {
             path: source.to_path_buf(),
             reason,
         };
+        if kind == ModelKind::Llm {
+            return self.import_gguf(source, id);
+        }
         if !source.is_dir() {
             return Err(invalid("not a folder".into()));
         }
@@ -460,7 +463,7 @@ impl Models {
                 .get("hidden_size")
                 .and_then(|v| v.as_u64())
                 .map(|v| v as usize),
-            ModelKind::Reranker => None,
+            ModelKind::Reranker | ModelKind::Llm => None,
         };
         if kind == ModelKind::Embedding && dimension.is_none() {
             let _ = std::fs::remove_dir_all(&staging);
@@ -482,6 +485,65 @@ impl Models {
             max_tokens,
             origin: format!("import:{}", source.display()),
             files,
+            dir: PathBuf::new(),
+        };
+        write_record(&staging, &model)?;
+        let target = self.install_dir().join(&id);
+        replace_dir(&staging, &target)?;
+        read_record(&target)
+    }
+
+    /// Copies a GGUF chat model in under `id` (default: the file's name without `.gguf`).
+    fn import_gguf(&self, source: &Path, id: Option<&str>) -> Result<InstalledModel> {
+        let invalid = |reason: String| Error::InvalidModel {
+            path: source.to_path_buf(),
+            reason,
+        };
+        if !source.is_file() {
+            return Err(invalid(
+                "not a file (a chat model is one .gguf file)".into(),
+            ));
+        }
+        let mut magic = [0u8; 4];
+        std::fs::File::open(source)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .map_err(|e| invalid(e.to_string()))?;
+        if &magic != b"GGUF" {
+            return Err(invalid("not a GGUF file".into()));
+        }
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => source
+                .file_stem()
+                .map(|n| n.to_string_lossy().to_lowercase())
+                .ok_or_else(|| invalid("cannot name it; pass --id".into()))?,
+        };
+        if id.is_empty()
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || id.starts_with('.')
+        {
+            return Err(invalid(format!(
+                "`{id}` is not a usable id (letters, digits, `-`, `_`, `.`)"
+            )));
+        }
+        let staging = staging_dir(self.install_dir(), &id)?;
+        let to = staging.join("model.gguf");
+        std::fs::copy(source, &to).map_err(|e| Error::io(&to, e))?;
+        let (sha256, bytes) = sha256_file(&to)?;
+        let model = InstalledModel {
+            id: id.clone(),
+            kind: ModelKind::Llm,
+            dimension: None,
+            pooling: None,
+            max_tokens: 4096,
+            origin: format!("import:{}", source.display()),
+            files: vec![InstalledFile {
+                path: "model.gguf".into(),
+                bytes,
+                sha256,
+            }],
             dir: PathBuf::new(),
         };
         write_record(&staging, &model)?;
@@ -897,6 +959,31 @@ mod tests {
         assert!(err
             .to_string()
             .contains("quarry models fetch all-minilm-l6-v2-int8"));
+    }
+
+    #[test]
+    fn a_gguf_file_imports_as_a_chat_model_and_other_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = Models::at(vec![dir.path().join("models")]);
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        let err = models.import(dir.path(), None, ModelKind::Llm).unwrap_err();
+        assert!(err.to_string().contains("not a file"), "{err}");
+        let fake = dir.path().join("Tiny-Chat.gguf");
+        std::fs::write(&fake, b"PK\x03\x04 a zip, not a model").unwrap();
+        let err = models.import(&fake, None, ModelKind::Llm).unwrap_err();
+        assert_eq!(err.code(), "invalid_model");
+        assert!(err.to_string().contains("Tiny-Chat.gguf"), "{err}");
+        assert!(err.to_string().contains("not a GGUF file"), "{err}");
+        std::fs::write(&fake, b"GGUF\x03\x00\x00\x00 header only").unwrap();
+        let model = models.import(&fake, None, ModelKind::Llm).unwrap();
+        assert_eq!(model.id, "tiny-chat");
+        assert_eq!(model.kind, ModelKind::Llm);
+        model.verify().unwrap();
+        assert!(model.file("model.gguf").is_file());
+        let err = models
+            .find_kind("tiny-chat", ModelKind::Embedding)
+            .unwrap_err();
+        assert!(err.to_string().contains("is a chat model"), "{err}");
     }
 
     #[test]

@@ -303,7 +303,7 @@ fn governed(
         "fetch_source_document" => op_fetch_source_document(env, args, kwargs),
         "fetch_neighbors" => op_fetch_neighbors(env, args, kwargs),
         "http_get" => op_http_get(tool, args, kwargs),
-        "llm" => Err("no language model backend is configured here yet".to_string()),
+        "llm" => op_llm(env, tool, args, kwargs),
         other => Err(format!("unknown ctx operation `{other}`")),
     }
 }
@@ -611,6 +611,61 @@ fn op_http_get(
         .read_to_string()
         .map_err(|e| format!("reading {url} failed: {e}"))?;
     Ok(json!({"status": status, "content_type": content_type, "body": body}))
+}
+
+/// Longest completion `ctx.llm` may ask for.
+const MAX_TOOL_LLM_TOKENS: u64 = 256;
+
+/// `ctx.llm(prompt, system=None, max_tokens=128, json_schema=None)`: one completion from the
+/// tool's own model (an installed chat model id or a GGUF path) on the embedded backend.
+/// Returns `{"text", "json"?, "tokens"}`; with `json_schema` the output is grammar-constrained
+/// and parsed.
+fn op_llm(
+    env: &ToolEnvironment<'_>,
+    tool: &ToolDefinition,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Value, String> {
+    use crate::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
+    use crate::llm::{ChatBackend, ChatMessage, ChatRequest, Constraint};
+
+    let prompt = str_arg(args, kwargs, 0, "prompt")?;
+    let model = tool
+        .model
+        .as_deref()
+        .ok_or("this tool has no model selected (set `model` on the tool)")?;
+    let config = if model.ends_with(".gguf") || model.contains('/') {
+        EmbeddedConfig::for_file(std::path::Path::new(model))
+    } else {
+        EmbeddedConfig::installed(env.library.models(), model).map_err(|e| e.to_string())?
+    };
+    let backend = EmbeddedBackend::shared(config).map_err(|e| e.to_string())?;
+    let mut messages = Vec::new();
+    if let Some(system) = kwargs.get("system").and_then(Value::as_str) {
+        messages.push(ChatMessage::system(system));
+    }
+    messages.push(ChatMessage::user(prompt));
+    let mut request = ChatRequest::new(messages);
+    request.max_tokens = kwargs
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(128)
+        .clamp(1, MAX_TOOL_LLM_TOKENS) as usize;
+    let schema = kwargs.get("json_schema").filter(|v| v.is_object()).cloned();
+    if let Some(schema) = &schema {
+        request.constraint = Some(Constraint::JsonSchema(schema.clone()));
+    }
+    let response = backend
+        .chat(&request, &mut |_| {})
+        .map_err(|e| e.to_string())?;
+    let mut out = serde_json::json!({
+        "text": response.content,
+        "tokens": response.usage.completion_tokens,
+    });
+    if schema.is_some() {
+        out["json"] = serde_json::from_str(&response.content).unwrap_or(Value::Null);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -22,7 +22,10 @@ use crate::store::{now_unix, Store};
 use crate::tools::{self, ToolDefinition, ToolType};
 use crate::Library;
 pub use host::{call_code_tool, CtxCall, ToolCallReport, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
-pub use run::{run, run_resolved, PipelineRun, RunOptions, StageReport, TestInput, ToolTestReport};
+pub use run::{
+    call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageReport, TestInput,
+    ToolTestReport,
+};
 
 /// The seeded pipeline's name.
 pub const DEFAULT_PIPELINE: &str = "default";

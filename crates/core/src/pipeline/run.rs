@@ -27,6 +27,8 @@ pub struct RunOptions {
     /// Bind the run's references to this conversation, so later runs and tool calls in the
     /// same conversation (and by the same caller) can page from them. `None`: this run only.
     pub conversation: Option<String>,
+    /// A tighter cap on query streams than the pipeline's own (an orchestrator mode's budget).
+    pub max_query_variants: Option<usize>,
 }
 
 /// The evidence session of a run: its own, or its conversation's.
@@ -363,7 +365,10 @@ pub fn run_resolved(
     }
     let session = session_for(library, principal, options.conversation.as_deref())?;
     let env = environment(library, &session, resolved);
-    let budget = resolved.pipeline.budget;
+    let mut budget = resolved.pipeline.budget;
+    if let Some(cap) = options.max_query_variants {
+        budget.max_query_variants = budget.max_query_variants.min(cap.max(1));
+    }
     let mut stages = Vec::new();
     let mut ledger = EvidenceLedger::default();
 
@@ -622,15 +627,8 @@ pub fn test_tool(
                 TestInput::Json(v) => v.clone(),
                 TestInput::Query(q) => json!({"query": q}),
             };
-            let mut report = call_code_tool(&env, &tool, &value)?;
-            admit_returned_refs(&env, &tool.slug, &mut report.output, &mut ledger);
-            let output = report.output.clone();
-            let detail = format!(
-                "{} reference(s) admitted, {} refused",
-                ledger.entries.len(),
-                ledger.rejected.len()
-            );
-            stages.push(StageReport::of_call("action", &tool, value, report, detail));
+            let (stage, output) = action_call(&env, &tool, value, &mut ledger)?;
+            stages.push(stage);
             output
         }
     };
@@ -643,5 +641,77 @@ pub fn test_tool(
         output,
         evidence: ledger,
         took_us: us(started),
+    })
+}
+
+/// One action-tool call: input checked, the call governed, every reference it returns
+/// revalidated and admitted (its text replaced by the ledger's) before anyone sees the output.
+fn action_call(
+    env: &ToolEnvironment<'_>,
+    tool: &ToolDefinition,
+    input: Value,
+    ledger: &mut EvidenceLedger,
+) -> Result<(StageReport, Value)> {
+    let mut report = call_code_tool(env, tool, &input)?;
+    let before = (ledger.entries.len(), ledger.rejected.len());
+    admit_returned_refs(env, &tool.slug, &mut report.output, ledger);
+    let output = report.output.clone();
+    let detail = format!(
+        "{} reference(s) admitted, {} refused",
+        ledger.entries.len() - before.0,
+        ledger.rejected.len() - before.1
+    );
+    Ok((
+        StageReport::of_call("action", tool, input, report, detail),
+        output,
+    ))
+}
+
+/// A direct evidence tool called by the orchestrator.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionCall {
+    /// The call as a trace stage.
+    pub stage: StageReport,
+    /// The tool's output, with admitted text.
+    pub output: Value,
+    /// Admitted and refused references.
+    pub evidence: EvidenceLedger,
+}
+
+/// Calls an action tool (a snapshot from an applied orchestrator revision) as `principal` in
+/// `conversation`, with the retrieval tools and collections of `pipeline` as its context.
+pub fn call_action(
+    library: &Library,
+    tool: &ToolDefinition,
+    input: &Value,
+    principal: &Principal,
+    pipeline: Option<&ResolvedPipeline>,
+    conversation: &str,
+) -> Result<ActionCall> {
+    if tool.tool_type != ToolType::Action {
+        return Err(Error::InvalidSetting {
+            field: "direct_tools".into(),
+            reason: format!(
+                "`{}` is a {} tool, not an action tool",
+                tool.slug,
+                tool.tool_type.as_str()
+            ),
+        });
+    }
+    let empty = ResolvedPipeline {
+        name: String::new(),
+        version: None,
+        pipeline: Default::default(),
+        tools: Default::default(),
+    };
+    let resolved = pipeline.unwrap_or(&empty);
+    let session = session_for(library, principal, Some(conversation))?;
+    let env = environment(library, &session, resolved);
+    let mut evidence = EvidenceLedger::default();
+    let (stage, output) = action_call(&env, tool, input.clone(), &mut evidence)?;
+    Ok(ActionCall {
+        stage,
+        output,
+        evidence,
     })
 }

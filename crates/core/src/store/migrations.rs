@@ -155,6 +155,61 @@ const MIGRATIONS: &[&str] = &[
         detail TEXT,
         duration_ms INTEGER NOT NULL
     );",
+    // v4: the orchestrator's configurations (drafts and applied revisions) and conversations
+    // with their evidence and trace (see orchestrator/).
+    "CREATE TABLE orchestrator_configs(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        draft TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE orchestrator_revisions(
+        config_id INTEGER NOT NULL REFERENCES orchestrator_configs(id) ON DELETE CASCADE,
+        revision INTEGER NOT NULL,
+        definition TEXT NOT NULL,
+        tools TEXT NOT NULL,
+        applied_by TEXT NOT NULL,
+        applied_at INTEGER NOT NULL,
+        PRIMARY KEY(config_id, revision)
+    );
+    CREATE TABLE conversations(
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        config TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        mode TEXT NOT NULL,
+        title TEXT NOT NULL,
+        qualified INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE chat_messages(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        turn INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        citations TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE chat_evidence(
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        n INTEGER NOT NULL,
+        chunk_id INTEGER NOT NULL,
+        turn INTEGER NOT NULL,
+        item TEXT NOT NULL,
+        PRIMARY KEY(conversation_id, n),
+        UNIQUE(conversation_id, chunk_id)
+    );
+    CREATE TABLE chat_events(
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        turn INTEGER NOT NULL,
+        at_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );",
 ];
 
 /// The schema version this build writes.

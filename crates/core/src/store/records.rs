@@ -230,7 +230,7 @@ impl DocumentRecord {
 
 /// Where a chunk came from. Lines are 1-based and inclusive; byte ranges are into the file for
 /// text formats and into the extracted text for containers (PDF, DOCX, ...). Pages are 1-based.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ChunkLocation {
     /// PDF page.
     pub page: Option<u32>,

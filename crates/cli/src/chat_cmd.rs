@@ -1,0 +1,362 @@
+//! `quarry chat` (one-shot, `--json`, or an interactive session) and
+//! `quarry orchestrator show|edit|apply|revisions`.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use quarry_core::orchestrator::{
+    self, conversation, revisions, BackendConfig, ChatOptions, OrchestratorConfig, TurnEvent,
+    TurnResult, DEFAULT_CONFIG,
+};
+use quarry_core::{Library, Principal};
+
+use crate::tools_cmd::AsPrincipal;
+
+#[derive(Args)]
+pub struct ChatArgs {
+    /// The question; without it, an interactive session starts (one question per line)
+    pub question: Option<String>,
+    /// Continue this conversation
+    #[arg(long, short = 'c')]
+    pub conversation: Option<String>,
+    /// The mode for a new conversation (see `quarry orchestrator show`)
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// The orchestrator configuration
+    #[arg(long, default_value = DEFAULT_CONFIG)]
+    pub config: String,
+    /// Answer with this backend instead of the mode's: embedded, openai, ollama, extractive
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Server URL for --backend openai (…/v1) or ollama
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model: an installed model id or a GGUF path (embedded), a server's model name (openai, ollama)
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Environment variable holding the API key for --backend openai
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Print the answer, citations and the trace as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// List your conversations instead
+    #[arg(long, conflicts_with = "question")]
+    pub list: bool,
+    /// Show a conversation's messages, evidence and trace instead
+    #[arg(long, conflicts_with = "question")]
+    pub show: Option<String>,
+    #[command(flatten)]
+    pub who: AsPrincipal,
+}
+
+#[derive(Subcommand)]
+pub enum OrchestratorCommand {
+    /// Show a configuration's draft and its newest applied revision
+    Show {
+        #[arg(default_value = DEFAULT_CONFIG)]
+        name: String,
+        /// Show this revision instead of the draft
+        #[arg(long)]
+        revision: Option<i64>,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace a draft with a JSON file (checked; takes effect when applied)
+    Edit {
+        #[arg(default_value = DEFAULT_CONFIG)]
+        name: String,
+        /// The configuration file (JSON)
+        #[arg(long)]
+        file: PathBuf,
+    },
+    /// Apply the draft as a new immutable revision (snapshots the direct evidence tools)
+    Apply {
+        #[arg(default_value = DEFAULT_CONFIG)]
+        name: String,
+        /// Who applies it (recorded)
+        #[arg(long, default_value = "administrator")]
+        by: String,
+    },
+    /// List applied revisions, newest first
+    Revisions {
+        #[arg(default_value = DEFAULT_CONFIG)]
+        name: String,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn backend_override(args: &ChatArgs) -> Result<Option<BackendConfig>> {
+    let Some(kind) = args.backend.as_deref() else {
+        if args.base_url.is_some() || args.model.is_some() {
+            bail!("--base-url and --model go with --backend");
+        }
+        return Ok(None);
+    };
+    let need = |what: &str, v: &Option<String>| -> Result<String> {
+        v.clone()
+            .with_context(|| format!("--backend {kind} needs {what}"))
+    };
+    Ok(Some(match kind {
+        "embedded" => BackendConfig::Embedded {
+            model: args
+                .model
+                .clone()
+                .unwrap_or_else(|| quarry_core::embed::default_llm_model().to_string()),
+            threads: None,
+        },
+        "openai" => BackendConfig::Openai {
+            base_url: need("--base-url", &args.base_url)?,
+            model: args.model.clone().unwrap_or_else(|| "default".into()),
+            api_key_env: args.api_key_env.clone(),
+        },
+        "ollama" => BackendConfig::Ollama {
+            base_url: need("--base-url", &args.base_url)?,
+            model: need("--model", &args.model)?,
+        },
+        "extractive" => BackendConfig::Extractive,
+        other => bail!("unknown backend `{other}`: embedded, openai, ollama or extractive"),
+    }))
+}
+
+pub fn run_chat(args: &ChatArgs, library: &Library) -> Result<()> {
+    let principal = args.who.principal(library)?;
+    if args.list {
+        return list(library, &principal, args.json);
+    }
+    if let Some(id) = &args.show {
+        return show(library, &principal, id, args.json);
+    }
+    let mut options = ChatOptions::new(principal);
+    options.conversation = args.conversation.clone();
+    options.config = Some(args.config.clone());
+    options.mode = args.mode.clone();
+    options.backend = backend_override(args)?;
+    match &args.question {
+        Some(q) => {
+            let result = turn(library, q, &options, args.json)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            }
+        }
+        None => {
+            let stdin = std::io::stdin();
+            eprintln!("Ask a question (Ctrl-D to end).");
+            loop {
+                eprint!("> ");
+                let _ = std::io::stderr().flush();
+                let mut line = String::new();
+                if stdin.lock().read_line(&mut line)? == 0 {
+                    break;
+                }
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match turn(library, &line, &options, args.json) {
+                    Ok(result) => {
+                        if args.json {
+                            println!("{}", serde_json::to_string(&result)?);
+                        }
+                        options.conversation = Some(result.conversation);
+                    }
+                    Err(e) => eprintln!("error: {e:#}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one turn, streaming the answer to stdout unless JSON was asked for.
+fn turn(
+    library: &Library,
+    question: &str,
+    options: &ChatOptions,
+    json: bool,
+) -> Result<TurnResult> {
+    let mut out = std::io::stdout();
+    let mut on_event = |e: TurnEvent<'_>| {
+        if json {
+            return;
+        }
+        match e {
+            TurnEvent::Token(t) => {
+                let _ = out.write_all(t.as_bytes());
+                let _ = out.flush();
+            }
+            TurnEvent::ToolInvoke(tool) => eprintln!("· {tool} …"),
+            TurnEvent::ToolResult { tool, admitted } => {
+                eprintln!("· {tool}: {admitted} passage(s) admitted")
+            }
+            TurnEvent::Notice(n) => eprintln!("notice: {n}"),
+        }
+    };
+    let result = orchestrator::chat(library, question, options, &mut on_event)?;
+    if !json {
+        println!();
+        if result.citations.is_empty() {
+            println!("(no citations)");
+        }
+        for c in &result.citations {
+            println!("[{}] {}", c.n, c.locator);
+        }
+        eprintln!(
+            "conversation {} · turn {} · {} · {} ms",
+            result.conversation, result.turn, result.backend, result.took_ms
+        );
+    }
+    Ok(result)
+}
+
+fn list(library: &Library, principal: &Principal, json: bool) -> Result<()> {
+    let conversations = conversation::list(library.store(), principal)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&conversations)?);
+        return Ok(());
+    }
+    for c in conversations {
+        println!(
+            "{}  {} r{} {}  {}",
+            c.id, c.config, c.revision, c.mode, c.title
+        );
+    }
+    Ok(())
+}
+
+fn show(library: &Library, principal: &Principal, id: &str, json: bool) -> Result<()> {
+    let header = conversation::get(library.store(), principal, id)?;
+    let messages = conversation::messages(library.store(), id)?;
+    let evidence = conversation::evidence(library.store(), id)?;
+    let trace = conversation::trace(library.store(), id, None)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "conversation": header, "messages": messages, "evidence": evidence, "trace": trace,
+            }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{} ({} revision {}, mode {})",
+        header.title, header.config, header.revision, header.mode
+    );
+    for m in messages {
+        println!("\n{}: {}", m.role, m.content);
+    }
+    println!("\nevidence:");
+    for e in evidence {
+        println!(
+            "  [{}] {} (turn {}, by {})",
+            e.n,
+            e.locator(),
+            e.turn,
+            e.admitted_by
+        );
+    }
+    println!("\ntrace:");
+    for t in trace {
+        println!("  turn {} {} {}", t.turn, t.kind, t.detail);
+    }
+    Ok(())
+}
+
+pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Result<()> {
+    let store = library.store();
+    match command {
+        OrchestratorCommand::Show {
+            name,
+            revision,
+            json,
+        } => {
+            let (label, config) = match revision {
+                Some(n) => (
+                    format!("revision {n}"),
+                    revisions::revision(store, &name, Some(n))?.config,
+                ),
+                None => ("draft".to_string(), revisions::draft(store, &name)?),
+            };
+            let applied = revisions::revision(store, &name, None).ok();
+            if json {
+                println!("{}", config.to_json());
+                return Ok(());
+            }
+            println!("{name} ({label})");
+            match &applied {
+                Some(a) => println!(
+                    "newest applied: revision {} by {} at {}{}",
+                    a.revision,
+                    a.applied_by,
+                    a.applied_at,
+                    if revision.is_none() && a.config != config {
+                        " (the draft has unapplied changes)"
+                    } else {
+                        ""
+                    }
+                ),
+                None => println!("never applied"),
+            }
+            println!("default mode: {}", config.default_mode);
+            for m in &config.modes {
+                println!("\nmode {}: {}", m.name, m.description);
+                println!("  backend: {}", m.backend.describe());
+                println!("  tools chosen by: {:?}", m.tool_choice);
+                println!("  pipeline: {}", m.pipeline.as_deref().unwrap_or("-"));
+                if let Some(ks) = &m.knowledge_search {
+                    println!(
+                        "  {}: namespaces {:?}, top_k {}",
+                        ks.tool_name, ks.namespaces, ks.top_k
+                    );
+                }
+                println!("  direct tools: {}", m.direct_tools.join(", "));
+                let b = m.budget;
+                println!(
+                    "  budget: {} rounds, {} tool calls, {} query variants, {} evidence tokens, {} answer tokens",
+                    b.rounds, b.tool_calls, b.query_variants, b.evidence_tokens, b.answer_tokens
+                );
+            }
+            let problems = revisions::problems(store, &config);
+            for p in problems {
+                println!("problem: {p}");
+            }
+        }
+        OrchestratorCommand::Edit { name, file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let config = OrchestratorConfig::parse(&text)
+                .with_context(|| format!("{} is not a valid configuration", file.display()))?;
+            revisions::set_draft(store, &name, &config)
+                .with_context(|| format!("{} is not a valid configuration", file.display()))?;
+            println!("draft of {name} saved; apply it with `quarry orchestrator apply {name}`");
+        }
+        OrchestratorCommand::Apply { name, by } => {
+            let applied = revisions::apply(store, &name, &by)?;
+            println!(
+                "applied {name} as revision {} (by {}); new conversations use it, running ones keep theirs",
+                applied.revision, applied.applied_by
+            );
+        }
+        OrchestratorCommand::Revisions { name, json } => {
+            let list = revisions::revisions(store, &name)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(());
+            }
+            for r in list {
+                println!(
+                    "revision {}  by {}  at {}  modes: {}",
+                    r.revision,
+                    r.applied_by,
+                    r.applied_at,
+                    r.modes.join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}

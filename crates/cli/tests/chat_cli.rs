@@ -1,0 +1,200 @@
+//! `quarry chat` and `quarry orchestrator` through the binary, on the bundled demo corpus with
+//! the real embedding model and the real SmolLM2 model (both provisioned by
+//! scripts/provision.sh; the tests fail, never skip, without them).
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use serde_json::Value;
+
+fn demo_library() -> TestEnv {
+    let env = TestEnv::new();
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../seeds/demo");
+    env.ok(&["source", "add", demo.to_str().unwrap(), "-c", "demo"]);
+    env.ok(&["index"]);
+    env
+}
+
+fn chat_json(env: &TestEnv, args: &[&str]) -> Value {
+    let mut all = vec!["chat"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    serde_json::from_str(&env.ok(&all)).expect("chat --json prints JSON")
+}
+
+/// Every citation number appears in the answer and is an entry of the conversation's ledger.
+fn assert_cited_from_ledger(env: &TestEnv, result: &Value) {
+    let shown = env.ok(&[
+        "chat",
+        "--show",
+        result["conversation"].as_str().unwrap(),
+        "--json",
+    ]);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let ledger = shown["evidence"].as_array().unwrap();
+    let citations = result["citations"].as_array().unwrap();
+    assert!(!citations.is_empty(), "{result:#}");
+    for c in citations {
+        let n = c["n"].as_i64().unwrap();
+        let entry = ledger
+            .iter()
+            .find(|e| e["n"] == n)
+            .unwrap_or_else(|| panic!("[{n}] is not in the ledger"));
+        assert_eq!(entry["chunk_id"], c["chunk_id"]);
+        assert_eq!(entry["path"], c["path"]);
+        assert!(result["answer"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("[{n}]")));
+        assert!(
+            Path::new(c["path"].as_str().unwrap()).is_file(),
+            "citations open a real file"
+        );
+    }
+}
+
+#[test]
+fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_model() {
+    let env = demo_library();
+    let result = chat_json(&env, &["How does an LRU cache evict entries?"]);
+    assert_eq!(result["mode"], "grounded");
+    assert_eq!(result["backend"], "embedded smollm2-135m-instruct-q4_1");
+    assert!(!result["answer"].as_str().unwrap().is_empty());
+    assert_cited_from_ledger(&env, &result);
+    let kinds: Vec<&str> = result["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "turn.start",
+            "tool.invoke",
+            "tool.result",
+            "llm.generate",
+            "answer"
+        ]
+    );
+    // A second question continues the conversation.
+    let id = result["conversation"].as_str().unwrap();
+    let next = chat_json(&env, &["And what is its capacity?", "-c", id]);
+    assert_eq!(next["conversation"], id);
+    assert_eq!(next["turn"], 2);
+    let list = env.ok(&["chat", "--list"]);
+    assert!(list.contains(id), "{list}");
+}
+
+#[test]
+fn the_extractive_backend_needs_no_model_and_streams_plain_text() {
+    let env = demo_library();
+    let out = env.ok(&[
+        "chat",
+        "What is ownership in Rust?",
+        "--backend",
+        "extractive",
+    ]);
+    assert!(out.starts_with("From your library:"), "{out}");
+    assert!(out.contains("[1]"), "{out}");
+    assert!(
+        out.contains("/seeds/demo/"),
+        "citations are listed with their files: {out}"
+    );
+}
+
+#[test]
+fn chat_errors_name_what_is_wrong() {
+    let env = demo_library();
+    let out = env.run(&["chat", "x", "--backend", "nonsense"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend `nonsense`"));
+    let out = env.run(&["chat", "x", "--backend", "openai"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--backend openai needs --base-url"));
+    let out = env.run(&["chat", "x", "-c", "c-0000"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error[conversation_not_found]"));
+    let out = env.run(&["chat", "x", "--mode", "nope"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no mode `nope`"));
+    // An unreachable server: the turn still answers, extractively, with a notice.
+    let result = chat_json(
+        &env,
+        &[
+            "caching",
+            "--backend",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+    );
+    assert_eq!(result["backend"], "extractive", "{result:#}");
+    assert!(result["answer"]
+        .as_str()
+        .unwrap()
+        .starts_with("From your library:"));
+    let notice = result["notices"][0].as_str().unwrap();
+    assert!(notice.contains("127.0.0.1:9"), "{notice}");
+    assert_cited_from_ledger(&env, &result);
+}
+
+#[test]
+fn orchestrator_drafts_apply_as_revisions_and_bad_files_are_named() {
+    let env = TestEnv::new();
+    let shown = env.ok(&["orchestrator", "show"]);
+    assert!(shown.contains("mode grounded"), "{shown}");
+    assert!(shown.contains("revision 1 by seed"), "{shown}");
+    let config: Value = serde_json::from_str(&env.ok(&["orchestrator", "show", "--json"])).unwrap();
+    assert_eq!(config["default_mode"], "grounded");
+
+    let file = env.docs().join("orchestrator.json");
+    let mut edited = config.clone();
+    edited["default_mode"] = "extractive".into();
+    write(&file, serde_json::to_vec_pretty(&edited).unwrap());
+    env.ok(&["orchestrator", "edit", "--file", file.to_str().unwrap()]);
+    assert!(env
+        .ok(&["orchestrator", "show"])
+        .contains("unapplied changes"));
+    let applied = env.ok(&["orchestrator", "apply", "--by", "alice"]);
+    assert!(applied.contains("revision 2"), "{applied}");
+    let revisions = env.ok(&["orchestrator", "revisions"]);
+    assert!(revisions.starts_with("revision 2  by alice"), "{revisions}");
+    assert!(revisions.contains("revision 1  by seed"), "{revisions}");
+    let old: Value =
+        serde_json::from_str(&env.ok(&["orchestrator", "show", "--revision", "1", "--json"]))
+            .unwrap();
+    assert_eq!(old["default_mode"], "grounded");
+
+    // Bad files: not JSON, an unknown field, an empty allow-list.
+    write(&file, "{ not json");
+    let out = env.run(&["orchestrator", "edit", "--file", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("orchestrator.json is not a valid configuration"),
+        "{err}"
+    );
+    let mut unknown = config.clone();
+    unknown["modes"][0]["budgett"] = Value::from(1);
+    write(&file, serde_json::to_vec(&unknown).unwrap());
+    let err = String::from_utf8_lossy(
+        &env.run(&["orchestrator", "edit", "--file", file.to_str().unwrap()])
+            .stderr,
+    )
+    .into_owned();
+    assert!(err.contains("budgett"), "{err}");
+    let mut empty = config.clone();
+    empty["modes"][1]["knowledge_search"]["namespaces"] = Value::Array(vec![]);
+    write(&file, serde_json::to_vec(&empty).unwrap());
+    let err = String::from_utf8_lossy(
+        &env.run(&["orchestrator", "edit", "--file", file.to_str().unwrap()])
+            .stderr,
+    )
+    .into_owned();
+    assert!(
+        err.contains("at least one namespace must be configured under 'namespaces' at boot"),
+        "{err}"
+    );
+    // Nothing was lost: the draft is still the edited one.
+    let draft: Value = serde_json::from_str(&env.ok(&["orchestrator", "show", "--json"])).unwrap();
+    assert_eq!(draft, edited);
+}

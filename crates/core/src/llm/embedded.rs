@@ -1,0 +1,545 @@
+//! The embedded backend: a GGUF chat model run in-process by llama.cpp, so the assistant
+//! needs no server. The default model is SmolLM2-135M-Instruct (see `models/manifest.json`);
+//! any GGUF file works the same way.
+//!
+//! Output can be constrained by a GBNF grammar (or a JSON schema turned into one). Tool calls
+//! are always constrained: with tools in the request, the model must emit either
+//! `{"answer": "..."}` or `{"call": NAME, "input": {...}}` where the input follows that
+//! tool's schema, with every string length-limited, so a small model cannot produce a call
+//! that does not parse.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use serde_json::{json, Value};
+
+use super::{
+    BackendInfo, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
+    StreamEvent, ToolCall, ToolSpec, Usage,
+};
+use crate::embed::{ModelKind, Models};
+use crate::{Error, Result};
+
+/// The file name of a chat model inside its installed folder.
+pub const MODEL_FILE: &str = "model.gguf";
+/// Longest string the tool-call grammar lets the model write where a schema sets no limit.
+pub const MAX_GENERATED_STRING: u64 = 200;
+const DEFAULT_CONTEXT_TOKENS: u32 = 4096;
+const BATCH_TOKENS: usize = 512;
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    /// The GGUF file.
+    pub model_path: PathBuf,
+    /// Its name in reports (the catalogue id, or the file name).
+    pub model_id: String,
+    /// Generation threads; `None`: all cores but one.
+    pub threads: Option<usize>,
+    /// Context window in tokens (capped at what the model was trained with).
+    pub context_tokens: u32,
+}
+
+impl EmbeddedConfig {
+    /// A config for a GGUF file, named after it.
+    pub fn for_file(path: &Path) -> EmbeddedConfig {
+        EmbeddedConfig {
+            model_path: path.to_path_buf(),
+            model_id: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into()),
+            threads: None,
+            context_tokens: DEFAULT_CONTEXT_TOKENS,
+        }
+    }
+
+    /// A config for an installed chat model (checked against its install record first).
+    pub fn installed(models: &Models, id: &str) -> Result<EmbeddedConfig> {
+        let model = models.find_kind(id, ModelKind::Llm)?;
+        model.verify()?;
+        Ok(EmbeddedConfig {
+            model_path: model.file(MODEL_FILE),
+            model_id: model.id.clone(),
+            threads: None,
+            context_tokens: DEFAULT_CONTEXT_TOKENS,
+        })
+    }
+}
+
+/// The default thread count: every core but one (generation on all cores competes with the
+/// UI and the indexer), at least one.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .saturating_sub(1)
+        .max(1)
+}
+
+/// llama.cpp's process-wide backend: it can be initialised only once.
+fn llama_backend() -> Result<&'static LlamaBackend> {
+    static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            // OpenMP workers spin while waiting by default; with as many busy threads as cores
+            // they starve each other (and the rest of the app). Passive waiting must be set
+            // before the OpenMP runtime starts, i.e. before the first generation.
+            if std::env::var_os("OMP_WAIT_POLICY").is_none() {
+                std::env::set_var("OMP_WAIT_POLICY", "PASSIVE");
+            }
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::LlmFailed {
+            backend: "embedded".into(),
+            message: format!("cannot start llama.cpp: {e}"),
+        })
+}
+
+/// A loaded GGUF model.
+pub struct EmbeddedBackend {
+    config: EmbeddedConfig,
+    model: LlamaModel,
+    threads: usize,
+    batch_threads: usize,
+    /// One generation at a time: creating contexts from one model in parallel is unsound in
+    /// llama.cpp, and two generations on two cores would only halve each other's speed.
+    busy: Mutex<()>,
+}
+
+impl EmbeddedBackend {
+    /// Loads the model (memory-mapped; a few hundred ms for the default model).
+    pub fn load(config: EmbeddedConfig) -> Result<EmbeddedBackend> {
+        let failed = |message: String| Error::LlmFailed {
+            backend: format!("embedded ({})", config.model_path.display()),
+            message,
+        };
+        if !config.model_path.is_file() {
+            return Err(failed("the model file does not exist".into()));
+        }
+        let mut head = [0u8; 4];
+        std::fs::File::open(&config.model_path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+            .map_err(|e| failed(e.to_string()))?;
+        if &head != b"GGUF" {
+            return Err(failed("not a GGUF file".into()));
+        }
+        let backend = llama_backend()?;
+        let model = LlamaModel::load_from_file(backend, &config.model_path, &Default::default())
+            .map_err(|e| failed(format!("llama.cpp cannot load it: {e}")))?;
+        let threads = config.threads.unwrap_or_else(default_threads).max(1);
+        let batch_threads = match config.threads {
+            Some(t) => t.max(1),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        Ok(EmbeddedBackend {
+            config,
+            model,
+            threads,
+            batch_threads,
+            busy: Mutex::new(()),
+        })
+    }
+
+    /// Loads once per process and model file, then shares it (the app and the CLI's REPL keep
+    /// one model for every turn).
+    pub fn shared(config: EmbeddedConfig) -> Result<Arc<EmbeddedBackend>> {
+        static LOADED: OnceLock<Mutex<Vec<Arc<EmbeddedBackend>>>> = OnceLock::new();
+        let loaded = LOADED.get_or_init(Default::default);
+        let mut loaded = loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = loaded
+            .iter()
+            .find(|b| b.config.model_path == config.model_path)
+        {
+            return Ok(b.clone());
+        }
+        let backend = Arc::new(EmbeddedBackend::load(config)?);
+        loaded.push(backend.clone());
+        Ok(backend)
+    }
+
+    /// The thread count in use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The model's size on disk in bytes, as llama.cpp reports it.
+    pub fn model_bytes(&self) -> u64 {
+        self.model.size()
+    }
+
+    fn failed(&self, message: impl Into<String>) -> Error {
+        Error::LlmFailed {
+            backend: format!("embedded ({})", self.config.model_id),
+            message: message.into(),
+        }
+    }
+
+    /// The prompt in the model's own chat template.
+    fn prompt(&self, request: &ChatRequest) -> Result<String> {
+        let mut messages: Vec<ChatMessage> = request.messages.clone();
+        if !request.tools.is_empty() {
+            let listing = tool_instructions(&request.tools, request.require_tool);
+            match messages.first_mut() {
+                Some(m) if m.role == Role::System => {
+                    m.content.push_str("\n\n");
+                    m.content.push_str(&listing);
+                }
+                _ => messages.insert(0, ChatMessage::system(listing)),
+            }
+        }
+        let chat: Vec<LlamaChatMessage> = messages
+            .iter()
+            .map(|m| {
+                let content = if m.tool_calls.is_empty() {
+                    m.content.clone()
+                } else {
+                    // A past tool call is shown the way the grammar makes the model write it.
+                    let calls: Vec<String> = m
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            let arguments: Value =
+                                serde_json::from_str(&c.arguments).unwrap_or(json!({}));
+                            json!({"call": c.name, "input": arguments}).to_string()
+                        })
+                        .collect();
+                    calls.join("\n")
+                };
+                LlamaChatMessage::new(m.role.as_str().to_string(), content)
+                    .map_err(|e| self.failed(format!("a message cannot be passed on: {e}")))
+            })
+            .collect::<Result<_>>()?;
+        let template = self
+            .model
+            .chat_template(None)
+            .map_err(|e| self.failed(format!("the model has no chat template: {e}")))?;
+        self.model
+            .apply_chat_template(&template, &chat, true)
+            .map_err(|e| self.failed(format!("cannot apply the chat template: {e}")))
+    }
+
+    fn grammar(&self, request: &ChatRequest) -> Result<Option<String>> {
+        if !request.tools.is_empty() {
+            return tool_call_grammar(&request.tools, request.require_tool).map(Some);
+        }
+        match &request.constraint {
+            None => Ok(None),
+            Some(Constraint::Grammar(g)) => Ok(Some(g.clone())),
+            Some(Constraint::JsonSchema(schema)) => schema_grammar(schema).map(Some),
+        }
+    }
+}
+
+/// How tools are offered to a model that cannot call them natively.
+fn tool_instructions(tools: &[ToolSpec], require_tool: bool) -> String {
+    let mut text = String::from(if require_tool {
+        "Call one of these tools. Reply with JSON only: {\"call\": NAME, \"input\": {...}}.\n"
+    } else {
+        "You can call these tools. Reply with JSON only: {\"call\": NAME, \"input\": {...}} \
+         to call one, or {\"answer\": TEXT} to answer.\n"
+    });
+    for t in tools {
+        text.push_str(&format!(
+            "- {}: {} Arguments: {}\n",
+            t.name, t.description, t.parameters
+        ));
+    }
+    text
+}
+
+/// Adds `maxLength` to every string schema that has none, so generation always ends.
+pub fn limit_strings(schema: &mut Value, max: u64) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("string")
+                && !map.contains_key("maxLength")
+                && !map.contains_key("enum")
+                && !map.contains_key("const")
+            {
+                map.insert("maxLength".into(), json!(max));
+            }
+            if map.get("type").and_then(Value::as_str) == Some("array")
+                && !map.contains_key("maxItems")
+            {
+                map.insert("maxItems".into(), json!(8));
+            }
+            for v in map.values_mut() {
+                limit_strings(v, max);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| limit_strings(v, max)),
+        _ => {}
+    }
+}
+
+/// A GBNF grammar for a JSON schema (strings length-limited).
+pub fn schema_grammar(schema: &Value) -> Result<String> {
+    let mut schema = schema.clone();
+    limit_strings(&mut schema, MAX_GENERATED_STRING);
+    llama_cpp_2::json_schema_to_grammar(&schema.to_string()).map_err(|e| Error::LlmFailed {
+        backend: "embedded".into(),
+        message: format!("cannot turn the JSON schema into a grammar: {e}"),
+    })
+}
+
+/// The schema of one embedded-model turn when tools are offered: an answer, or one call whose
+/// arguments follow the tool's own schema.
+pub fn tool_turn_schema(tools: &[ToolSpec], require_tool: bool) -> Value {
+    let mut choices = Vec::new();
+    if !require_tool {
+        choices.push(json!({
+            "type": "object",
+            "properties": {"answer": {"type": "string", "minLength": 1}},
+            "required": ["answer"],
+            "additionalProperties": false,
+        }));
+    }
+    for t in tools {
+        choices.push(json!({
+            "type": "object",
+            "properties": {"call": {"const": t.name}, "input": t.parameters},
+            "required": ["call", "input"],
+            "additionalProperties": false,
+        }));
+    }
+    json!({"oneOf": choices})
+}
+
+fn tool_call_grammar(tools: &[ToolSpec], require_tool: bool) -> Result<String> {
+    schema_grammar(&tool_turn_schema(tools, require_tool))
+}
+
+/// Reads a tool turn written under [`tool_turn_schema`].
+fn parse_tool_turn(text: &str) -> (String, Vec<ToolCall>) {
+    match serde_json::from_str::<Value>(text.trim()) {
+        Ok(v) if v.get("call").is_some() => {
+            let call = ToolCall {
+                id: "call_0".into(),
+                name: v["call"].as_str().unwrap_or_default().to_string(),
+                arguments: v.get("input").cloned().unwrap_or(json!({})).to_string(),
+            };
+            (String::new(), vec![call])
+        }
+        Ok(v) => (v["answer"].as_str().unwrap_or(text).to_string(), Vec::new()),
+        // Only when generation stopped at the token limit mid-JSON.
+        Err(_) => (text.to_string(), Vec::new()),
+    }
+}
+
+impl ChatBackend for EmbeddedBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: "embedded",
+            model: self.config.model_id.clone(),
+            location: self.config.model_path.display().to_string(),
+            supports_tools: true,
+            supports_grammar: true,
+        }
+    }
+
+    fn chat(
+        &self,
+        request: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<ChatResponse> {
+        let started = Instant::now();
+        let _busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let backend = llama_backend()?;
+        let prompt = self.prompt(request)?;
+        let grammar = self.grammar(request)?;
+        let vocab = self.model.vocab();
+        let tokens = vocab.tokenize(prompt.as_bytes(), false, true);
+        let n_ctx = self
+            .config
+            .context_tokens
+            .min(self.model.n_ctx_train().max(512));
+        if tokens.len() + request.max_tokens.min(64) > n_ctx as usize {
+            return Err(self.failed(format!(
+                "the prompt is {} tokens, more than the {n_ctx}-token context allows",
+                tokens.len()
+            )));
+        }
+        let threads = i32::try_from(self.threads).unwrap_or(1);
+        // The prompt is evaluated in one short burst that every core speeds up; generation is
+        // long and token by token, so it leaves a core to the rest of the machine.
+        let batch_threads = i32::try_from(self.batch_threads).unwrap_or(threads);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(BATCH_TOKENS as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(batch_threads);
+        let mut ctx = self
+            .model
+            .new_context(backend, params)
+            .map_err(|e| self.failed(format!("cannot create a context: {e}")))?;
+
+        let mut sampler = {
+            let mut chain = Vec::new();
+            if let Some(g) = &grammar {
+                chain.push(
+                    LlamaSampler::grammar(&self.model, g, "root")
+                        .map_err(|e| self.failed(format!("the grammar does not load: {e}")))?,
+                );
+            }
+            // Small models loop on greedy decoding ("x.x.x.x"); a mild penalty on recent
+            // tokens breaks the loops without changing what a grammar allows.
+            chain.push(LlamaSampler::penalties(
+                self.model.n_vocab(),
+                64,
+                1.15,
+                0.0,
+                0.0,
+            ));
+            if request.temperature <= 0.0 {
+                chain.push(LlamaSampler::greedy());
+            } else {
+                chain.push(LlamaSampler::top_k(40));
+                chain.push(LlamaSampler::top_p(0.95, 1));
+                chain.push(LlamaSampler::temp(request.temperature));
+                chain.push(LlamaSampler::dist(0x5eed));
+            }
+            LlamaSampler::chain_simple(chain)
+        };
+
+        let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
+        let mut position = 0i32;
+        for piece in tokens.chunks(BATCH_TOKENS) {
+            batch.clear();
+            for (i, token) in piece.iter().enumerate() {
+                let last = position as usize + i + 1 == tokens.len();
+                batch
+                    .add(*token, position + i as i32, &[0], last)
+                    .map_err(|e| self.failed(e.to_string()))?;
+            }
+            ctx.decode(&mut batch)
+                .map_err(|e| self.failed(format!("prompt evaluation failed: {e}")))?;
+            position += piece.len() as i32;
+        }
+
+        let max_new = request.max_tokens.min(n_ctx as usize - tokens.len()).max(1);
+        let streams_text = request.tools.is_empty();
+        let mut decoder = encoding_rs::UTF_8.new_decoder();
+        let mut text = String::new();
+        let mut piece_bytes = Vec::new();
+        let mut first_token_ms = None;
+        let mut generated = 0usize;
+        let mut finish = "length";
+        while generated < max_new {
+            // `sample` also accepts the token into every sampler of the chain (the grammar
+            // included); accepting it a second time would abort inside llama.cpp.
+            let token = sampler.sample(&ctx, batch.n_tokens() - 1);
+            if first_token_ms.is_none() {
+                first_token_ms = Some(started.elapsed().as_millis() as u64);
+            }
+            if vocab.is_eog(token) {
+                finish = "stop";
+                break;
+            }
+            generated += 1;
+            piece_bytes.clear();
+            vocab.token_to_piece_into(token, &mut piece_bytes, false, None);
+            let mut piece = String::with_capacity(piece_bytes.len() + 4);
+            let _ = decoder.decode_to_string(&piece_bytes, &mut piece, false);
+            if !piece.is_empty() {
+                if streams_text {
+                    on_event(StreamEvent::Token(&piece));
+                }
+                text.push_str(&piece);
+            }
+            batch.clear();
+            batch
+                .add(token, position, &[0], true)
+                .map_err(|e| self.failed(e.to_string()))?;
+            position += 1;
+            ctx.decode(&mut batch)
+                .map_err(|e| self.failed(format!("generation failed: {e}")))?;
+        }
+
+        let (content, tool_calls) = if request.tools.is_empty() {
+            (text, Vec::new())
+        } else {
+            let (content, calls) = parse_tool_turn(&text);
+            if calls.is_empty() {
+                on_event(StreamEvent::Token(&content));
+            }
+            for (i, c) in calls.iter().enumerate() {
+                on_event(StreamEvent::ToolCallDelta {
+                    index: i,
+                    name: Some(&c.name),
+                    arguments: &c.arguments,
+                });
+            }
+            (content, calls)
+        };
+        Ok(ChatResponse {
+            content,
+            finish_reason: if tool_calls.is_empty() {
+                finish.into()
+            } else {
+                "tool_calls".into()
+            },
+            tool_calls,
+            usage: Usage {
+                prompt_tokens: tokens.len(),
+                completion_tokens: generated,
+            },
+            first_token_ms,
+            total_ms: started.elapsed().as_millis() as u64,
+            notices: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_get_length_limits_and_enums_do_not() {
+        let mut schema = json!({"type": "object", "properties": {
+            "q": {"type": "string"},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "refs": {"type": "array", "items": {"type": "string", "maxLength": 80}},
+        }});
+        limit_strings(&mut schema, 400);
+        assert_eq!(schema["properties"]["q"]["maxLength"], 400);
+        assert!(schema["properties"]["kind"].get("maxLength").is_none());
+        assert_eq!(schema["properties"]["refs"]["items"]["maxLength"], 80);
+        assert_eq!(schema["properties"]["refs"]["maxItems"], 8);
+    }
+
+    #[test]
+    fn a_tool_turn_reads_back_as_a_call_or_an_answer() {
+        let (content, calls) =
+            parse_tool_turn(r#"{"call": "knowledge_search", "input": {"query": "pumps"}}"#);
+        assert!(content.is_empty());
+        assert_eq!(calls[0].name, "knowledge_search");
+        assert_eq!(calls[0].arguments, r#"{"query":"pumps"}"#);
+        let (content, calls) = parse_tool_turn(r#"{"answer": "It is 4 bar."}"#);
+        assert_eq!(content, "It is 4 bar.");
+        assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn the_tool_grammar_compiles_from_schemas() {
+        let tools = vec![ToolSpec {
+            name: "knowledge_search".into(),
+            description: "Search.".into(),
+            parameters: json!({"type": "object", "properties": {"query": {"type": "string"}},
+                "required": ["query"], "additionalProperties": false}),
+        }];
+        let grammar = tool_call_grammar(&tools, false).unwrap();
+        assert!(grammar.contains("root ::="), "{grammar}");
+        assert!(grammar.contains("knowledge_search"), "{grammar}");
+    }
+}

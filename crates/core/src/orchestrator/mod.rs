@@ -1,0 +1,28 @@
+//! The orchestrator: configurations with drafts and immutable applied revisions, modes
+//! (backend, pipeline, direct evidence tools, `knowledge_search`, budgets), the
+//! `before:tool.result` gates, conversations persisted in the library, and chat turns whose
+//! answers cite entries of the conversation's evidence ledger.
+//!
+//! A small embedded model is too weak to choose tools, so in `orchestrator` tool-choice modes
+//! the orchestrator runs the pipeline (or `knowledge_search`) itself and the model only writes
+//! the answer, under a grammar that makes every sentence cite a passage. In `model` modes a
+//! capable backend calls the tools round by round. Without any model, the extractive answer
+//! quotes the best passages.
+
+pub mod config;
+pub mod conversation;
+mod extractive;
+pub mod gates;
+pub mod knowledge_search;
+pub mod revisions;
+mod turn;
+
+pub use config::{BackendConfig, Budget, Mode, OrchestratorConfig, ToolChoice, DEFAULT_CONFIG};
+pub use conversation::{Conversation, EvidenceItem, StoredMessage, TraceEvent};
+pub use gates::{GateConfig, GateDecision, Gates};
+pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
+pub use revisions::{AppliedRevision, RevisionSummary};
+pub use turn::{
+    chat, citation_grammar, open_backend, ChatOptions, Citation, TurnEvent, TurnResult,
+    RUN_PIPELINE,
+};

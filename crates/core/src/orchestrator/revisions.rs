@@ -1,0 +1,277 @@
+//! Drafts and applied revisions. A draft is edited freely; `apply` checks it, snapshots the
+//! direct evidence tools it names, and records an immutable revision with who applied it and
+//! when. Chats run an applied revision, and a conversation keeps the revision it started with.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use super::config::{OrchestratorConfig, DEFAULT_CONFIG};
+use crate::store::{now_unix, Store};
+use crate::tools::{ToolDefinition, ToolType};
+use crate::{Error, Result};
+
+/// An applied revision.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppliedRevision {
+    /// The configuration's name.
+    pub name: String,
+    /// 1, 2, …
+    pub revision: i64,
+    /// The configuration as applied.
+    pub config: OrchestratorConfig,
+    /// The direct evidence tools as they were when applied, by slug.
+    pub tools: BTreeMap<String, ToolDefinition>,
+    /// Who applied it.
+    pub applied_by: String,
+    /// When (Unix seconds).
+    pub applied_at: i64,
+}
+
+/// A revision in a listing.
+#[derive(Debug, Clone, Serialize)]
+pub struct RevisionSummary {
+    /// 1, 2, …
+    pub revision: i64,
+    /// Who applied it.
+    pub applied_by: String,
+    /// When (Unix seconds).
+    pub applied_at: i64,
+    /// Its modes.
+    pub modes: Vec<String>,
+}
+
+fn not_found(name: &str) -> Error {
+    Error::InvalidSetting {
+        field: "orchestrator".into(),
+        reason: format!("no configuration named `{name}` (the seeded one is `{DEFAULT_CONFIG}`)"),
+    }
+}
+
+/// Installs the seeded configuration, applied as revision 1, on first use.
+pub fn ensure_seeded(store: &Store) -> Result<()> {
+    let exists: bool = store.conn().query_row(
+        "SELECT EXISTS(SELECT 1 FROM orchestrator_configs WHERE name = ?1)",
+        [DEFAULT_CONFIG],
+        |r| r.get(0),
+    )?;
+    if exists {
+        return Ok(());
+    }
+    let now = now_unix();
+    let seed = OrchestratorConfig::seed();
+    let inserted = store.conn().execute(
+        "INSERT OR IGNORE INTO orchestrator_configs(name, draft, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?3)",
+        params![DEFAULT_CONFIG, seed.to_json(), now],
+    )?;
+    if inserted == 1 {
+        apply(store, DEFAULT_CONFIG, "seed")?;
+    }
+    Ok(())
+}
+
+fn config_row(store: &Store, name: &str) -> Result<(i64, OrchestratorConfig)> {
+    ensure_seeded(store)?;
+    let row: Option<(i64, String)> = store
+        .conn()
+        .query_row(
+            "SELECT id, draft FROM orchestrator_configs WHERE name = ?1",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (id, draft) = row.ok_or_else(|| not_found(name))?;
+    Ok((id, OrchestratorConfig::parse(&draft)?))
+}
+
+/// The names of every configuration.
+pub fn names(store: &Store) -> Result<Vec<String>> {
+    ensure_seeded(store)?;
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT name FROM orchestrator_configs ORDER BY name")?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// A configuration's draft.
+pub fn draft(store: &Store, name: &str) -> Result<OrchestratorConfig> {
+    config_row(store, name).map(|(_, c)| c)
+}
+
+/// Replaces (or creates) a draft; it is checked, but takes effect only when applied.
+pub fn set_draft(store: &Store, name: &str, config: &OrchestratorConfig) -> Result<()> {
+    ensure_seeded(store)?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(Error::InvalidSetting {
+            field: "name".into(),
+            reason: format!("`{name}`: use letters, digits, `-` and `_`"),
+        });
+    }
+    config.validate()?;
+    let now = now_unix();
+    store.conn().execute(
+        "INSERT INTO orchestrator_configs(name, draft, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+         ON CONFLICT(name) DO UPDATE SET draft = excluded.draft, updated_at = excluded.updated_at",
+        params![name, config.to_json(), now],
+    )?;
+    Ok(())
+}
+
+/// Problems that stop a draft from being applied: unknown pipelines, direct tools that are
+/// missing or not action tools.
+pub fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    for mode in &config.modes {
+        if let Some(p) = &mode.pipeline {
+            if crate::pipeline::resolve(store, p, true).is_err() {
+                problems.push(format!(
+                    "mode `{}`: pipeline `{p}` does not exist",
+                    mode.name
+                ));
+            }
+        }
+        for slug in &mode.direct_tools {
+            match crate::tools::get(store, slug) {
+                Ok(t) if t.tool_type == ToolType::Action => {}
+                Ok(t) => problems.push(format!(
+                    "mode `{}`: `{slug}` is a {} tool; only action tools are direct evidence tools",
+                    mode.name,
+                    t.tool_type.as_str()
+                )),
+                Err(_) => problems.push(format!(
+                    "mode `{}`: direct tool `{slug}` does not exist",
+                    mode.name
+                )),
+            }
+        }
+    }
+    problems
+}
+
+/// Applies the draft as a new revision.
+pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevision> {
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
+    let row: Option<(i64, String)> = tx
+        .query_row(
+            "SELECT id, draft FROM orchestrator_configs WHERE name = ?1",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (id, draft) = row.ok_or_else(|| not_found(name))?;
+    let config = OrchestratorConfig::parse(&draft)?;
+    config.validate()?;
+    let problems = problems(store, &config);
+    if !problems.is_empty() {
+        return Err(Error::OrchestratorNotReady(format!(
+            "configuration `{name}` cannot be applied: {}",
+            problems.join("; ")
+        )));
+    }
+    let mut tools = BTreeMap::new();
+    for mode in &config.modes {
+        for slug in &mode.direct_tools {
+            tools.insert(slug.clone(), crate::tools::get(store, slug)?);
+        }
+    }
+    let revision: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(revision), 0) + 1 FROM orchestrator_revisions WHERE config_id = ?1",
+        [id],
+        |r| r.get(0),
+    )?;
+    let applied = AppliedRevision {
+        name: name.into(),
+        revision,
+        config,
+        tools,
+        applied_by: applied_by.into(),
+        applied_at: now_unix(),
+    };
+    tx.execute(
+        "INSERT INTO orchestrator_revisions(config_id, revision, definition, tools, applied_by, applied_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            id,
+            revision,
+            applied.config.to_json(),
+            serde_json::to_string(&applied.tools).expect("tools serialize"),
+            applied_by,
+            applied.applied_at
+        ],
+    )?;
+    tx.commit()?;
+    Ok(applied)
+}
+
+/// A revision (`None`: the newest).
+pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<AppliedRevision> {
+    let (id, _) = config_row(store, name)?;
+    let row: Option<(i64, String, String, String, i64)> = store
+        .conn()
+        .query_row(
+            "SELECT revision, definition, tools, applied_by, applied_at FROM orchestrator_revisions
+             WHERE config_id = ?1 AND (?2 IS NULL OR revision = ?2)
+             ORDER BY revision DESC LIMIT 1",
+            params![id, revision],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let (revision_no, definition, tools, applied_by, applied_at) =
+        row.ok_or_else(|| match revision {
+            Some(n) => Error::InvalidSetting {
+                field: "revision".into(),
+                reason: format!("configuration `{name}` has no revision {n}"),
+            },
+            None => Error::OrchestratorNotReady(format!(
+                "configuration `{name}` has never been applied (run `quarry orchestrator apply {name}`)"
+            )),
+        })?;
+    Ok(AppliedRevision {
+        name: name.into(),
+        revision: revision_no,
+        config: OrchestratorConfig::parse(&definition)?,
+        tools: serde_json::from_str(&tools).map_err(|e| {
+            Error::Internal(format!(
+                "revision {revision_no} of `{name}` has bad tools: {e}"
+            ))
+        })?,
+        applied_by,
+        applied_at,
+    })
+}
+
+/// Every revision of a configuration, newest first.
+pub fn revisions(store: &Store, name: &str) -> Result<Vec<RevisionSummary>> {
+    let (id, _) = config_row(store, name)?;
+    let mut stmt = store.conn().prepare(
+        "SELECT revision, applied_by, applied_at, definition FROM orchestrator_revisions
+         WHERE config_id = ?1 ORDER BY revision DESC",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (revision, applied_by, applied_at, definition) = row?;
+        let modes = OrchestratorConfig::parse(&definition)
+            .map(|c| c.modes.into_iter().map(|m| m.name).collect())
+            .unwrap_or_default();
+        out.push(RevisionSummary {
+            revision,
+            applied_by,
+            applied_at,
+            modes,
+        });
+    }
+    Ok(out)
+}

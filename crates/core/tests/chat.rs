@@ -1,0 +1,861 @@
+//! The assistant with real parts: the real SmolLM2 GGUF run by llama.cpp in-process, a real
+//! library (SQLite, tantivy, MiniLM vectors), real code tools in the sandbox; and, for the
+//! model-led path, scripted tool calls replayed by a loopback OpenAI-compatible server, so a
+//! model's forged, expired or cross-conversation references can be aimed at the host.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use quarry_core::embed::{default_llm_model, Models};
+use quarry_core::evidence::EvidenceSession;
+use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
+use quarry_core::llm::{ChatBackend, ChatMessage, ChatRequest, ToolSpec};
+use quarry_core::orchestrator::{
+    self, conversation, revisions, BackendConfig, ChatOptions, OrchestratorConfig, ToolChoice,
+    TurnResult, DEFAULT_CONFIG,
+};
+use quarry_core::{IndexOptions, Library, Principal, RunOptions};
+use serde_json::{json, Value};
+
+struct Fixture {
+    _data: tempfile::TempDir,
+    _docs: tempfile::TempDir,
+    library: Library,
+}
+
+const PUMP: &str = "# XR-200 pump\n\nThe XR-200 pump needs an inlet pressure of 4 bar. \
+Service the XR-200 pump every 600 hours and replace its seals yearly.\n";
+const CACHE: &str =
+    "# Caches\n\nAn LRU cache evicts the least recently used entry when it is full. \
+Each read moves an entry to the front of the list.\n";
+const FERNS: &str = "# Ferns\n\nFerns reproduce by spores, not seeds. \
+The spores grow on the underside of the fronds.\n";
+
+fn fixture() -> Fixture {
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    for (name, text) in [("pump.md", PUMP), ("cache.md", CACHE), ("ferns.md", FERNS)] {
+        std::fs::write(docs.path().join(name), text).unwrap();
+    }
+    let mut library = Library::open(data.path()).unwrap();
+    library
+        .create_collection("notes", "internal", "english")
+        .unwrap();
+    library.add_source(docs.path(), "notes", &[], &[]).unwrap();
+    let mut writer = library.writer().unwrap();
+    writer.index_all(&IndexOptions::default(), &|_| {}).unwrap();
+    writer
+        .embed_pending(&|_| {}, &AtomicBool::new(false))
+        .unwrap();
+    drop(writer);
+    Fixture {
+        _data: data,
+        _docs: docs,
+        library,
+    }
+}
+
+fn smollm2() -> Arc<EmbeddedBackend> {
+    let models = Models::discover(std::path::Path::new("/nonexistent"));
+    let config = EmbeddedConfig::installed(&models, default_llm_model())
+        .unwrap_or_else(|e| panic!("the SmolLM2 model is needed (run scripts/provision.sh): {e}"));
+    EmbeddedBackend::shared(config).unwrap()
+}
+
+/// Every citation of a turn is an entry of its conversation's ledger, with the same passage.
+fn assert_citations_resolve(library: &Library, result: &TurnResult) {
+    let ledger = conversation::evidence(library.store(), &result.conversation).unwrap();
+    for c in &result.citations {
+        let item = ledger
+            .iter()
+            .find(|i| i.n == c.n)
+            .unwrap_or_else(|| panic!("citation [{}] is not in the ledger", c.n));
+        assert_eq!(item.chunk_id, c.chunk_id);
+        assert!(item.text.starts_with(&c.snippet));
+        assert!(
+            result.answer.contains(&format!("[{}]", c.n)),
+            "{}",
+            result.answer
+        );
+    }
+    // No marker in the text points anywhere else.
+    let marker = regex::Regex::new(r"\[(\d+)\]").unwrap();
+    for caps in marker.captures_iter(&result.answer) {
+        let n: i64 = caps[1].parse().unwrap();
+        assert!(
+            result.citations.iter().any(|c| c.n == n),
+            "[{n}] unresolved"
+        );
+    }
+}
+
+fn events<'a>(result: &'a TurnResult, kind: &str) -> Vec<&'a Value> {
+    result
+        .trace
+        .iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| &e.detail)
+        .collect()
+}
+
+#[test]
+fn the_embedded_model_answers_from_retrieved_evidence_with_resolving_citations() {
+    let f = fixture();
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("grounded".into());
+    let mut streamed = String::new();
+    let result = orchestrator::chat(
+        &f.library,
+        "What inlet pressure does the XR-200 pump need?",
+        &options,
+        &mut |e| {
+            if let orchestrator::TurnEvent::Token(t) = e {
+                streamed.push_str(t);
+            }
+        },
+    )
+    .unwrap();
+    // Retrieval came first, run by the orchestrator, and admitted evidence.
+    let invokes = events(&result, "tool.invoke");
+    assert_eq!(invokes[0]["tool"], "run_pipeline");
+    assert_eq!(invokes[0]["by"], "orchestrator");
+    let results = events(&result, "tool.result");
+    assert!(!results[0]["admitted"].as_array().unwrap().is_empty());
+    assert!(results[0]["took_ms"].is_u64());
+    // The model wrote the answer under the citation grammar, and it streamed.
+    let generate = events(&result, "llm.generate");
+    assert_eq!(generate.len(), 1);
+    assert_eq!(generate[0]["constrained"], true);
+    assert!(generate[0]["completion_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(result.backend, format!("embedded {}", default_llm_model()));
+    assert!(!result.answer.is_empty());
+    assert!(!streamed.is_empty());
+    assert!(!result.citations.is_empty(), "{}", result.answer);
+    assert_citations_resolve(&f.library, &result);
+    // The pump document was retrieved and is in the ledger.
+    let ledger = conversation::evidence(f.library.store(), &result.conversation).unwrap();
+    assert!(ledger.iter().any(|i| i.text.contains("4 bar")));
+    // Persisted: both messages, the citations with the answer, the trace.
+    let messages = conversation::messages(f.library.store(), &result.conversation).unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[1].content, result.answer);
+    assert!(messages[1].citations.is_some());
+
+    // A second turn continues the conversation: same revision, evidence numbers kept.
+    let mut next = options.clone();
+    next.conversation = Some(result.conversation.clone());
+    let second =
+        orchestrator::chat(&f.library, "How often is it serviced?", &next, &mut |_| {}).unwrap();
+    assert_eq!(second.turn, 2);
+    assert_eq!(second.revision, result.revision);
+    assert_citations_resolve(&f.library, &second);
+    let after = conversation::evidence(f.library.store(), &result.conversation).unwrap();
+    for item in &ledger {
+        assert_eq!(
+            after.iter().find(|i| i.n == item.n).unwrap().chunk_id,
+            item.chunk_id
+        );
+    }
+}
+
+#[test]
+fn grammar_constrained_tool_calls_parse_and_fit_their_schemas() {
+    let backend = smollm2();
+    let tools = vec![
+        ToolSpec {
+            name: "knowledge_search".into(),
+            description: "Search the knowledge base.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "query": {"type": "string", "minLength": 1},
+                "namespaces": {"type": "array", "items": {"type": "string", "enum": ["notes", "manuals"]}},
+            }, "required": ["query"], "additionalProperties": false}),
+        },
+        ToolSpec {
+            name: "fetch_neighbors".into(),
+            description: "Fetch chunks around an evidence reference.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "evidence_ref": {"type": "string", "minLength": 1, "maxLength": 120},
+                "radius": {"type": "integer", "minimum": 1, "maximum": 4},
+            }, "required": ["evidence_ref", "radius"], "additionalProperties": false}),
+        },
+    ];
+    for question in [
+        "Find what my notes say about the XR-200 pump.",
+        "Search for ferns and spores.",
+        "Get the chunks next to reference qe1.abc, two on each side.",
+    ] {
+        let mut request = ChatRequest::new(vec![
+            ChatMessage::system("You are a helpful assistant."),
+            ChatMessage::user(question),
+        ]);
+        request.tools = tools.clone();
+        request.require_tool = true;
+        request.max_tokens = 200;
+        let response = backend.chat(&request, &mut |_| {}).unwrap();
+        assert_eq!(response.tool_calls.len(), 1, "{question}: {response:?}");
+        let call = &response.tool_calls[0];
+        let spec = tools
+            .iter()
+            .find(|t| t.name == call.name)
+            .unwrap_or_else(|| panic!("unknown tool {}", call.name));
+        let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|e| {
+            panic!(
+                "{question}: arguments are not JSON: {e}: {}",
+                call.arguments
+            )
+        });
+        quarry_core::tools::schema::validate(&arguments, &spec.parameters)
+            .unwrap_or_else(|e| panic!("{question}: {e}: {arguments}"));
+        assert_eq!(response.finish_reason, "tool_calls");
+    }
+}
+
+#[test]
+fn without_a_model_the_answer_is_extractive_and_still_cited() {
+    let f = fixture();
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.backend = Some(BackendConfig::Embedded {
+        model: "/nonexistent/model.gguf".into(),
+        threads: None,
+    });
+    let result =
+        orchestrator::chat(&f.library, "How do ferns reproduce?", &options, &mut |_| {}).unwrap();
+    assert_eq!(result.backend, "extractive");
+    assert!(
+        result.notices[0].contains("not available"),
+        "{:?}",
+        result.notices
+    );
+    assert!(result.answer.starts_with("From your library:"));
+    assert!(
+        result.answer.contains("**Ferns** **reproduce** by spores"),
+        "{}",
+        result.answer
+    );
+    // Passages sharing no word with the question are left out.
+    assert!(!result.answer.contains("Caches"), "{}", result.answer);
+    assert!(!result.citations.is_empty());
+    assert_citations_resolve(&f.library, &result);
+    assert!(events(&result, "llm.generate").is_empty());
+}
+
+#[test]
+fn knowledge_search_mode_admits_its_results_before_the_model_answers() {
+    let f = fixture();
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("knowledge".into());
+    let result = orchestrator::chat(
+        &f.library,
+        "How does an LRU cache evict entries?",
+        &options,
+        &mut |_| {},
+    )
+    .unwrap();
+    let invokes = events(&result, "tool.invoke");
+    assert_eq!(invokes[0]["tool"], "knowledge_search");
+    let tool_result = events(&result, "tool.result")[0];
+    assert!(!tool_result["admitted"].as_array().unwrap().is_empty());
+    assert!(tool_result["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["gate"] == "content_safety"));
+    assert!(result
+        .evidence
+        .iter()
+        .any(|e| e.text.contains("least recently used")));
+    assert!(result
+        .evidence
+        .iter()
+        .all(|e| e.admitted_by == "knowledge_search"));
+    assert_citations_resolve(&f.library, &result);
+}
+
+#[test]
+fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
+    let f = fixture();
+    let store = f.library.store();
+    let first = revisions::revision(store, DEFAULT_CONFIG, None).unwrap();
+    assert_eq!(first.revision, 1);
+    assert_eq!(first.applied_by, "seed");
+    assert!(first.tools.contains_key("fetch_document_chunks"));
+
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("extractive".into());
+    let started = orchestrator::chat(&f.library, "ferns", &options, &mut |_| {}).unwrap();
+    assert_eq!(started.revision, 1);
+
+    // Edit the draft: nothing changes until it is applied.
+    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    draft
+        .modes
+        .iter_mut()
+        .for_each(|m| m.budget.evidence_tokens = 300);
+    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
+    assert_eq!(
+        revisions::revision(store, DEFAULT_CONFIG, None)
+            .unwrap()
+            .revision,
+        1
+    );
+    let applied = revisions::apply(store, DEFAULT_CONFIG, "alice").unwrap();
+    assert_eq!(
+        (applied.revision, applied.applied_by.as_str()),
+        (2, "alice")
+    );
+    assert!(applied.applied_at > 0);
+    assert_eq!(
+        revisions::revisions(store, DEFAULT_CONFIG).unwrap().len(),
+        2
+    );
+
+    // The running conversation keeps revision 1; a new one gets revision 2.
+    let mut cont = options.clone();
+    cont.conversation = Some(started.conversation.clone());
+    assert_eq!(
+        orchestrator::chat(&f.library, "spores", &cont, &mut |_| {})
+            .unwrap()
+            .revision,
+        1
+    );
+    assert_eq!(
+        orchestrator::chat(&f.library, "spores", &options, &mut |_| {})
+            .unwrap()
+            .revision,
+        2
+    );
+    // Revision 1 is unchanged.
+    let old = revisions::revision(store, DEFAULT_CONFIG, Some(1)).unwrap();
+    assert_eq!(old.config.modes[0].budget.evidence_tokens, 600);
+
+    // Bad drafts are refused, naming the field; an empty allow-list fails with the manual's words.
+    let mut bad = draft.clone();
+    bad.modes[1]
+        .knowledge_search
+        .as_mut()
+        .unwrap()
+        .namespaces
+        .clear();
+    assert_eq!(
+        revisions::set_draft(store, DEFAULT_CONFIG, &bad)
+            .unwrap_err()
+            .to_string(),
+        "at least one namespace must be configured under 'namespaces' at boot"
+    );
+    let mut bad = draft.clone();
+    bad.modes[0]
+        .direct_tools
+        .push("retrieve-lexical-focused".into());
+    revisions::set_draft(store, DEFAULT_CONFIG, &bad).unwrap();
+    let e = revisions::apply(store, DEFAULT_CONFIG, "alice")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only action tools"), "{e}");
+    assert_eq!(
+        revisions::revision(store, DEFAULT_CONFIG, None)
+            .unwrap()
+            .revision,
+        2
+    );
+    // A snapshot: editing a tool later does not change the applied revision's copy.
+    assert_eq!(
+        serde_json::to_value(&applied.tools["fetch_neighbors"]).unwrap(),
+        serde_json::to_value(
+            &revisions::revision(store, DEFAULT_CONFIG, Some(2))
+                .unwrap()
+                .tools["fetch_neighbors"]
+        )
+        .unwrap()
+    );
+    let _ = OrchestratorConfig::seed();
+}
+
+#[test]
+fn another_callers_conversation_is_not_found() {
+    let f = fixture();
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("extractive".into());
+    let result = orchestrator::chat(&f.library, "ferns", &options, &mut |_| {}).unwrap();
+    let key = f
+        .library
+        .create_key(&quarry_core::auth::NewKey {
+            name: "bob".into(),
+            kind: quarry_core::auth::PrincipalKind::Personal,
+            user: None,
+            scope: quarry_core::Scope {
+                collections: None,
+                sensitivity_ceiling: "internal".into(),
+            },
+        })
+        .unwrap();
+    let bob = f.library.authenticate(&key.secret, None).unwrap();
+    let mut as_bob = ChatOptions::new(bob);
+    as_bob.conversation = Some(result.conversation.clone());
+    let e = orchestrator::chat(&f.library, "ferns", &as_bob, &mut |_| {}).unwrap_err();
+    assert_eq!(e.code(), "conversation_not_found");
+}
+
+// ---- the model-led path, with scripted tool calls over loopback -----------------------------
+
+/// A loopback OpenAI-compatible server replaying one scripted SSE reply per request, and
+/// recording every request body.
+struct Script {
+    url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+fn sse_tool_call(name: &str, arguments: &Value) -> String {
+    let args = arguments.to_string();
+    let (a, b) = args.split_at(args.len() / 2);
+    let chunk = |delta: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    };
+    chunk(
+        json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": a}}]}),
+    ) + &chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}))
+        + &format!(
+            "data: {}\n\ndata: [DONE]\n\n",
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+        )
+}
+
+fn sse_answer(text: &str) -> String {
+    format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": text}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    )
+}
+
+fn serve_script(replies: Vec<String>) -> Script {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for reply in replies {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            seen.lock()
+                .unwrap()
+                .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                reply.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(reply.as_bytes()).unwrap();
+        }
+    });
+    Script { url, requests }
+}
+
+fn agent_options(url: &str) -> ChatOptions {
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("agent".into());
+    options.backend = Some(BackendConfig::Openai {
+        base_url: url.into(),
+        model: "scripted".into(),
+        api_key_env: None,
+    });
+    options
+}
+
+#[test]
+fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_rejected() {
+    let f = fixture();
+    let admin = Principal::administrator();
+    // A reference from another conversation of the same caller.
+    let other = f
+        .library
+        .run_pipeline(
+            "default",
+            "ferns spores",
+            &admin,
+            &RunOptions {
+                conversation: Some("another-conversation".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let foreign_source = other.evidence.entries[0].source_ref.clone();
+    // An expired reference issued for the right conversation is made below, once its id is known.
+    let forged = "qe1.eyJrIjoiYyJ9.AAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+    // Turn 1: the model runs the pipeline (qualifying the conversation) and answers.
+    let script = serve_script(vec![
+        sse_tool_call("run_pipeline", &json!({"query": "XR-200 pump pressure"})),
+        sse_answer("The pump needs 4 bar [1]. Also see [99]."),
+    ]);
+    let first = orchestrator::chat(
+        &f.library,
+        "pump pressure?",
+        &agent_options(&script.url),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        conversation::get(f.library.store(), &admin, &first.conversation)
+            .unwrap()
+            .qualified
+    );
+    assert_citations_resolve(&f.library, &first);
+    assert!(!first.answer.contains("[99]"), "{}", first.answer);
+    assert_eq!(events(&first, "citation.rejected").len(), 1);
+    // The tools offered in round 1 did not include direct tools (not yet qualified).
+    let offered: Vec<String> = script.requests.lock().unwrap()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.contains(&"run_pipeline".to_string()));
+    assert!(
+        !offered.contains(&"fetch_document_chunks".to_string()),
+        "{offered:?}"
+    );
+
+    let expired = EvidenceSession::in_conversation(
+        f.library.evidence_key().unwrap(),
+        admin.clone(),
+        &first.conversation,
+    )
+    .unwrap()
+    .with_ttl_secs(-10)
+    .issue_source(first.evidence[0].document_id, first.evidence[0].revision_id);
+    let ledger_before = conversation::evidence(f.library.store(), &first.conversation).unwrap();
+
+    // Turn 2: the model pages with a forged, a foreign and an expired reference.
+    let script = serve_script(vec![
+        sse_tool_call(
+            "fetch_document_chunks",
+            &json!({"sources": [{"source_ref": forged}]}),
+        ),
+        sse_tool_call(
+            "fetch_document_chunks",
+            &json!({"sources": [{"source_ref": foreign_source}]}),
+        ),
+        sse_tool_call(
+            "fetch_document_chunks",
+            &json!({"sources": [{"source_ref": expired}]}),
+        ),
+        sse_answer("Nothing more [1]."),
+    ]);
+    let mut options = agent_options(&script.url);
+    options.conversation = Some(first.conversation.clone());
+    let second = orchestrator::chat(
+        &f.library,
+        "more from that document?",
+        &options,
+        &mut |_| {},
+    )
+    .unwrap();
+    let results = events(&second, "tool.result");
+    assert_eq!(results.len(), 3, "{:#?}", second.trace);
+    for r in &results {
+        assert_eq!(r["tool"], "fetch_document_chunks");
+        assert_eq!(r["is_error"], true, "{r}");
+        assert!(r["admitted"].as_array().unwrap().is_empty());
+        let error = r["error"].as_str().unwrap().to_lowercase();
+        assert!(
+            error.contains("reject") || error.contains("expired"),
+            "{error}"
+        );
+    }
+    // The model saw the refusals as tool results.
+    let requests = script.requests.lock().unwrap();
+    let tool_messages: Vec<&Value> = requests[3]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tool_messages.len(), 3);
+    assert!(tool_messages
+        .iter()
+        .all(|m| m["content"].as_str().unwrap().starts_with("Error:")));
+    // Nothing was admitted.
+    assert_eq!(
+        conversation::evidence(f.library.store(), &first.conversation).unwrap(),
+        ledger_before
+    );
+    assert_citations_resolve(&f.library, &second);
+}
+
+#[test]
+fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
+    let f = fixture();
+    // Before any pipeline, a direct tool call is refused even if the model makes it.
+    let script = serve_script(vec![
+        sse_tool_call(
+            "fetch_neighbors",
+            &json!({"evidence_ref": "qe1.x.y", "radius": 1}),
+        ),
+        sse_answer("I cannot tell."),
+    ]);
+    let first = orchestrator::chat(
+        &f.library,
+        "neighbors?",
+        &agent_options(&script.url),
+        &mut |_| {},
+    )
+    .unwrap();
+    let refused = events(&first, "tool.result")[0];
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("qualifying pipeline"),
+        "{refused}"
+    );
+
+    // After the pipeline qualifies the conversation, paging with its own source reference works.
+    let script = serve_script(vec![
+        sse_tool_call("run_pipeline", &json!({"query": "XR-200 pump"})),
+        sse_answer("ok [1]."),
+    ]);
+    let mut options = agent_options(&script.url);
+    options.conversation = Some(first.conversation.clone());
+    let second = orchestrator::chat(&f.library, "pump?", &options, &mut |_| {}).unwrap();
+    let source_ref = second.evidence[0].source_ref.clone();
+    let script = serve_script(vec![
+        sse_tool_call(
+            "fetch_document_chunks",
+            &json!({"sources": [{"source_ref": source_ref}]}),
+        ),
+        sse_answer("Done [1]."),
+    ]);
+    let mut options = agent_options(&script.url);
+    options.conversation = Some(first.conversation.clone());
+    let third = orchestrator::chat(&f.library, "the rest of it?", &options, &mut |_| {}).unwrap();
+    let paged = events(&third, "tool.result")[0];
+    assert_eq!(paged["is_error"], false, "{paged}");
+    assert_eq!(paged["tool"], "fetch_document_chunks");
+    // The tool result the model saw carries admitted text and citation numbers.
+    let requests = script.requests.lock().unwrap();
+    let tool_message = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert!(
+        tool_message["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"cite\":\"["),
+        "{tool_message}"
+    );
+}
+
+#[test]
+fn the_tool_filter_gate_vetoes_calls_outside_the_profile_and_secrets_are_redacted() {
+    let f = fixture();
+    // A document with a credential in it.
+    let store = f.library.store();
+    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
+    agent.profile = "restricted".into();
+    agent.tool_choice = ToolChoice::Model;
+    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
+    revisions::apply(store, DEFAULT_CONFIG, "admin").unwrap();
+    let script = serve_script(vec![
+        sse_tool_call("run_pipeline", &json!({"query": "pump"})),
+        sse_tool_call(
+            "fetch_neighbors",
+            &json!({"evidence_ref": "qe1.x.y", "radius": 1}),
+        ),
+        sse_answer("ok [1]."),
+    ]);
+    let result = orchestrator::chat(
+        &f.library,
+        "pump?",
+        &agent_options(&script.url),
+        &mut |_| {},
+    )
+    .unwrap();
+    let results = events(&result, "tool.result");
+    assert_eq!(results[0]["is_error"], false);
+    let vetoed = results[1];
+    assert_eq!(vetoed["is_error"], true);
+    assert!(
+        vetoed["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["gate"] == "tool_filter" && g["decision"] == "veto"),
+        "{vetoed}"
+    );
+    // The restricted profile was never offered the direct tools.
+    let requests = script.requests.lock().unwrap();
+    let offered: Vec<&str> = requests[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(!offered.contains(&"fetch_neighbors"), "{offered:?}");
+}
+
+#[test]
+fn secrets_in_documents_are_redacted_before_the_model_sees_them() {
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("deploy.md"),
+        "# Deploy notes\n\nThe deploy server password = hunter2-secret and the AWS key is AKIAABCDEFGHIJKLMNOP for the pump telemetry.\n",
+    )
+    .unwrap();
+    let mut library = Library::open(data.path()).unwrap();
+    library
+        .create_collection("ops", "internal", "english")
+        .unwrap();
+    library.add_source(docs.path(), "ops", &[], &[]).unwrap();
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+    let script = serve_script(vec![
+        sse_tool_call("run_pipeline", &json!({"query": "deploy server password"})),
+        sse_answer("See [1]."),
+    ]);
+    let result = orchestrator::chat(
+        &library,
+        "deploy password?",
+        &agent_options(&script.url),
+        &mut |_| {},
+    )
+    .unwrap();
+    let requests = script.requests.lock().unwrap();
+    let tool_message = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!tool_message.contains("hunter2"), "{tool_message}");
+    assert!(
+        !tool_message.contains("AKIAABCDEFGHIJKLMNOP"),
+        "{tool_message}"
+    );
+    assert!(tool_message.contains("[REDACTED]"));
+    let gates = &events(&result, "tool.result")[0]["gates"];
+    assert!(
+        gates
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["gate"] == "content_safety" && g["decision"] == "redact"),
+        "{gates}"
+    );
+    // The ledger keeps the redacted text too, so citations never show the secret.
+    assert!(result.evidence.iter().all(|e| !e.text.contains("hunter2")));
+}
+
+#[test]
+fn code_tools_reach_their_own_model_through_ctx_llm() {
+    use quarry_core::pipeline::{TestInput, ToolTestReport};
+    use quarry_core::tools::{ToolDefinition, ToolType};
+    let f = fixture();
+    let source = r#"from quarry import BaseModel
+class Inputs(BaseModel):
+    question: str
+class Output(BaseModel):
+    verdict: str = ''
+    text: str = ''
+async def run(input, ctx):
+    schema = {'type': 'object', 'properties': {'verdict': {'type': 'string', 'enum': ['yes', 'no']}}, 'required': ['verdict']}
+    r = await ctx.llm('Is the sky blue? ' + input['question'], max_tokens=24, json_schema=schema)
+    return {'verdict': r['json']['verdict'], 'text': r['text']}
+"#;
+    let mut tool = ToolDefinition {
+        slug: "ask_model".into(),
+        name: "Ask the model".into(),
+        description: String::new(),
+        tool_type: ToolType::Action,
+        settings: json!({}),
+        limits: None,
+        egress: None,
+        model: Some(default_llm_model().into()),
+        source: Some(source.into()),
+        derived: None,
+    };
+    tool = f.library.create_tool(tool).unwrap();
+    assert!(tool
+        .derived
+        .as_ref()
+        .unwrap()
+        .manifest
+        .contains(&"llm".to_string()));
+    let report: ToolTestReport = f
+        .library
+        .test_tool(
+            "ask_model",
+            &TestInput::Json(json!({"question": "Answer yes or no."})),
+            &Principal::administrator(),
+            None,
+            None,
+        )
+        .unwrap();
+    let verdict = report.output["verdict"].as_str().unwrap();
+    assert!(verdict == "yes" || verdict == "no", "{}", report.output);
+    let text: Value = serde_json::from_str(report.output["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text["verdict"], verdict);
+}
+
+#[test]
+fn a_bad_model_file_is_a_clear_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_gguf = dir.path().join("notes.gguf");
+    std::fs::write(&not_gguf, "just text").unwrap();
+    let e = EmbeddedBackend::load(EmbeddedConfig::for_file(&not_gguf))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), "llm_failed");
+    assert!(
+        e.to_string().contains("notes.gguf") && e.to_string().contains("not a GGUF file"),
+        "{e}"
+    );
+    // A truncated copy of the real model: llama.cpp refuses it, and nothing panics.
+    let models = Models::discover(std::path::Path::new("/nonexistent"));
+    let real = EmbeddedConfig::installed(&models, default_llm_model())
+        .unwrap()
+        .model_path;
+    let bytes = std::fs::read(&real).unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let e = EmbeddedBackend::load(EmbeddedConfig::for_file(&truncated))
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("truncated.gguf") && e.to_string().contains("cannot load"),
+        "{e}"
+    );
+    let missing = EmbeddedBackend::load(EmbeddedConfig::for_file(&dir.path().join("gone.gguf")))
+        .err()
+        .unwrap();
+    assert!(missing.to_string().contains("does not exist"), "{missing}");
+}
