@@ -406,6 +406,32 @@ struct Script {
     requests: Arc<Mutex<Vec<Value>>>,
 }
 
+impl Script {
+    /// The names of the tools offered in request `i`.
+    fn offered(&self, i: usize) -> Vec<String> {
+        self.requests.lock().unwrap()[i]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The contents of the `role: "tool"` messages of request `i`.
+    fn tool_results(&self, i: usize) -> Vec<String> {
+        self.requests.lock().unwrap()[i]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
 fn sse_tool_call(name: &str, arguments: &Value) -> String {
     let args = arguments.to_string();
     let (a, b) = args.split_at(args.len() / 2);
@@ -521,12 +547,7 @@ fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_reje
     assert!(!first.answer.contains("[99]"), "{}", first.answer);
     assert_eq!(events(&first, "citation.rejected").len(), 1);
     // The tools offered in round 1 did not include direct tools (not yet qualified).
-    let offered: Vec<String> = script.requests.lock().unwrap()[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
-        .collect();
+    let offered = script.offered(0);
     assert!(offered.contains(&"run_pipeline".to_string()));
     assert!(
         !offered.contains(&"fetch_document_chunks".to_string()),
@@ -581,17 +602,9 @@ fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_reje
         );
     }
     // The model saw the refusals as tool results.
-    let requests = script.requests.lock().unwrap();
-    let tool_messages: Vec<&Value> = requests[3]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .collect();
+    let tool_messages = script.tool_results(3);
     assert_eq!(tool_messages.len(), 3);
-    assert!(tool_messages
-        .iter()
-        .all(|m| m["content"].as_str().unwrap().starts_with("Error:")));
+    assert!(tool_messages.iter().all(|m| m.starts_with("Error:")));
     // Nothing was admitted.
     assert_eq!(
         conversation::evidence(f.library.store(), &first.conversation).unwrap(),
@@ -650,27 +663,13 @@ fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
     assert_eq!(paged["is_error"], false, "{paged}");
     assert_eq!(paged["tool"], "fetch_document_chunks");
     // The tool result the model saw carries admitted text and citation numbers.
-    let requests = script.requests.lock().unwrap();
-    let tool_message = requests[1]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
-    assert!(
-        tool_message["content"]
-            .as_str()
-            .unwrap()
-            .contains("\"cite\":\"["),
-        "{tool_message}"
-    );
+    let tool_message = &script.tool_results(1)[0];
+    assert!(tool_message.contains("\"cite\":\"["), "{tool_message}");
 }
 
 #[test]
-fn the_tool_filter_gate_vetoes_calls_outside_the_profile_and_secrets_are_redacted() {
+fn the_tool_filter_gate_vetoes_calls_outside_the_profile() {
     let f = fixture();
-    // A document with a credential in it.
     let store = f.library.store();
     let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
     let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
@@ -706,14 +705,11 @@ fn the_tool_filter_gate_vetoes_calls_outside_the_profile_and_secrets_are_redacte
         "{vetoed}"
     );
     // The restricted profile was never offered the direct tools.
-    let requests = script.requests.lock().unwrap();
-    let offered: Vec<&str> = requests[1]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
-    assert!(!offered.contains(&"fetch_neighbors"), "{offered:?}");
+    let offered = script.offered(1);
+    assert!(
+        !offered.contains(&"fetch_neighbors".to_string()),
+        "{offered:?}"
+    );
 }
 
 #[test]
@@ -746,16 +742,7 @@ fn secrets_in_documents_are_redacted_before_the_model_sees_them() {
         &mut |_| {},
     )
     .unwrap();
-    let requests = script.requests.lock().unwrap();
-    let tool_message = requests[1]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let tool_message = script.tool_results(1).remove(0);
     assert!(!tool_message.contains("hunter2"), "{tool_message}");
     assert!(
         !tool_message.contains("AKIAABCDEFGHIJKLMNOP"),

@@ -396,23 +396,7 @@ impl Models {
         if !source.is_dir() {
             return Err(invalid("not a folder".into()));
         }
-        let id = match id {
-            Some(id) => id.to_string(),
-            None => source
-                .file_name()
-                .map(|n| n.to_string_lossy().to_lowercase())
-                .ok_or_else(|| invalid("cannot name it; pass --id".into()))?,
-        };
-        if id.is_empty()
-            || !id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            || id.starts_with('.')
-        {
-            return Err(invalid(format!(
-                "`{id}` is not a usable id (letters, digits, `-`, `_`, `.`)"
-            )));
-        }
+        let id = import_id(source, id, source.file_name())?;
         // Hub layouts keep the graph in onnx/; either place is accepted.
         let onnx = [source.join("model.onnx"), source.join("onnx/model.onnx")]
             .into_iter()
@@ -511,23 +495,7 @@ impl Models {
         if &magic != b"GGUF" {
             return Err(invalid("not a GGUF file".into()));
         }
-        let id = match id {
-            Some(id) => id.to_string(),
-            None => source
-                .file_stem()
-                .map(|n| n.to_string_lossy().to_lowercase())
-                .ok_or_else(|| invalid("cannot name it; pass --id".into()))?,
-        };
-        if id.is_empty()
-            || !id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            || id.starts_with('.')
-        {
-            return Err(invalid(format!(
-                "`{id}` is not a usable id (letters, digits, `-`, `_`, `.`)"
-            )));
-        }
+        let id = import_id(source, id, source.file_stem())?;
         let staging = staging_dir(self.install_dir(), &id)?;
         let to = staging.join("model.gguf");
         std::fs::copy(source, &to).map_err(|e| Error::io(&to, e))?;
@@ -558,6 +526,32 @@ impl Models {
         std::fs::remove_dir_all(&model.dir).map_err(|e| Error::io(&model.dir, e))?;
         Ok(model.dir)
     }
+}
+
+/// The id an import installs under: the one given, else `name` lowercased; checked to be a
+/// usable folder name.
+fn import_id(source: &Path, id: Option<&str>, name: Option<&std::ffi::OsStr>) -> Result<String> {
+    let invalid = |reason: String| Error::InvalidModel {
+        path: source.to_path_buf(),
+        reason,
+    };
+    let id = match id {
+        Some(id) => id.to_string(),
+        None => name
+            .map(|n| n.to_string_lossy().to_lowercase())
+            .ok_or_else(|| invalid("cannot name it; pass --id".into()))?,
+    };
+    if id.is_empty()
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || id.starts_with('.')
+    {
+        return Err(invalid(format!(
+            "`{id}` is not a usable id (letters, digits, `-`, `_`, `.`)"
+        )));
+    }
+    Ok(id)
 }
 
 /// The command that (re)installs `id`.

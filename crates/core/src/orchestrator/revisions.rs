@@ -74,8 +74,12 @@ pub fn ensure_seeded(store: &Store) -> Result<()> {
 
 fn config_row(store: &Store, name: &str) -> Result<(i64, OrchestratorConfig)> {
     ensure_seeded(store)?;
-    let row: Option<(i64, String)> = store
-        .conn()
+    read_config_row(store.conn(), name)
+}
+
+/// A configuration's id and draft, read on `conn` (inside a transaction when applying).
+fn read_config_row(conn: &rusqlite::Connection, name: &str) -> Result<(i64, OrchestratorConfig)> {
+    let row: Option<(i64, String)> = conn
         .query_row(
             "SELECT id, draft FROM orchestrator_configs WHERE name = ?1",
             [name],
@@ -161,15 +165,7 @@ pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevis
         store.conn(),
         rusqlite::TransactionBehavior::Immediate,
     )?;
-    let row: Option<(i64, String)> = tx
-        .query_row(
-            "SELECT id, draft FROM orchestrator_configs WHERE name = ?1",
-            [name],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let (id, draft) = row.ok_or_else(|| not_found(name))?;
-    let config = OrchestratorConfig::parse(&draft)?;
+    let (id, config) = read_config_row(&tx, name)?;
     config.validate()?;
     let problems = problems(store, &config);
     if !problems.is_empty() {
