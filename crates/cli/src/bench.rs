@@ -309,6 +309,9 @@ impl Rng {
 }
 
 fn percentile(times: &mut [f64], p: f64) -> f64 {
+    if times.is_empty() {
+        return f64::NAN;
+    }
     times.sort_by(|a, b| a.total_cmp(b));
     times[((times.len() as f64 * p) as usize).min(times.len() - 1)]
 }
@@ -708,8 +711,8 @@ fn chat_bench(
         }
         println!(
             "{prompt_tokens:>13}  {:>24.0}  {:>21.1}",
-            percentile(&mut ttft, 50.0),
-            percentile(&mut rate, 50.0)
+            percentile(&mut ttft, 0.5),
+            percentile(&mut rate, 0.5)
         );
     }
 
@@ -747,9 +750,9 @@ fn chat_bench(
     }
     println!(
         "chat turn         median {:.0} ms (retrieval {:.0} ms, generation {:.0} ms), grounded mode",
-        percentile(&mut turn_ms, 50.0),
-        percentile(&mut retrieval_ms, 50.0),
-        percentile(&mut generation_ms, 50.0)
+        percentile(&mut turn_ms, 0.5),
+        percentile(&mut retrieval_ms, 0.5),
+        percentile(&mut generation_ms, 0.5)
     );
     println!("peak RSS          {}", peak_rss());
     Ok(ExitCode::SUCCESS)

@@ -39,6 +39,9 @@ pub struct ChatArgs {
     /// Environment variable holding the API key for --backend openai
     #[arg(long)]
     pub api_key_env: Option<String>,
+    /// With --backend openai: send GBNF grammars (llama.cpp's llama-server honours them)
+    #[arg(long)]
+    pub grammar: bool,
     /// Print the answer, citations and the trace as JSON
     #[arg(long)]
     pub json: bool,
@@ -77,9 +80,9 @@ pub enum OrchestratorCommand {
     Apply {
         #[arg(default_value = DEFAULT_CONFIG)]
         name: String,
-        /// Who applies it (recorded)
-        #[arg(long, default_value = "administrator")]
-        by: String,
+        /// Apply as this API key (recorded as who applied it; default: the administrator)
+        #[command(flatten)]
+        who: AsPrincipal,
     },
     /// List applied revisions, newest first
     Revisions {
@@ -114,6 +117,7 @@ fn backend_override(args: &ChatArgs) -> Result<Option<BackendConfig>> {
             base_url: need("--base-url", &args.base_url)?,
             model: args.model.clone().unwrap_or_else(|| "default".into()),
             api_key_env: args.api_key_env.clone(),
+            grammar: args.grammar,
         },
         "ollama" => BackendConfig::Ollama {
             base_url: need("--base-url", &args.base_url)?,
@@ -334,7 +338,8 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
                 .with_context(|| format!("{} is not a valid configuration", file.display()))?;
             println!("draft of {name} saved; apply it with `quarry orchestrator apply {name}`");
         }
-        OrchestratorCommand::Apply { name, by } => {
+        OrchestratorCommand::Apply { name, who } => {
+            let by = who.principal(library)?.label;
             let applied = revisions::apply(store, &name, &by)?;
             println!(
                 "applied {name} as revision {} (by {}); new conversations use it, running ones keep theirs",

@@ -294,7 +294,27 @@ fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettin
     Ok(settings)
 }
 
+/// llama.cpp's OpenMP runtime reads `OMP_WAIT_POLICY` once, before `main`: when it is unset,
+/// run this binary again with the passive policy (exec replaces the process, same pid).
+#[cfg(unix)]
+fn with_passive_openmp() {
+    use std::os::unix::process::CommandExt;
+    let (key, value) = quarry_core::llm::embedded::PASSIVE_OPENMP;
+    if std::env::var_os(key).is_some() {
+        return;
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        // exec returns only on failure; then carry on with the default policy.
+        let _ = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env(key, value)
+            .exec();
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    with_passive_openmp();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")

@@ -155,10 +155,13 @@ fn orchestrator_drafts_apply_as_revisions_and_bad_files_are_named() {
     assert!(env
         .ok(&["orchestrator", "show"])
         .contains("unapplied changes"));
-    let applied = env.ok(&["orchestrator", "apply", "--by", "alice"]);
+    let applied = env.ok(&["orchestrator", "apply"]);
     assert!(applied.contains("revision 2"), "{applied}");
     let revisions = env.ok(&["orchestrator", "revisions"]);
-    assert!(revisions.starts_with("revision 2  by alice"), "{revisions}");
+    assert!(
+        revisions.starts_with("revision 2  by administrator"),
+        "{revisions}"
+    );
     assert!(revisions.contains("revision 1  by seed"), "{revisions}");
     let old: Value =
         serde_json::from_str(&env.ok(&["orchestrator", "show", "--revision", "1", "--json"]))

@@ -483,8 +483,17 @@ fn serve_script(replies: Vec<String>) -> Script {
             seen.lock()
                 .unwrap()
                 .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            // "ERR <json>" replies with a server error instead of a stream.
+            let (status, kind, reply) = match reply.strip_prefix("ERR ") {
+                Some(body) => (
+                    "500 Internal Server Error",
+                    "application/json",
+                    body.to_string(),
+                ),
+                None => ("200 OK", "text/event-stream", reply),
+            };
             let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 reply.len()
             );
             stream.write_all(head.as_bytes()).unwrap();
@@ -501,6 +510,7 @@ fn agent_options(url: &str) -> ChatOptions {
         base_url: url.into(),
         model: "scripted".into(),
         api_key_env: None,
+        grammar: false,
     });
     options
 }
@@ -845,4 +855,114 @@ fn a_bad_model_file_is_a_clear_error_naming_it() {
         .err()
         .unwrap();
     assert!(missing.to_string().contains("does not exist"), "{missing}");
+}
+
+#[test]
+fn apply_works_on_a_fresh_library() {
+    let data = tempfile::tempdir().unwrap();
+    let library = Library::open(data.path()).unwrap();
+    let applied = revisions::apply(library.store(), DEFAULT_CONFIG, "carol").unwrap();
+    // The seed is revision 1, applied on first use; this is revision 2.
+    assert_eq!(
+        (applied.revision, applied.applied_by.as_str()),
+        (2, "carol")
+    );
+    assert!(applied.pipelines.contains_key("default"));
+}
+
+#[test]
+fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
+    let f = fixture();
+    let script = serve_script(vec![
+        r#"ERR {"error":{"message":"tools param requires --jinja flag"}}"#.to_string(),
+        sse_answer("An answer with no evidence behind it."),
+        sse_answer("The pump needs 4 bar [1]."),
+        sse_answer("Every 600 hours [2]."),
+    ]);
+    let mut options = agent_options(&script.url);
+    let first =
+        orchestrator::chat(&f.library, "XR-200 pump pressure?", &options, &mut |_| {}).unwrap();
+    assert!(
+        first.notices.iter().any(|n| n.contains("--jinja")),
+        "{:?}",
+        first.notices
+    );
+    // The ungrounded answer was discarded: the orchestrator retrieved and asked again.
+    assert_eq!(events(&first, "tool.invoke")[0]["by"], "orchestrator");
+    assert!(first.answer.contains("4 bar"), "{}", first.answer);
+    assert_citations_resolve(&f.library, &first);
+    // The next turn (a new backend handle for the same server) remembers: no tools are sent.
+    options.conversation = Some(first.conversation.clone());
+    let second = orchestrator::chat(
+        &f.library,
+        "How often is it serviced?",
+        &options,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(second.notices.is_empty(), "{:?}", second.notices);
+    assert!(script.requests.lock().unwrap()[3].get("tools").is_none());
+    assert_citations_resolve(&f.library, &second);
+}
+
+#[test]
+fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
+    let f = fixture();
+    let store = f.library.store();
+    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
+        max_chars: 200,
+        action: quarry_core::orchestrator::gates::GateAction::Veto,
+    });
+    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
+    revisions::apply(store, DEFAULT_CONFIG, "admin").unwrap();
+    // Orchestrator-led (extractive): each passage is short enough, the whole result is not.
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("extractive".into());
+    let result = orchestrator::chat(&f.library, "pump", &options, &mut |_| {}).unwrap();
+    let tool_result = events(&result, "tool.result")[0];
+    assert_eq!(tool_result["vetoed"], true, "{tool_result}");
+    assert!(tool_result["admitted"].as_array().unwrap().is_empty());
+    assert!(conversation::evidence(store, &result.conversation)
+        .unwrap()
+        .is_empty());
+    assert!(result.citations.is_empty());
+    assert!(
+        result.notices.iter().any(|n| n.contains("withheld")),
+        "{:?}",
+        result.notices
+    );
+    assert!(
+        !conversation::get(store, &Principal::administrator(), &result.conversation)
+            .unwrap()
+            .qualified
+    );
+    // Model-led: the vetoed pipeline does not unlock the direct tools.
+    let script = serve_script(vec![
+        sse_tool_call("run_pipeline", &json!({"query": "XR-200 pump"})),
+        sse_tool_call(
+            "fetch_neighbors",
+            &json!({"evidence_ref": "qe1.x.y", "radius": 1}),
+        ),
+        sse_answer("Nothing."),
+    ]);
+    let result = orchestrator::chat(
+        &f.library,
+        "pump?",
+        &agent_options(&script.url),
+        &mut |_| {},
+    )
+    .unwrap();
+    let results = events(&result, "tool.result");
+    assert_eq!(results[0]["vetoed"], true);
+    assert!(
+        results[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("qualifying pipeline"),
+        "{}",
+        results[1]
+    );
+    assert!(!script.offered(1).contains(&"fetch_neighbors".to_string()));
+    assert!(script.tool_results(1)[0].starts_with("Error: the result was withheld"));
 }

@@ -629,6 +629,7 @@ fn the_request_body_has_the_openai_shape() {
         api_key: Some("secret-key".into()),
         dialect: Dialect::OpenAi,
         timeout: Duration::from_secs(30),
+        grammar: true,
     })
     .unwrap();
     let mut request = ChatRequest::new(history_with_tool_round());

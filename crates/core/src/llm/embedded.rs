@@ -27,6 +27,11 @@ use super::{
 use crate::embed::{ModelKind, Models};
 use crate::{Error, Result};
 
+/// The environment a process embedding llama.cpp should start with: idle OpenMP threads sleep
+/// instead of spinning (with as many busy threads as cores they starve each other and the rest
+/// of the app). libgomp reads it before `main`, so it cannot be set later in the process.
+pub const PASSIVE_OPENMP: (&str, &str) = ("OMP_WAIT_POLICY", "PASSIVE");
+
 /// The file name of a chat model inside its installed folder.
 pub const MODEL_FILE: &str = "model.gguf";
 /// Longest string the tool-call grammar lets the model write where a schema sets no limit.
@@ -89,11 +94,11 @@ fn llama_backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            // OpenMP workers spin while waiting by default; with as many busy threads as cores
-            // they starve each other (and the rest of the app). Passive waiting must be set
-            // before the OpenMP runtime starts, i.e. before the first generation.
+            // OpenMP workers spin while waiting unless OMP_WAIT_POLICY=PASSIVE; libgomp reads
+            // it once, before `main`, so a binary sets it by re-executing itself
+            // (see `PASSIVE_OPENMP` and the CLI's `main`).
             if std::env::var_os("OMP_WAIT_POLICY").is_none() {
-                std::env::set_var("OMP_WAIT_POLICY", "PASSIVE");
+                tracing::debug!("OMP_WAIT_POLICY is not set: OpenMP threads will spin while idle");
             }
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
             LlamaBackend::init().map_err(|e| e.to_string())

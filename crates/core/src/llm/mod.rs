@@ -251,8 +251,11 @@ impl ToolCallAssembler {
         if let Some(id) = id.filter(|s| !s.is_empty()) {
             call.0 = Some(id.to_string());
         }
+        // The name comes whole in the call's first fragment; some servers repeat it later.
         if let Some(name) = name.filter(|s| !s.is_empty()) {
-            call.1.push_str(name);
+            if call.1.is_empty() {
+                call.1.push_str(name);
+            }
         }
         call.2.push_str(arguments);
     }
@@ -291,7 +294,7 @@ mod tests {
         a.push(0, Some("c1"), Some("knowledge_search"), "{\"qu");
         a.push(1, Some("c2"), Some("fetch_neighbors"), "{");
         a.push(0, None, None, "ery\": \"pumps\"}");
-        a.push(1, None, None, "}");
+        a.push(1, None, Some("fetch_neighbors"), "}");
         let calls = a.finish();
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].id, "c1");

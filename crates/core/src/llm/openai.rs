@@ -92,6 +92,9 @@ pub struct OpenAiConfig {
     /// Longest wait to connect, for the response head, or for the next piece of a stream; not
     /// a cap on a whole generation (default [`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
+    /// Send [`Constraint::Grammar`] as a `grammar` field (llama.cpp's server honours it; other
+    /// servers may refuse unknown fields, so it is off unless asked for).
+    pub grammar: bool,
 }
 
 impl OpenAiConfig {
@@ -107,6 +110,7 @@ impl OpenAiConfig {
             api_key: None,
             dialect,
             timeout: DEFAULT_TIMEOUT,
+            grammar: false,
         }
     }
 
@@ -123,6 +127,12 @@ impl OpenAiConfig {
     /// The same configuration with an API key.
     pub fn with_api_key(mut self, api_key: impl Into<String>) -> OpenAiConfig {
         self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// The same configuration, sending GBNF grammars (for llama.cpp's server).
+    pub fn with_grammar(mut self, grammar: bool) -> OpenAiConfig {
+        self.grammar = grammar;
         self
     }
 
@@ -281,7 +291,7 @@ impl OpenAiBackend {
         let (url, body) = match self.config.dialect {
             Dialect::OpenAi => (
                 format!("{}/chat/completions", self.base()),
-                openai_body(&self.config.model, request, with_tools, flatten),
+                openai_body(&self.config, request, with_tools, flatten),
             ),
             Dialect::OllamaNative => (
                 format!("{}/api/chat", ollama_root(self.base())),
@@ -330,7 +340,7 @@ impl ChatBackend for OpenAiBackend {
             location: self.base().to_string(),
             supports_tools: !self.no_tools.load(Ordering::Relaxed),
             // llama-server honours `grammar`; other OpenAI servers may ignore it, so a hint.
-            supports_grammar: self.config.dialect == Dialect::OpenAi,
+            supports_grammar: self.config.dialect == Dialect::OpenAi && self.config.grammar,
         }
     }
 
@@ -527,9 +537,14 @@ fn openai_message(m: &ChatMessage, flatten: bool) -> Value {
 }
 
 /// The `/chat/completions` body.
-fn openai_body(model: &str, request: &ChatRequest, with_tools: bool, flatten: bool) -> Value {
+fn openai_body(
+    config: &OpenAiConfig,
+    request: &ChatRequest,
+    with_tools: bool,
+    flatten: bool,
+) -> Value {
     let mut body = Map::new();
-    body.insert("model".into(), model.into());
+    body.insert("model".into(), config.model.as_str().into());
     body.insert(
         "messages".into(),
         request
@@ -558,9 +573,10 @@ fn openai_body(model: &str, request: &ChatRequest, with_tools: bool, flatten: bo
                 }),
             );
         }
-        Some(Constraint::Grammar(grammar)) => {
+        Some(Constraint::Grammar(grammar)) if config.grammar => {
             body.insert("grammar".into(), grammar.as_str().into());
         }
+        Some(Constraint::Grammar(_)) => {}
         None => {}
     }
     Value::Object(body)

@@ -59,6 +59,9 @@ pub enum BackendConfig {
         /// The environment variable holding the API key (keys are never stored).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_key_env: Option<String>,
+        /// Send GBNF grammars (llama.cpp's server honours them; others may refuse the field).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        grammar: bool,
     },
     /// Ollama's native API.
     Ollama {

@@ -85,10 +85,14 @@ fn highlight(sentence: &str, terms: &[String]) -> String {
     out
 }
 
-/// The answer for `question` from `evidence` (in the order it was admitted, best first).
-pub fn answer(question: &str, evidence: &[EvidenceItem]) -> String {
+/// The answer for `question` from `evidence` (in the order it was admitted, best first), and
+/// the numbers it cites.
+pub fn answer(question: &str, evidence: &[EvidenceItem]) -> (String, Vec<i64>) {
     if evidence.is_empty() {
-        return "I found nothing in your library that answers this.".into();
+        return (
+            "I found nothing in your library that answers this.".into(),
+            Vec::new(),
+        );
     }
     let terms = terms(question);
     let mut picked: Vec<(usize, String, i64)> = Vec::new();
@@ -116,7 +120,9 @@ pub fn answer(question: &str, evidence: &[EvidenceItem]) -> String {
         picked.truncate(1);
     }
     let mut lines = vec!["From your library:".to_string()];
+    let mut cited = Vec::new();
     for (_, best, n) in picked.into_iter().take(PASSAGES) {
+        cited.push(n);
         let best: String = if best.chars().count() > 300 {
             best.chars().take(300).collect::<String>() + "…"
         } else {
@@ -124,7 +130,7 @@ pub fn answer(question: &str, evidence: &[EvidenceItem]) -> String {
         };
         lines.push(format!("- {} [{}]", highlight(&best, &terms), n));
     }
-    lines.join("\n")
+    (lines.join("\n"), cited)
 }
 
 #[cfg(test)]
@@ -152,7 +158,7 @@ mod tests {
 
     #[test]
     fn the_best_sentence_is_quoted_highlighted_and_cited() {
-        let a = answer(
+        let (a, cited) = answer(
             "What pressure does the XR-200 pump need?",
             &[item(
                 4,
@@ -163,10 +169,11 @@ mod tests {
             a,
             "From your library:\n- The **XR-200** **pump** needs a **pressure** of 4 bar. [4]"
         );
+        assert_eq!(cited, vec![4]);
     }
 
     #[test]
     fn no_evidence_says_so() {
-        assert!(answer("anything", &[]).contains("nothing"));
+        assert!(answer("anything", &[]).0.contains("nothing"));
     }
 }

@@ -8,6 +8,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::config::{OrchestratorConfig, DEFAULT_CONFIG};
+use crate::pipeline::ResolvedPipeline;
 use crate::store::{now_unix, Store};
 use crate::tools::{ToolDefinition, ToolType};
 use crate::{Error, Result};
@@ -23,10 +24,20 @@ pub struct AppliedRevision {
     pub config: OrchestratorConfig,
     /// The direct evidence tools as they were when applied, by slug.
     pub tools: BTreeMap<String, ToolDefinition>,
+    /// The modes' pipelines as they were when applied (their newest saved versions), by name:
+    /// saving a pipeline later changes running chats only through a new revision.
+    pub pipelines: BTreeMap<String, ResolvedPipeline>,
     /// Who applied it.
     pub applied_by: String,
     /// When (Unix seconds).
     pub applied_at: i64,
+}
+
+/// What a revision freezes besides its configuration.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    tools: BTreeMap<String, ToolDefinition>,
+    pipelines: BTreeMap<String, ResolvedPipeline>,
 }
 
 /// A revision in a listing.
@@ -67,7 +78,7 @@ pub fn ensure_seeded(store: &Store) -> Result<()> {
         params![DEFAULT_CONFIG, seed.to_json(), now],
     )?;
     if inserted == 1 {
-        apply(store, DEFAULT_CONFIG, "seed")?;
+        apply_draft(store, DEFAULT_CONFIG, "seed")?;
     }
     Ok(())
 }
@@ -134,11 +145,8 @@ pub fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
     let mut problems = Vec::new();
     for mode in &config.modes {
         if let Some(p) = &mode.pipeline {
-            if crate::pipeline::resolve(store, p, true).is_err() {
-                problems.push(format!(
-                    "mode `{}`: pipeline `{p}` does not exist",
-                    mode.name
-                ));
+            if let Err(e) = crate::pipeline::resolve(store, p, false) {
+                problems.push(format!("mode `{}`: {e}", mode.name));
             }
         }
         for slug in &mode.direct_tools {
@@ -161,6 +169,11 @@ pub fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
 
 /// Applies the draft as a new revision.
 pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevision> {
+    ensure_seeded(store)?;
+    apply_draft(store, name, applied_by)
+}
+
+fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevision> {
     let tx = rusqlite::Transaction::new_unchecked(
         store.conn(),
         rusqlite::TransactionBehavior::Immediate,
@@ -175,9 +188,13 @@ pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevis
         )));
     }
     let mut tools = BTreeMap::new();
+    let mut pipelines = BTreeMap::new();
     for mode in &config.modes {
         for slug in &mode.direct_tools {
             tools.insert(slug.clone(), crate::tools::get(store, slug)?);
+        }
+        if let Some(p) = &mode.pipeline {
+            pipelines.insert(p.clone(), crate::pipeline::resolve(store, p, false)?);
         }
     }
     let revision: i64 = tx.query_row(
@@ -190,17 +207,22 @@ pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevis
         revision,
         config,
         tools,
+        pipelines,
         applied_by: applied_by.into(),
         applied_at: now_unix(),
     };
+    let snapshot = Snapshot {
+        tools: applied.tools.clone(),
+        pipelines: applied.pipelines.clone(),
+    };
     tx.execute(
-        "INSERT INTO orchestrator_revisions(config_id, revision, definition, tools, applied_by, applied_at)
+        "INSERT INTO orchestrator_revisions(config_id, revision, definition, snapshot, applied_by, applied_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
             id,
             revision,
             applied.config.to_json(),
-            serde_json::to_string(&applied.tools).expect("tools serialize"),
+            serde_json::to_string(&snapshot).expect("a snapshot serializes"),
             applied_by,
             applied.applied_at
         ],
@@ -215,14 +237,14 @@ pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<Appl
     let row: Option<(i64, String, String, String, i64)> = store
         .conn()
         .query_row(
-            "SELECT revision, definition, tools, applied_by, applied_at FROM orchestrator_revisions
+            "SELECT revision, definition, snapshot, applied_by, applied_at FROM orchestrator_revisions
              WHERE config_id = ?1 AND (?2 IS NULL OR revision = ?2)
              ORDER BY revision DESC LIMIT 1",
             params![id, revision],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
         .optional()?;
-    let (revision_no, definition, tools, applied_by, applied_at) =
+    let (revision_no, definition, snapshot, applied_by, applied_at) =
         row.ok_or_else(|| match revision {
             Some(n) => Error::InvalidSetting {
                 field: "revision".into(),
@@ -232,15 +254,17 @@ pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<Appl
                 "configuration `{name}` has never been applied (run `quarry orchestrator apply {name}`)"
             )),
         })?;
+    let snapshot: Snapshot = serde_json::from_str(&snapshot).map_err(|e| {
+        Error::Internal(format!(
+            "revision {revision_no} of `{name}` has a bad snapshot: {e}"
+        ))
+    })?;
     Ok(AppliedRevision {
         name: name.into(),
         revision: revision_no,
         config: OrchestratorConfig::parse(&definition)?,
-        tools: serde_json::from_str(&tools).map_err(|e| {
-            Error::Internal(format!(
-                "revision {revision_no} of `{name}` has bad tools: {e}"
-            ))
-        })?,
+        tools: snapshot.tools,
+        pipelines: snapshot.pipelines,
         applied_by,
         applied_at,
     })

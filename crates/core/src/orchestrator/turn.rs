@@ -14,11 +14,11 @@ use serde_json::{json, Value};
 use super::config::{BackendConfig, Mode, ToolChoice};
 use super::conversation::{self, Conversation, EvidenceItem, TraceEvent};
 use super::extractive;
-use super::gates::{GateDecision, Gates};
+use super::gates::Gates;
 use super::knowledge_search::KnowledgeSearch;
 use super::revisions::{self, AppliedRevision};
 use crate::auth::Principal;
-use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::evidence::{EvidenceLedger, EvidenceSession, LedgerEntry};
 use crate::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
 use crate::llm::openai::{OpenAiBackend, OpenAiConfig};
 use crate::llm::{
@@ -275,12 +275,18 @@ pub fn chat(
         .unwrap_or_else(|| "extractive".into());
 
     let generated = match (&backend, turn.mode.tool_choice) {
-        (Some(b), ToolChoice::Model) => turn.model_led(b.as_ref(), &history, on_event),
-        (Some(b), ToolChoice::Orchestrator) => turn
+        // A server known to refuse tools cannot choose them: the orchestrator does.
+        (Some(b), ToolChoice::Model) if b.info().supports_tools => {
+            turn.model_led(b.as_ref(), &history, on_event)
+        }
+        (Some(b), _) => turn
             .gather_evidence(on_event)
             .and_then(|()| turn.grounded_answer(b.as_ref(), &history, on_event)),
         (None, _) => Err(Error::LlmUnavailable("extractive mode".into())),
     };
+    // Extractive answers quote documents, whose own brackets must not be read as citations:
+    // their citations are known, not parsed.
+    let mut quoted: Option<Vec<i64>> = None;
     let (answer, backend_label) = match generated {
         Ok(answer) => (answer, backend_label),
         // The backend failed mid-turn (a server went away, a model did not load): the
@@ -293,13 +299,25 @@ pub fn chat(
             if turn.admitted.is_empty() {
                 turn.gather_evidence(on_event)?;
             }
-            let text = extractive::answer(&turn.question, &turn.admitted);
+            let (text, cited) = extractive::answer(&turn.question, &turn.admitted);
             on_event(TurnEvent::Token(&text));
+            quoted = Some(cited);
             (text, "extractive".to_string())
         }
         Err(e) => return Err(e),
     };
-    let (answer, citations) = turn.resolve_citations(&answer)?;
+    let (answer, citations) = match quoted {
+        Some(cited) => {
+            let citations = turn
+                .admitted
+                .iter()
+                .filter(|i| cited.contains(&i.n))
+                .map(Citation::of)
+                .collect();
+            (answer, citations)
+        }
+        None => turn.resolve_citations(&answer)?,
+    };
     let citations_json = serde_json::to_value(&citations).expect("json");
     conversation::add_message(
         store,
@@ -354,24 +372,80 @@ pub fn open_backend(
             base_url,
             model,
             api_key_env,
+            grammar,
         } => {
-            let mut cfg = OpenAiConfig::openai(base_url, model);
+            let mut cfg = OpenAiConfig::openai(base_url, model).with_grammar(*grammar);
             if let Some(key) = api_key_env.as_ref().and_then(|v| std::env::var(v).ok()) {
                 cfg = cfg.with_api_key(key);
             }
-            Some(Arc::new(OpenAiBackend::new(cfg)?) as Arc<dyn ChatBackend>)
+            Some(shared_http(cfg)?)
         }
-        BackendConfig::Ollama { base_url, model } => Some(Arc::new(OpenAiBackend::new(
-            OpenAiConfig::ollama(base_url, model),
-        )?) as Arc<dyn ChatBackend>),
+        BackendConfig::Ollama { base_url, model } => {
+            Some(shared_http(OpenAiConfig::ollama(base_url, model))?)
+        }
     })
+}
+
+type HttpBackend = (OpenAiConfig, Arc<OpenAiBackend>);
+
+/// One HTTP backend per configuration for the life of the process, so what it learned (a
+/// server that refuses tools) holds for every later turn.
+fn shared_http(config: OpenAiConfig) -> Result<Arc<dyn ChatBackend>> {
+    static BACKENDS: std::sync::OnceLock<std::sync::Mutex<Vec<HttpBackend>>> =
+        std::sync::OnceLock::new();
+    let mut backends = BACKENDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = backends.iter().find(|(c, _)| *c == config) {
+        return Ok(b.clone());
+    }
+    let backend = Arc::new(OpenAiBackend::new(config.clone())?);
+    backends.push((config, backend.clone()));
+    Ok(backend)
 }
 
 /// What a tool returned, after admission and the gates.
 struct ToolOutcome {
+    /// What the model sees.
     text: String,
-    admitted: Vec<EvidenceItem>,
     is_error: bool,
+}
+
+/// How a tool's result is shown to the model.
+#[derive(Default)]
+enum Shape {
+    /// Numbered passages (`run_pipeline`).
+    #[default]
+    Evidence,
+    /// An action tool's output, rewritten around its references.
+    Output(Value),
+    /// The `knowledge_search` manual's JSON.
+    KnowledgeSearch(Value),
+}
+
+/// A tool call's result before admission.
+#[derive(Default)]
+struct RawResult {
+    /// Passages revalidated by the host, and refused references.
+    ledger: EvidenceLedger,
+    shape: Shape,
+    is_error: bool,
+    /// The model-visible text of an error.
+    error_text: String,
+    warnings: Vec<String>,
+    /// A completed pipeline run: unlocks the direct tools when it admits evidence.
+    qualifies: bool,
+}
+
+impl RawResult {
+    fn error(text: String) -> RawResult {
+        RawResult {
+            is_error: true,
+            error_text: text,
+            ..RawResult::default()
+        }
+    }
 }
 
 impl Turn<'_> {
@@ -416,35 +490,13 @@ impl Turn<'_> {
         )
     }
 
-    /// Admits a run's ledger to the conversation, each passage through the gates.
-    fn admit_ledger(
-        &mut self,
-        ledger: &EvidenceLedger,
-    ) -> Result<(Vec<EvidenceItem>, Vec<GateDecision>)> {
-        let mut items = Vec::new();
-        let mut decisions = Vec::new();
-        for entry in &ledger.entries {
-            let gated = self.gates.before_tool_result(&entry.text);
-            decisions.extend(gated.decisions.into_iter().filter(|d| d.decision != "pass"));
-            if gated.vetoed {
-                continue;
-            }
-            let item = conversation::admit(
-                self.library.store(),
-                &self.conversation.id,
-                self.turn,
-                entry,
-                &gated.text,
-            )?;
-            if !self.admitted.iter().any(|a| a.n == item.n) {
-                self.admitted.push(item.clone());
-            }
-            items.push(item);
-        }
-        Ok((items, decisions))
-    }
-
     /// Calls one tool by name: the pipeline, `knowledge_search`, or a direct evidence tool.
+    ///
+    /// Three phases: the call itself (as the caller, references revalidated by the host); then,
+    /// in one transaction, each returned passage through the gates and into the conversation's
+    /// ledger, and the text the model will see built from the admitted passages; then the
+    /// `before:tool.result` gates over that whole text. A veto rolls the admission back, so a
+    /// withheld result neither enters the ledger nor qualifies the conversation.
     fn call_tool(
         &mut self,
         name: &str,
@@ -460,154 +512,104 @@ impl Turn<'_> {
         )?;
         on_event(TurnEvent::ToolInvoke(name));
         let filter = self.gates.allows_tool(&self.mode.profile, name);
-        let ks = self
-            .mode
-            .knowledge_search
-            .clone()
-            .map(KnowledgeSearch::boot)
-            .transpose()?;
-        let mut rejected = Vec::new();
-        let mut warnings = Vec::new();
-        let mut gate_decisions = vec![filter.clone()];
-        let (raw, items, is_error) = if filter.decision == "veto" {
-            (format!("Error: {}", filter.reason), Vec::new(), true)
-        } else if name == RUN_PIPELINE && self.mode.pipeline.is_some() {
-            let query = arguments["query"]
-                .as_str()
-                .unwrap_or_default()
-                .trim()
-                .to_string();
-            if query.is_empty() {
-                (
-                    "Error: \"query argument required\"".to_string(),
-                    Vec::new(),
-                    true,
-                )
-            } else {
-                let pipeline_name = self.mode.pipeline.clone().expect("checked");
-                let options = RunOptions {
-                    conversation: Some(self.conversation.id.clone()),
-                    max_query_variants: Some(self.mode.budget.query_variants),
-                    history: Vec::new(),
-                    ..Default::default()
-                };
-                match pipeline::run(
-                    self.library,
-                    &pipeline_name,
-                    &query,
-                    self.principal,
-                    &options,
-                ) {
-                    Ok(run) => {
-                        rejected.extend(
-                            run.evidence
-                                .rejected
-                                .iter()
-                                .map(|r| json!({"reference": r.reference, "reason": r.reason})),
-                        );
-                        let (items, decisions) = self.admit_ledger(&run.evidence)?;
-                        gate_decisions.extend(decisions);
-                        if !items.is_empty() && !self.conversation.qualified {
-                            conversation::mark_qualified(
-                                self.library.store(),
-                                &self.conversation.id,
-                            )?;
-                            self.conversation.qualified = true;
-                        }
-                        let text = json!({"evidence": items.iter().map(evidence_json).collect::<Vec<_>>()}).to_string();
-                        (text, items, false)
-                    }
-                    Err(e) => (format!("Error: {e}"), Vec::new(), true),
-                }
-            }
-        } else if ks.as_ref().is_some_and(|k| k.name() == name) {
-            let ks = ks.expect("checked");
-            let session = self.session()?;
-            let outcome = ks.call(self.library, &session, arguments);
-            warnings = outcome.warnings.clone();
-            if outcome.is_error {
-                (outcome.text.clone(), Vec::new(), true)
-            } else {
-                let mut ledger = EvidenceLedger::default();
-                for e in &outcome.entries {
-                    ledger.admit(e.clone());
-                }
-                let (items, decisions) = self.admit_ledger(&ledger)?;
-                gate_decisions.extend(decisions);
-                // The manual's JSON, with each content as admitted (after the gates).
-                let mut output = outcome.output.clone();
-                if let Some(results) = output["results"].as_array_mut() {
-                    for (r, entry) in results.iter_mut().zip(&outcome.entries) {
-                        if let Some(item) = items.iter().find(|i| i.chunk_id == entry.chunk_id) {
-                            r["content"] = json!(item.text);
-                        }
-                    }
-                }
-                (output.to_string(), items, false)
-            }
-        } else if let Some(tool) = self
-            .mode
-            .direct_tools
-            .contains(&name.to_string())
-            .then(|| self.revision.tools.get(name).cloned())
-            .flatten()
-        {
-            if !self.conversation.qualified {
-                (
-                    format!("Error: `{name}` is available only after a qualifying pipeline has completed in this conversation"),
-                    Vec::new(),
-                    true,
-                )
-            } else {
-                let resolved = match &self.mode.pipeline {
-                    Some(p) => pipeline::resolve(self.library.store(), p, false).ok(),
-                    None => None,
-                };
-                match pipeline::call_action(
-                    self.library,
-                    &tool,
-                    arguments,
-                    self.principal,
-                    resolved.as_ref(),
-                    &self.conversation.id,
-                ) {
-                    Ok(call) => {
-                        rejected.extend(
-                            call.evidence
-                                .rejected
-                                .iter()
-                                .map(|r| json!({"reference": r.reference, "reason": r.reason})),
-                        );
-                        let (items, decisions) = self.admit_ledger(&call.evidence)?;
-                        gate_decisions.extend(decisions);
-                        let mut output = call.output.clone();
-                        annotate_refs(&mut output, &items);
-                        (output.to_string(), items, false)
-                    }
-                    Err(e) => (format!("Error: {e}"), Vec::new(), true),
-                }
-            }
+        let raw = if filter.decision == "veto" {
+            RawResult::error(format!("Error: {}", filter.reason))
         } else {
-            (
-                format!("Error: there is no tool `{name}`"),
-                Vec::new(),
-                true,
-            )
+            self.invoke(name, arguments)?
         };
-        // The vetoable before:tool.result hook over the whole result.
-        let gated = self.gates.before_tool_result(&raw);
+        let mut gate_decisions = vec![filter];
+
+        // Admission, undone on a veto.
+        let store = self.library.store();
+        let tx = rusqlite::Transaction::new_unchecked(
+            store.conn(),
+            rusqlite::TransactionBehavior::Immediate,
+        )?;
+        let admitted_before = self.admitted.len();
+        let qualified_before = self.conversation.qualified;
+        let mut items = Vec::new();
+        for entry in &raw.ledger.entries {
+            let gated = self.gates.before_tool_result(&entry.text);
+            gate_decisions.extend(gated.decisions.into_iter().filter(|d| d.decision != "pass"));
+            if gated.vetoed {
+                continue;
+            }
+            let item =
+                conversation::admit(store, &self.conversation.id, self.turn, entry, &gated.text)?;
+            if !self.admitted.iter().any(|a| a.n == item.n) {
+                self.admitted.push(item.clone());
+            }
+            items.push(item);
+        }
+        let text = match &raw.shape {
+            _ if raw.is_error => raw.error_text.clone(),
+            Shape::Evidence => json!({
+                "evidence": items.iter().map(evidence_json).collect::<Vec<_>>()
+            })
+            .to_string(),
+            Shape::Output(output) => {
+                let mut output = output.clone();
+                rewrite_around_refs(&mut output, &raw.ledger.entries, &items);
+                output.to_string()
+            }
+            Shape::KnowledgeSearch(output) => {
+                // The manual's JSON, each content as admitted (after the gates); results whose
+                // passage was withheld are dropped.
+                let mut output = output.clone();
+                if let Some(results) = output["results"].as_array_mut() {
+                    let kept: Vec<Value> = results
+                        .iter()
+                        .zip(&raw.ledger.entries)
+                        .filter_map(|(r, entry)| {
+                            let item = items.iter().find(|i| i.chunk_id == entry.chunk_id)?;
+                            let mut r = r.clone();
+                            r["content"] = json!(item.text);
+                            Some(r)
+                        })
+                        .collect();
+                    *results = kept;
+                    for (rank, r) in results.iter_mut().enumerate() {
+                        r["rank"] = json!(rank + 1);
+                    }
+                }
+                output.to_string()
+            }
+        };
+        // Evidence shown to the model stays within the mode's budget.
+        let budget_chars = self.mode.budget.evidence_tokens * 4;
+        let text = if text.chars().count() > budget_chars && !raw.is_error {
+            text.chars().take(budget_chars).collect::<String>() + " …[cut to the evidence budget]"
+        } else {
+            text
+        };
+        let gated = self.gates.before_tool_result(&text);
         gate_decisions.extend(gated.decisions.iter().cloned());
-        let is_error = is_error || gated.vetoed;
+        if gated.vetoed {
+            tx.rollback()?;
+            self.admitted.truncate(admitted_before);
+            items.clear();
+        } else {
+            if raw.qualifies && !items.is_empty() && !self.conversation.qualified {
+                conversation::mark_qualified(store, &self.conversation.id)?;
+                self.conversation.qualified = true;
+            }
+            tx.commit()?;
+        }
+        if gated.vetoed {
+            self.conversation.qualified = qualified_before;
+        }
+        let is_error = raw.is_error || gated.vetoed;
         self.record(
             "tool.result",
             json!({
                 "tool": name,
+                "by": by,
                 "took_ms": started.elapsed().as_millis() as u64,
                 "is_error": is_error,
                 "vetoed": gated.vetoed,
                 "admitted": items.iter().map(|i| i.n).collect::<Vec<_>>(),
-                "rejected": rejected,
-                "warnings": warnings,
+                "rejected": raw.ledger.rejected.iter().map(|r| json!({"reference": r.reference, "reason": r.reason})).collect::<Vec<_>>(),
+                "warnings": raw.warnings,
                 "gates": gate_decisions,
                 "chars": gated.text.chars().count(),
                 "error": if is_error { Some(gated.text.clone()) } else { None },
@@ -619,20 +621,138 @@ impl Turn<'_> {
         });
         Ok(ToolOutcome {
             text: gated.text,
-            admitted: items,
             is_error,
         })
+    }
+
+    /// The call itself, as the caller: nothing is admitted here.
+    fn invoke(&self, name: &str, arguments: &Value) -> Result<RawResult> {
+        let ks = self
+            .mode
+            .knowledge_search
+            .clone()
+            .map(KnowledgeSearch::boot)
+            .transpose()?;
+        if name == RUN_PIPELINE && self.mode.pipeline.is_some() {
+            let query = arguments["query"]
+                .as_str()
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            if query.is_empty() {
+                return Ok(RawResult::error(
+                    "Error: \"query argument required\"".into(),
+                ));
+            }
+            let pipeline_name = self.mode.pipeline.as_deref().expect("checked");
+            // The pipeline as it was when the revision was applied.
+            let Some(resolved) = self.revision.pipelines.get(pipeline_name) else {
+                return Ok(RawResult::error(format!(
+                    "Error: pipeline `{pipeline_name}` is not part of revision {} (apply the configuration again)",
+                    self.revision.revision
+                )));
+            };
+            let options = RunOptions {
+                conversation: Some(self.conversation.id.clone()),
+                max_query_variants: Some(self.mode.budget.query_variants),
+                ..Default::default()
+            };
+            return Ok(
+                match pipeline::run_resolved(
+                    self.library,
+                    resolved,
+                    &query,
+                    self.principal,
+                    &options,
+                ) {
+                    Ok(run) => RawResult {
+                        ledger: run.evidence,
+                        shape: Shape::Evidence,
+                        qualifies: true,
+                        ..RawResult::default()
+                    },
+                    Err(e) => RawResult::error(format!("Error: {e}")),
+                },
+            );
+        }
+        if let Some(ks) = ks.filter(|k| k.name() == name) {
+            let outcome = ks.call(self.library, &self.session()?, arguments);
+            if outcome.is_error {
+                let mut raw = RawResult::error(outcome.text);
+                raw.warnings = outcome.warnings;
+                return Ok(raw);
+            }
+            let mut ledger = EvidenceLedger::default();
+            for e in outcome.entries {
+                ledger.entries.push(e);
+            }
+            return Ok(RawResult {
+                ledger,
+                shape: Shape::KnowledgeSearch(outcome.output),
+                warnings: outcome.warnings,
+                ..RawResult::default()
+            });
+        }
+        let tool = self
+            .mode
+            .direct_tools
+            .iter()
+            .any(|t| t == name)
+            .then(|| self.revision.tools.get(name))
+            .flatten();
+        let Some(tool) = tool else {
+            return Ok(RawResult::error(format!(
+                "Error: there is no tool `{name}`"
+            )));
+        };
+        if !self.conversation.qualified {
+            return Ok(RawResult::error(format!(
+                "Error: `{name}` is available only after a qualifying pipeline has completed in this conversation"
+            )));
+        }
+        let resolved = self
+            .mode
+            .pipeline
+            .as_deref()
+            .and_then(|p| self.revision.pipelines.get(p));
+        Ok(
+            match pipeline::call_action(
+                self.library,
+                tool,
+                arguments,
+                self.principal,
+                resolved,
+                &self.conversation.id,
+            ) {
+                Ok(call) => RawResult {
+                    ledger: call.evidence,
+                    shape: Shape::Output(call.output),
+                    ..RawResult::default()
+                },
+                Err(e) => RawResult::error(format!("Error: {e}")),
+            },
+        )
     }
 
     /// The orchestrator finds evidence itself: the mode's pipeline, else `knowledge_search`.
     fn gather_evidence(&mut self, on_event: &mut dyn FnMut(TurnEvent<'_>)) -> Result<()> {
         let question = self.question.clone();
         let args = json!({ "query": question });
-        if self.mode.pipeline.is_some() {
-            self.call_tool(RUN_PIPELINE, &args, "orchestrator", on_event)?;
-        } else if let Some(ks) = &self.mode.knowledge_search {
-            let name = ks.tool_name.clone();
-            self.call_tool(&name, &args, "orchestrator", on_event)?;
+        let name = match (&self.mode.pipeline, &self.mode.knowledge_search) {
+            (Some(_), _) => RUN_PIPELINE.to_string(),
+            (None, Some(ks)) => ks.tool_name.clone(),
+            (None, None) => return Ok(()),
+        };
+        let outcome = self.call_tool(&name, &args, "orchestrator", on_event)?;
+        // A failed search must not read as "nothing found".
+        if outcome.is_error {
+            self.notice(
+                &format!(
+                    "{name} failed, so the answer has no evidence: {}",
+                    outcome.text
+                ),
+                on_event,
+            )?;
         }
         Ok(())
     }
@@ -692,10 +812,23 @@ impl Turn<'_> {
         let mut request = ChatRequest::new(messages);
         request.max_tokens = self.mode.budget.answer_tokens;
         if backend.info().supports_grammar {
-            request.constraint = Some(Constraint::Grammar(citation_grammar(&shown)));
+            // Sentences sized so that three of them fit the answer budget (about 4
+            // characters a token): the grammar's last citation is never cut off.
+            let sentence_chars = (self.mode.budget.answer_tokens * 4 / 3).saturating_sub(12);
+            request.constraint = Some(Constraint::Grammar(citation_grammar(
+                &shown,
+                sentence_chars.clamp(40, 240),
+            )));
         }
         let response = self.generate(backend, &request, 1, on_event)?;
-        Ok(response.content)
+        let mut answer = response.content;
+        if response.finish_reason == "length" {
+            // Cut off by the token budget: drop the trailing fragment that has no citation.
+            if let Some(end) = answer.rfind(']') {
+                answer.truncate(end + 1);
+            }
+        }
+        Ok(answer)
     }
 
     fn generate(
@@ -748,7 +881,27 @@ impl Turn<'_> {
         }
         if let Some(ks) = &self.mode.knowledge_search {
             if let Ok(ks) = KnowledgeSearch::boot(ks.clone()) {
-                tools.push(ks.tool_spec());
+                let mut spec = ks.tool_spec();
+                // The model is told only the collections this caller may read.
+                let readable: Vec<String> = self
+                    .library
+                    .collections()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|c| self.principal.scope.allows(c))
+                    .map(|c| c.name)
+                    .collect();
+                if let Some(names) =
+                    spec.parameters["properties"]["namespaces"]["items"]["enum"].as_array_mut()
+                {
+                    names.retain(|n| n.as_str().is_some_and(|n| readable.iter().any(|r| r == n)));
+                    if names.is_empty() {
+                        if let Some(p) = spec.parameters["properties"].as_object_mut() {
+                            p.remove("namespaces");
+                        }
+                    }
+                }
+                tools.push(spec);
             }
         }
         if self.conversation.qualified {
@@ -791,6 +944,12 @@ impl Turn<'_> {
             request.max_tokens = budget.answer_tokens;
             request.tools = tools;
             let response = self.generate(backend, &request, round, on_event)?;
+            if !request.tools.is_empty() && !backend.info().supports_tools {
+                // The server just refused tools and answered without them: that answer has no
+                // evidence behind it, so retrieve and ask again the grounded way.
+                self.gather_evidence(on_event)?;
+                return self.grounded_answer(backend, history, on_event);
+            }
             if response.tool_calls.is_empty() {
                 return Ok(response.content);
             }
@@ -818,10 +977,17 @@ impl Turn<'_> {
         offered: &[ToolSpec],
         on_event: &mut dyn FnMut(TurnEvent<'_>),
     ) -> Result<String> {
+        // Refused before the call: recorded as an invocation and its result all the same.
         let refuse = |turn: &mut Self, text: String| -> Result<String> {
             turn.record(
+                "tool.invoke",
+                json!({"tool": call.name, "arguments": call.arguments, "by": "model"}),
+            )?;
+            turn.record(
                 "tool.result",
-                json!({"tool": call.name, "is_error": true, "error": text, "admitted": [], "by": "model"}),
+                json!({"tool": call.name, "by": "model", "took_ms": 0, "is_error": true,
+                       "vetoed": false, "error": text, "admitted": [], "rejected": [],
+                       "warnings": [], "gates": []}),
             )?;
             Ok(text)
         };
@@ -845,7 +1011,6 @@ impl Turn<'_> {
             }
         }
         let outcome = self.call_tool(&call.name, &arguments, "model", on_event)?;
-        let _ = (outcome.is_error, outcome.admitted.len());
         Ok(outcome.text)
     }
 
@@ -908,21 +1073,43 @@ fn evidence_json(item: &EvidenceItem) -> Value {
     })
 }
 
-/// Adds the citation number beside every admitted reference in an action tool's output.
-fn annotate_refs(value: &mut Value, items: &[EvidenceItem]) {
+/// Rewrites an action tool's output around its references: beside every `evidence_ref` (or
+/// `evidence_refs`), `text` becomes the admitted passages' text (after the gates) and `cite`
+/// their numbers; a reference that was refused or withheld gets no text. The tool's own words
+/// never stand in for evidence.
+fn rewrite_around_refs(value: &mut Value, entries: &[LedgerEntry], items: &[EvidenceItem]) {
+    let item_of = |reference: &str| {
+        let chunk = entries
+            .iter()
+            .find(|e| e.evidence_ref == reference)?
+            .chunk_id;
+        items.iter().find(|i| i.chunk_id == chunk)
+    };
     match value {
         Value::Object(map) => {
+            let mut refs: Vec<String> = Vec::new();
             if let Some(r) = map.get("evidence_ref").and_then(Value::as_str) {
-                if let Some(item) = items.iter().find(|i| i.evidence_ref == r) {
-                    map.insert("cite".into(), json!(format!("[{}]", item.n)));
-                    map.insert("text".into(), json!(item.text));
+                refs.push(r.to_string());
+            }
+            if let Some(list) = map.get("evidence_refs").and_then(Value::as_array) {
+                refs.extend(list.iter().filter_map(|r| r.as_str().map(str::to_string)));
+            }
+            if !refs.is_empty() {
+                let admitted: Vec<&EvidenceItem> = refs.iter().filter_map(|r| item_of(r)).collect();
+                let texts: Vec<&str> = admitted.iter().map(|i| i.text.as_str()).collect();
+                let cites: Vec<String> = admitted.iter().map(|i| format!("[{}]", i.n)).collect();
+                map.insert("text".into(), json!(texts.join("\n")));
+                map.insert("cite".into(), json!(cites.join("")));
+            }
+            for (key, v) in map.iter_mut() {
+                if key != "text" {
+                    rewrite_around_refs(v, entries, items);
                 }
             }
-            for v in map.values_mut() {
-                annotate_refs(v, items);
-            }
         }
-        Value::Array(list) => list.iter_mut().for_each(|v| annotate_refs(v, items)),
+        Value::Array(list) => list
+            .iter_mut()
+            .for_each(|v| rewrite_around_refs(v, entries, items)),
         _ => {}
     }
 }
@@ -930,7 +1117,7 @@ fn annotate_refs(value: &mut Value, items: &[EvidenceItem]) {
 /// A GBNF grammar for one to three sentences, each ending with a citation of a shown passage.
 /// The sentence text cannot hold a full stop, so the model ends a sentence where it means to
 /// (decimals are the price) instead of being cut off mid-word at the length limit.
-pub fn citation_grammar(shown: &[i64]) -> String {
+pub fn citation_grammar(shown: &[i64], sentence_chars: usize) -> String {
     let numbers = shown
         .iter()
         .map(|n| format!("\"{n}\""))
@@ -938,7 +1125,7 @@ pub fn citation_grammar(shown: &[i64]) -> String {
         .join(" | ");
     format!(
         "root ::= sentence (\" \" sentence){{0,2}}\n\
-         sentence ::= [A-Z0-9] [^\\[\\]\\n.]{{20,240}} \". [\" num \"]\"\n\
+         sentence ::= [A-Z0-9] [^\\[\\]\\n.]{{20,{sentence_chars}}} \". [\" num \"]\"\n\
          num ::= {numbers}\n"
     )
 }
@@ -949,7 +1136,8 @@ mod tests {
 
     #[test]
     fn the_citation_grammar_names_only_shown_passages() {
-        let g = citation_grammar(&[2, 5]);
+        let g = citation_grammar(&[2, 5], 200);
+        assert!(g.contains("{20,200}"), "{g}");
         assert!(g.contains("num ::= \"2\" | \"5\""), "{g}");
         assert!(g.starts_with("root ::= sentence"));
     }

@@ -149,7 +149,7 @@ pub struct ReadinessProblem {
 }
 
 /// A pipeline resolved to concrete tool definitions (a saved snapshot or the live tools).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResolvedPipeline {
     /// Name.
     pub name: String,

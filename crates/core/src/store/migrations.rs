@@ -168,7 +168,7 @@ const MIGRATIONS: &[&str] = &[
         config_id INTEGER NOT NULL REFERENCES orchestrator_configs(id) ON DELETE CASCADE,
         revision INTEGER NOT NULL,
         definition TEXT NOT NULL,
-        tools TEXT NOT NULL,
+        snapshot TEXT NOT NULL,
         applied_by TEXT NOT NULL,
         applied_at INTEGER NOT NULL,
         PRIMARY KEY(config_id, revision)
@@ -209,7 +209,10 @@ const MIGRATIONS: &[&str] = &[
         at_ms INTEGER NOT NULL,
         kind TEXT NOT NULL,
         detail TEXT NOT NULL
-    );",
+    );
+    CREATE INDEX conversations_by_principal ON conversations(principal, updated_at);
+    CREATE INDEX chat_messages_by_turn ON chat_messages(conversation_id, turn);
+    CREATE INDEX chat_events_by_turn ON chat_events(conversation_id, turn);",
 ];
 
 /// The schema version this build writes.
