@@ -201,3 +201,91 @@ fn orchestrator_drafts_apply_as_revisions_and_bad_files_are_named() {
     let draft: Value = serde_json::from_str(&env.ok(&["orchestrator", "show", "--json"])).unwrap();
     assert_eq!(draft, edited);
 }
+
+/// llama.cpp's `llama-server` (built by scripts/llama-server.sh) serving SmolLM2 on loopback.
+struct LlamaServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn llama_server() -> LlamaServer {
+    use std::io::{Read, Write};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let binary = root.join("target/llama-server/bin/llama-server");
+    assert!(
+        binary.is_file(),
+        "llama-server is missing: run `bash scripts/llama-server.sh`"
+    );
+    let model = root.join("models/cache/smollm2-135m-instruct-q4_1/model.gguf");
+    assert!(
+        model.is_file(),
+        "SmolLM2 is missing: run `bash scripts/provision.sh`"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(&binary)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-m"])
+        .arg(&model)
+        .args(["--alias", "smollm2", "-c", "4096", "-np", "1", "-t", "1"])
+        .args(["--jinja", "--no-webui"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("llama-server starts");
+    let server = LlamaServer { child, port };
+    eventually(120, "llama-server to report healthy", || {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        let _ =
+            s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        reply.starts_with("HTTP/1.1 200")
+    });
+    server
+}
+
+#[test]
+fn chat_works_against_a_real_openai_compatible_server() {
+    let env = demo_library();
+    let server = llama_server();
+    let url = format!("http://127.0.0.1:{}/v1", server.port);
+    let result = chat_json(
+        &env,
+        &[
+            "How does an LRU cache evict entries?",
+            "--backend",
+            "openai",
+            "--base-url",
+            &url,
+            "--model",
+            "smollm2",
+            "--grammar",
+        ],
+    );
+    assert_eq!(result["backend"], "openai smollm2", "{result:#}");
+    assert!(
+        result["notices"].as_array().unwrap().is_empty(),
+        "{result:#}"
+    );
+    let generate = result["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "llm.generate")
+        .expect("the server generated the answer");
+    assert_eq!(generate["detail"]["constrained"], true);
+    assert!(generate["detail"]["completion_tokens"].as_u64().unwrap() > 0);
+    assert_cited_from_ledger(&env, &result);
+}

@@ -823,9 +823,13 @@ impl Turn<'_> {
         let response = self.generate(backend, &request, 1, on_event)?;
         let mut answer = response.content;
         if response.finish_reason == "length" {
-            // Cut off by the token budget: drop the trailing fragment that has no citation.
+            // Cut off by the token budget: drop the trailing fragment that has no citation,
+            // unless nothing worth keeping comes before it.
             if let Some(end) = answer.rfind(']') {
-                answer.truncate(end + 1);
+                let words = answer[..end].chars().filter(|c| c.is_alphabetic()).count();
+                if words >= 20 {
+                    answer.truncate(end + 1);
+                }
             }
         }
         Ok(answer)
