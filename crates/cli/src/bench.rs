@@ -657,11 +657,7 @@ fn chat_bench(
     let model = model
         .map(str::to_string)
         .unwrap_or_else(|| quarry_core::embed::default_llm_model().to_string());
-    let mut config = if model.ends_with(".gguf") || model.contains('/') {
-        EmbeddedConfig::for_file(std::path::Path::new(&model))
-    } else {
-        EmbeddedConfig::installed(library.models(), &model)?
-    };
+    let mut config = EmbeddedConfig::named(library.models(), &model)?;
     config.threads = threads;
     let rss_before = current_rss();
     let started = Instant::now();

@@ -66,6 +66,16 @@ impl EmbeddedConfig {
         }
     }
 
+    /// A config for what a user names a model by: a GGUF path (anything ending in `.gguf` or
+    /// holding a `/`), else an installed chat model's id.
+    pub fn named(models: &Models, model: &str) -> Result<EmbeddedConfig> {
+        if model.ends_with(".gguf") || model.contains('/') {
+            Ok(EmbeddedConfig::for_file(Path::new(model)))
+        } else {
+            EmbeddedConfig::installed(models, model)
+        }
+    }
+
     /// A config for an installed chat model (checked against its install record first).
     pub fn installed(models: &Models, id: &str) -> Result<EmbeddedConfig> {
         let model = models.find_kind(id, ModelKind::Llm)?;

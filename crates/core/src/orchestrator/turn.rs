@@ -359,12 +359,7 @@ pub fn open_backend(
     Ok(match config {
         BackendConfig::Extractive => None,
         BackendConfig::Embedded { model, threads } => {
-            let looks_like_path = model.ends_with(".gguf") || model.contains('/');
-            let mut cfg = if looks_like_path {
-                EmbeddedConfig::for_file(std::path::Path::new(model))
-            } else {
-                EmbeddedConfig::installed(library.models(), model)?
-            };
+            let mut cfg = EmbeddedConfig::named(library.models(), model)?;
             cfg.threads = *threads;
             Some(EmbeddedBackend::shared(cfg)? as Arc<dyn ChatBackend>)
         }

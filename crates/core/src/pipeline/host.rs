@@ -634,11 +634,7 @@ fn op_llm(
         .model
         .as_deref()
         .ok_or("this tool has no model selected (set `model` on the tool)")?;
-    let config = if model.ends_with(".gguf") || model.contains('/') {
-        EmbeddedConfig::for_file(std::path::Path::new(model))
-    } else {
-        EmbeddedConfig::installed(env.library.models(), model).map_err(|e| e.to_string())?
-    };
+    let config = EmbeddedConfig::named(env.library.models(), model).map_err(|e| e.to_string())?;
     let backend = EmbeddedBackend::shared(config).map_err(|e| e.to_string())?;
     let mut messages = Vec::new();
     if let Some(system) = kwargs.get("system").and_then(Value::as_str) {
