@@ -173,15 +173,6 @@ pub fn list(store: &Store, principal: &Principal) -> Result<Vec<Conversation>> {
     ids.iter().map(|id| get(store, principal, id)).collect()
 }
 
-/// Deletes a conversation with its messages, evidence and trace.
-pub fn delete(store: &Store, principal: &Principal, id: &str) -> Result<()> {
-    get(store, principal, id)?;
-    store
-        .conn()
-        .execute("DELETE FROM conversations WHERE id = ?1", [id])?;
-    Ok(())
-}
-
 /// Marks that a qualifying pipeline completed.
 pub(crate) fn mark_qualified(store: &Store, id: &str) -> Result<()> {
     store

@@ -101,16 +101,6 @@ fn read_config_row(conn: &rusqlite::Connection, name: &str) -> Result<(i64, Orch
     Ok((id, OrchestratorConfig::parse(&draft)?))
 }
 
-/// The names of every configuration.
-pub fn names(store: &Store) -> Result<Vec<String>> {
-    ensure_seeded(store)?;
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT name FROM orchestrator_configs ORDER BY name")?;
-    let rows = stmt.query_map([], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
 /// A configuration's draft.
 pub fn draft(store: &Store, name: &str) -> Result<OrchestratorConfig> {
     config_row(store, name).map(|(_, c)| c)
