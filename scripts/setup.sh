@@ -21,6 +21,13 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
+# The desktop app (Tauri 2 on WebKitGTK) and its end-to-end tests (WebKitWebDriver under Xvfb).
+for pkg in libwebkit2gtk-4.1-dev libgtk-3-dev libsoup-3.0-dev libjavascriptcoregtk-4.1-dev \
+  libssl-dev librsvg2-dev libxdo-dev file webkit2gtk-driver xvfb xauth imagemagick \
+  fonts-dejavu-core; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -38,3 +45,9 @@ for component in clippy rustfmt; do
     rustup component add "$component" || echo "warning: could not add $component" >&2
   fi
 done
+# The end-to-end tests drive the app through tauri-driver (from crates.io).
+if ! command -v tauri-driver >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tauri-driver" ]; then
+  cargo install tauri-driver --version 2.1.0 --locked
+fi
+# The desktop app embeds ui/dist when it compiles: build the front end before any cargo step.
+bash scripts/ui.sh

@@ -45,6 +45,7 @@ pub use auth::{Principal, Scope};
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
 pub use ingest::{
     ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
+    WatchRequests,
 };
 pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
 pub use pipeline::{PipelineRun, RunOptions};

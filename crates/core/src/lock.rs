@@ -3,15 +3,18 @@
 //! The OS releases it when the holder dies (even by `kill -9`), so a crash never leaves a
 //! library locked.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, Mutex};
 
 use crate::error::{Error, Result};
 
 /// Held while a process writes the library.
 pub(crate) struct WriterLock {
     _file: File,
+    path: PathBuf,
 }
 
 impl WriterLock {
@@ -26,6 +29,14 @@ impl WriterLock {
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
         let mine = format!("pid {} ", std::process::id());
+        if held_here().contains(&path) {
+            // Another thread of this process writes (the desktop app's watcher): no point
+            // waiting out a fork, say so at once.
+            return Err(Error::WriterBusy {
+                data_dir: data_dir.to_path_buf(),
+                holder: format!("pid {} (this process)", std::process::id()),
+            });
+        }
         let started = std::time::Instant::now();
         loop {
             match file.try_lock() {
@@ -66,6 +77,19 @@ impl WriterLock {
             file.flush()
         };
         write(&mut file).map_err(|e| Error::io(PathBuf::from(&path), e))?;
-        Ok(WriterLock { _file: file })
+        held_here().insert(path.clone());
+        Ok(WriterLock { _file: file, path })
+    }
+}
+
+/// The locks this process holds now, by lock-file path.
+fn held_here() -> std::sync::MutexGuard<'static, HashSet<PathBuf>> {
+    static HELD: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Default::default);
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for WriterLock {
+    fn drop(&mut self) {
+        held_here().remove(&self.path);
     }
 }

@@ -32,6 +32,9 @@ pub struct IndexOptions {
     pub threads: usize,
     /// Re-read files that failed before even if they have not changed. Default false.
     pub retry_failed: bool,
+    /// Set to stop a scan early (the desktop app's pause): what was read so far is kept,
+    /// and the next scan carries on from there.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Limits on zip containers (DOCX, ODT, EPUB).
     pub(crate) limits: ExtractLimits,
 }
@@ -45,8 +48,23 @@ impl Default for IndexOptions {
                 .map(|n| n.get())
                 .unwrap_or(2),
             retry_failed: false,
+            cancel: None,
             limits: ExtractLimits::default(),
         }
+    }
+}
+
+impl IndexOptions {
+    /// The same options, stopping early once `cancel` is set.
+    pub fn with_cancel(mut self, cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
     }
 }
 
@@ -284,6 +302,9 @@ pub(crate) fn index_scope(
             let tx = tx.clone();
             let (work, next, removed_by_hash) = (&work, &next, &removed_by_hash);
             s.spawn(move || loop {
+                if options.is_cancelled() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some((stat, prev)) = work.get(i) else {
                     break;
@@ -312,6 +333,11 @@ pub(crate) fn index_scope(
         result
     })?;
 
+    if options.is_cancelled() {
+        // Files not read yet may be the new names of "removed" ones: delete nothing now.
+        run.sync_fulltext(store, fulltext, true)?;
+        return Ok(());
+    }
     // Whatever was not claimed by a rename is gone.
     let gone: Vec<i64> = removed
         .iter()

@@ -20,4 +20,4 @@ pub use indexer::IndexOptions;
 pub(crate) use indexer::{index_scope, Run, Scope};
 pub use progress::{IndexEvent, IndexProgress};
 pub(crate) use watch::watch;
-pub use watch::{WatchEvent, WatchOptions};
+pub use watch::{WatchEvent, WatchOptions, WatchRequests};

@@ -40,6 +40,24 @@ pub struct WatchOptions {
     /// running). Default true; off when the caller has just indexed them. Sources added later
     /// are always scanned.
     pub scan_on_start: bool,
+    /// Paths to re-read on the next tick, even if unchanged (a failed file's "retry").
+    pub requests: WatchRequests,
+}
+
+/// A queue of paths the watcher re-indexes on its next tick, failed files included: the
+/// desktop app's "retry" goes through the same indexing code as a change.
+#[derive(Debug, Clone, Default)]
+pub struct WatchRequests(std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>);
+
+impl WatchRequests {
+    /// Asks for `path` (a file or folder inside a source) to be indexed again.
+    pub fn push(&self, path: PathBuf) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(path);
+    }
+
+    fn take(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl Default for WatchOptions {
@@ -49,6 +67,7 @@ impl Default for WatchOptions {
             rescan_interval: Duration::from_secs(30),
             poll_only: false,
             scan_on_start: true,
+            requests: WatchRequests::default(),
         }
     }
 }
@@ -157,6 +176,7 @@ pub(crate) fn watch(
                     index_options,
                     &mut run,
                 )?;
+                run.finish();
                 sources.insert(source.id, (source, mode, Some(Instant::now())));
             }
             first_load = false;
@@ -194,6 +214,7 @@ pub(crate) fn watch(
                         *mode = Mode::Missing;
                     }
                 }
+                run.finish();
                 if !paths.is_empty() {
                     on_event(&WatchEvent::Changed { paths });
                 }
@@ -245,11 +266,39 @@ pub(crate) fn watch(
                     index_options,
                     &mut run,
                 )?;
+                run.finish();
                 *last = Some(Instant::now());
                 if !source.root.is_dir() {
                     *mode = Mode::Missing;
                 }
             }
+        }
+        let requested = options.requests.take();
+        if !requested.is_empty() {
+            // Asked for by the user: failed files are read again even if unchanged.
+            let retry = IndexOptions {
+                retry_failed: true,
+                ..index_options.clone()
+            };
+            let mut run = Run::new(&forward);
+            for (source, _, _) in sources.values() {
+                let mine: Vec<PathBuf> = requested
+                    .iter()
+                    .filter(|p| p.starts_with(&source.root))
+                    .cloned()
+                    .collect();
+                if !mine.is_empty() {
+                    index_scope(
+                        store,
+                        fulltext,
+                        source,
+                        &Scope::Paths(mine),
+                        &retry,
+                        &mut run,
+                    )?;
+                }
+            }
+            run.finish();
         }
         if last_sync.elapsed() >= Duration::from_secs(2) {
             last_sync = Instant::now();

@@ -1,0 +1,67 @@
+// The corpus the end-to-end tests index, written fresh for each run.
+import fs from 'node:fs';
+import path from 'node:path';
+
+/** A one-page PDF whose text is `text` (Helvetica, a correct xref table). */
+export function pdfWithText(text) {
+  const escaped = text.replace(/[\\()]/g, (c) => `\\${c}`);
+  const content = `BT /F1 18 Tf 72 700 Td (${escaped}) Tj ET`;
+  const objects = [
+    '<< /Type /Catalog /Pages 2 0 R >>',
+    '<< /Type /Pages /Kids [3 0 R] /Count 1 >>',
+    '<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>',
+    `<< /Length ${content.length} >>\nstream\n${content}\nendstream`,
+    '<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>',
+  ];
+  let body = '%PDF-1.4\n';
+  const offsets = [];
+  objects.forEach((object, i) => {
+    offsets.push(body.length);
+    body += `${i + 1} 0 obj\n${object}\nendobj\n`;
+  });
+  const xref = body.length;
+  body += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n`;
+  for (const offset of offsets) body += `${String(offset).padStart(10, '0')} 00000 n \n`;
+  body += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
+  return Buffer.from(body, 'latin1');
+}
+
+/** Same size as `good`, but not a PDF anyone can read. */
+export function brokenLike(good) {
+  const broken = Buffer.alloc(good.length, 0x20);
+  Buffer.from('%PDF-1.4\nthis file was cut short by a failing disk\n').copy(broken);
+  return broken;
+}
+
+/** A fixed modification time (whole seconds, so it can be set again exactly). */
+export const FIXED_MTIME = 1_700_000_000;
+
+export const RETRY_TEXT = 'Quokkas were counted on Rottnest Island';
+
+export function writeCorpus(dir) {
+  fs.mkdirSync(path.join(dir, 'guides'), { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, 'lighthouse.md'),
+    '# Lighthouse keeping\n\nThe lighthouse keeper trims the wick at dusk.\n\n' +
+      '## Fog signals\n\nWhen fog rolls in, the keeper sounds the horn every thirty seconds.\n',
+  );
+  fs.writeFileSync(
+    path.join(dir, 'guides/orchard.txt'),
+    'Apple orchards need cross-pollination: plant two varieties that flower together.\n',
+  );
+  fs.writeFileSync(
+    path.join(dir, 'guides/bread.md'),
+    '# Sourdough\n\nFeed the starter twice a day; a ripe starter doubles in six hours.\n',
+  );
+  const broken = path.join(dir, 'survey.pdf');
+  fs.writeFileSync(broken, brokenLike(pdfWithText(RETRY_TEXT)));
+  fs.utimesSync(broken, FIXED_MTIME, FIXED_MTIME);
+  return { broken };
+}
+
+/** Mends the broken PDF without changing its size or modification time, so only a retry
+ * (not the watcher) reads it again. */
+export function mendQuietly(file) {
+  fs.writeFileSync(file, pdfWithText(RETRY_TEXT));
+  fs.utimesSync(file, FIXED_MTIME, FIXED_MTIME);
+}

@@ -1,0 +1,125 @@
+// Starts the real desktop app under tauri-driver (which drives WebKitWebDriver) and connects
+// a WebDriver session to it. Needs a display: run under `xvfb-run` (scripts/e2e.sh does).
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { remote } from 'webdriverio';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/** The app binary: QUARRY_DESKTOP_BIN, else the debug build. */
+export function appBinary() {
+  const bin = process.env.QUARRY_DESKTOP_BIN ?? path.join(repoRoot, 'target/debug/quarry-desktop');
+  if (!fs.existsSync(bin)) {
+    throw new Error(`${bin} does not exist: build it first (cargo build --workspace)`);
+  }
+  return bin;
+}
+
+function tauriDriverBinary() {
+  const candidates = [
+    process.env.TAURI_DRIVER,
+    path.join(os.homedir(), '.cargo/bin/tauri-driver'),
+    '/usr/local/cargo/bin/tauri-driver',
+  ].filter(Boolean);
+  const found = candidates.find((c) => fs.existsSync(c));
+  if (!found) {
+    throw new Error(
+      'tauri-driver not found: cargo install tauri-driver --version 2.1.0 --locked',
+    );
+  }
+  return found;
+}
+
+async function waitForDriver(port, child, log) {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) {
+      throw new Error(`tauri-driver exited with ${child.exitCode}:\n${log()}`);
+    }
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/status`);
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`tauri-driver did not listen on ${port} within 30 s:\n${log()}`);
+}
+
+/**
+ * Starts the app with its own data directory. `env` is added to the app's environment (it
+ * passes through tauri-driver and WebKitWebDriver).
+ */
+export async function startApp({ dataDir, env = {}, port = 4444 }) {
+  const application = appBinary();
+  let output = '';
+  const driver = spawn(
+    tauriDriverBinary(),
+    ['--port', String(port), '--native-port', String(port + 1), '--native-driver', '/usr/bin/WebKitWebDriver'],
+    {
+      env: { ...process.env, QUARRY_DATA_DIR: dataDir, QUARRY_LOG: 'info', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  const keep = (chunk) => {
+    output = (output + chunk.toString()).slice(-20_000);
+  };
+  driver.stdout.on('data', keep);
+  driver.stderr.on('data', keep);
+  await waitForDriver(port, driver, () => output);
+  let browser;
+  try {
+    browser = await remote({
+      hostname: '127.0.0.1',
+      port,
+      logLevel: 'warn',
+      connectionRetryCount: 0,
+      capabilities: { 'tauri:options': { application } },
+    });
+  } catch (e) {
+    driver.kill('SIGTERM');
+    throw new Error(`could not start the app through tauri-driver: ${e.message}\n${output}`);
+  }
+  return {
+    browser,
+    log: () => output,
+    async stop() {
+      try {
+        await browser.deleteSession();
+      } catch {
+        // the app may already be gone
+      }
+      driver.kill('SIGTERM');
+      await new Promise((r) => (driver.exitCode !== null ? r() : driver.once('exit', r)));
+    },
+  };
+}
+
+/** `[data-testid="…"]`. */
+export const tid = (id) => `[data-testid="${id}"]`;
+
+/** Polls `check` until it returns something truthy. */
+export async function eventually(browser, what, check, timeout = 60_000) {
+  let last;
+  await browser.waitUntil(
+    async () => {
+      try {
+        last = await check();
+      } catch (e) {
+        last = undefined;
+      }
+      return Boolean(last);
+    },
+    { timeout, interval: 250, timeoutMsg: `timed out after ${timeout} ms waiting for ${what}` },
+  );
+  return last;
+}
+
+/** A fresh temporary directory, removed by the caller. */
+export function tempDir(prefix) {
+  return fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), prefix)));
+}

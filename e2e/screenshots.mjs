@@ -1,0 +1,74 @@
+// Captures each view of the running app on the demo corpus into docs/screenshots/*.png.
+// Run through scripts/screenshots.sh (which provides the display).
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { eventually, repoRoot, startApp, tempDir, tid } from './harness.mjs';
+
+const out = path.join(repoRoot, 'docs/screenshots');
+const demo = path.join(repoRoot, 'seeds/demo');
+const dataDir = tempDir('quarry-screenshots-');
+fs.mkdirSync(out, { recursive: true });
+
+const app = await startApp({ dataDir, port: 4464 });
+const { browser } = app;
+const shot = async (name) => {
+  await new Promise((r) => setTimeout(r, 400)); // let transitions settle
+  await browser.saveScreenshot(path.join(out, `${name}.png`));
+  console.log(`docs/screenshots/${name}.png`);
+};
+
+try {
+  await browser.setWindowSize(1280, 800).catch(() => {});
+  await (await browser.$(tid('nav-library'))).waitForDisplayed({ timeout: 60_000 });
+  await (await browser.$(tid('add-path-input'))).setValue(demo);
+  const collection = await browser.$(tid('add-collection-input'));
+  await collection.clearValue();
+  await collection.setValue('demo');
+  await (await browser.$(tid('add-source-button'))).click();
+  const row = await browser.$(tid('source-row'));
+  await row.waitForExist({ timeout: 20_000 });
+  await eventually(browser, 'the demo indexed', async () =>
+    (await row.getAttribute('data-phase')) === 'done',
+  );
+  // Let the embedding lane finish too, so hybrid search and the progress show complete.
+  await eventually(
+    browser,
+    'the demo embedded',
+    async () => {
+      const bars = await browser.$$(tid('embedding-progress'));
+      if (bars.length === 0) return false;
+      return (await bars[0].getText()).match(/(\d[\d,]*) \/ \1\b/);
+    },
+    180_000,
+  ).catch(() => console.warn('embedding not finished; capturing anyway'));
+  await shot('library');
+
+  await (await browser.$(tid('nav-search'))).click();
+  await (await browser.$(tid('search-input'))).setValue('how does an LRU cache evict entries');
+  await eventually(browser, 'results', async () => (await browser.$$(tid('result-row'))).length > 0);
+  await (await browser.$(tid('result-row'))).click();
+  await (await browser.$(tid('preview-focus'))).waitForDisplayed({ timeout: 10_000 });
+  await shot('search');
+
+  await (await browser.$(tid('explain-toggle'))).click();
+  await (await browser.$(tid('explain-trace'))).waitForDisplayed({ timeout: 10_000 });
+  await shot('search-explain');
+  await (await browser.$(tid('explain-toggle'))).click();
+
+  await (await browser.$(tid('nav-status'))).click();
+  await (await browser.$(tid('status-data-dir'))).waitForDisplayed({ timeout: 10_000 });
+  await shot('status');
+
+  // The dark theme, on the search view.
+  await (await browser.$(tid('settings-theme'))).selectByAttribute('value', 'dark');
+  await (await browser.$(tid('settings-save'))).click();
+  await eventually(browser, 'the dark theme', async () =>
+    (await browser.$('[data-theme="dark"]')).isExisting(),
+  );
+  await (await browser.$(tid('nav-search'))).click();
+  await shot('search-dark');
+} finally {
+  await app.stop();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+}

@@ -1,0 +1,208 @@
+// The desktop app end to end, in a real WebKit window: add a folder, watch it index, search,
+// open a result, retry a failed file, see a watched edit, pause, and remove the folder.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach, before, describe, it } from 'node:test';
+
+import { mendQuietly, writeCorpus } from '../fixtures.mjs';
+import { eventually, startApp, tempDir, tid } from '../harness.mjs';
+
+describe('Quarry desktop', () => {
+  const dataDir = tempDir('quarry-e2e-data-');
+  const corpus = tempDir('quarry-e2e-corpus-');
+  const work = tempDir('quarry-e2e-work-');
+  const openerLog = path.join(work, 'opened.txt');
+  const { broken } = writeCorpus(corpus);
+  let app;
+  let browser;
+
+  before(async () => {
+    // The opener stub records what the app asked to open instead of starting a program.
+    const stub = path.join(work, 'opener.sh');
+    fs.writeFileSync(stub, `#!/bin/sh\nprintf '%s\\n' "$@" >> '${openerLog}'\n`, { mode: 0o755 });
+    app = await startApp({
+      dataDir,
+      env: { QUARRY_OPENER: `${stub} {path} {line} {page}` },
+    });
+    browser = app.browser;
+    await (await browser.$(tid('nav-library'))).waitForDisplayed({ timeout: 60_000 });
+  });
+
+  afterEach(async (t) => {
+    // A failing step leaves a screenshot and the app's log behind for whoever reads CI.
+    if (browser && t.passed === false) {
+      const dir = process.env.QUARRY_E2E_ARTIFACTS ?? path.join(os.tmpdir(), 'quarry-e2e-artifacts');
+      fs.mkdirSync(dir, { recursive: true });
+      const name = t.name.replace(/[^a-z0-9]+/gi, '-').slice(0, 60);
+      await browser.saveScreenshot(path.join(dir, `${name}.png`)).catch(() => {});
+      fs.writeFileSync(path.join(dir, `${name}.log`), app.log());
+      console.error(`artifacts of the failed step: ${dir}/${name}.*`);
+    }
+  });
+
+  after(async () => {
+    if (app) await app.stop();
+    for (const dir of [dataDir, corpus, work]) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const sourceRow = () => browser.$(`${tid('source-row')}[data-root="${corpus}"]`);
+
+  async function search(query) {
+    await (await browser.$(tid('nav-search'))).click();
+    const input = await browser.$(tid('search-input'));
+    await input.waitForDisplayed();
+    await input.clearValue();
+    await input.setValue(query);
+  }
+
+  async function resultPaths() {
+    const rows = await browser.$$(tid('result-row'));
+    const paths = [];
+    for (const row of rows) paths.push(await row.getAttribute('data-path'));
+    return paths;
+  }
+
+  async function chooseMode(mode) {
+    const button = await browser.$(tid(`mode-${mode}`));
+    await button.click();
+    await eventually(browser, `${mode} mode`, async () =>
+      (await button.getAttribute('aria-pressed')) === 'true',
+    );
+  }
+
+  it('adds a folder by path and shows its progress until it is up to date', async () => {
+    await (await browser.$(tid('nav-library'))).click();
+    await (await browser.$(tid('add-path-input'))).setValue(corpus);
+    const collection = await browser.$(tid('add-collection-input'));
+    await collection.clearValue();
+    await collection.setValue('field-notes');
+    await (await browser.$(tid('add-source-button'))).click();
+
+    const row = await sourceRow();
+    await row.waitForExist({ timeout: 20_000, timeoutMsg: `no source row for ${corpus}` });
+    await eventually(browser, 'the source to be up to date', async () =>
+      (await row.getAttribute('data-phase')) === 'done' &&
+      (await (await row.$(tid('source-progress'))).getText()).includes('Up to date'),
+    );
+    const docs = await (await row.$(tid('source-docs'))).getText();
+    assert.match(docs, /3/, `three documents indexed: ${docs}`);
+  });
+
+  it('a bad input is an error naming the path, and nothing indexed is lost', async () => {
+    const missing = path.join(work, 'no-such-folder');
+    const input = await browser.$(tid('add-path-input'));
+    await input.clearValue();
+    await input.setValue(missing);
+    await (await browser.$(tid('add-source-button'))).click();
+    const error = await eventually(browser, 'the add error', async () => {
+      const text = await (await browser.$(tid('add-error'))).getText();
+      return text.includes('no-such-folder') && text;
+    });
+    assert.match(error, /no-such-folder/);
+    assert.equal((await browser.$$(tid('source-row'))).length, 1);
+  });
+
+  it('lists a failed file with its reason, and a retry reads it again', async () => {
+    const problem = await browser.$(`${tid('problem-row')}[data-path="${broken}"]`);
+    await problem.waitForExist({ timeout: 20_000, timeoutMsg: 'survey.pdf is not listed as a problem' });
+    assert.match(await (await problem.$(tid('problem-reason'))).getText(), /parse/i);
+
+    // Same size and mtime: the watcher sees it as unchanged, so only Retry reads it again.
+    mendQuietly(broken);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.ok(await problem.isExisting(), 'still failed before the retry');
+    await (await problem.$(tid('problem-retry'))).click();
+    await problem.waitForExist({ reverse: true, timeout: 30_000, timeoutMsg: 'the retried file is still failing' });
+
+    await search('quokkas rottnest');
+    await eventually(browser, 'the mended PDF in results', async () =>
+      (await resultPaths()).includes(broken),
+    );
+  });
+
+  it('finds a document as you type, with highlights, a preview and an explanation', async () => {
+    await search('lighthouse keeper');
+    const hit = path.join(corpus, 'lighthouse.md');
+    await eventually(browser, 'lighthouse.md in results', async () =>
+      (await resultPaths())[0] === hit,
+    );
+    const first = await browser.$(tid('result-row'));
+    assert.ok((await first.$$('mark')).length > 0, 'the snippet highlights the query');
+    assert.match(await (await browser.$(tid('search-meta'))).getText(), /\d/);
+
+    await first.click();
+    const focus = await browser.$(`${tid('preview-pane')} ${tid('preview-focus')}`);
+    await focus.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await focus.getText(), /lighthouse keeper/i);
+
+    await (await browser.$(tid('explain-toggle'))).click();
+    const trace = await browser.$(tid('explain-trace'));
+    await trace.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await trace.getText(), /lexical/);
+    await (await browser.$(tid('explain-toggle'))).click();
+
+    await chooseMode('lexical');
+    await eventually(browser, 'lexical results', async () => (await resultPaths())[0] === hit);
+  });
+
+  it('opens a result at its line through the opener', async () => {
+    const first = await browser.$(tid('result-row'));
+    await (await first.$(tid('result-open'))).click();
+    const opened = await eventually(browser, 'the opener to be called', async () =>
+      fs.existsSync(openerLog) && fs.readFileSync(openerLog, 'utf8'),
+    );
+    const [file, line] = opened.trim().split('\n');
+    assert.equal(file, path.join(corpus, 'lighthouse.md'));
+    assert.match(line, /^\d+$/);
+    const toast = await browser.$(tid('toast'));
+    await toast.waitForDisplayed({ timeout: 5_000 });
+    assert.match(await toast.getText(), /Opened lighthouse\.md/);
+  });
+
+  it('shows an edit to a watched file without searching again', async () => {
+    // Lexical: a vector search always has nearest neighbours, so "no results" needs keywords.
+    await search('zephyrine marmot');
+    await chooseMode('lexical');
+    await (await browser.$(tid('search-empty'))).waitForDisplayed({ timeout: 10_000 });
+    const edited = path.join(corpus, 'guides/orchard.txt');
+    fs.appendFileSync(edited, '\nA zephyrine marmot was seen between the apple rows.\n');
+    await eventually(browser, 'the edited file in results', async () =>
+      (await resultPaths()).includes(edited),
+    );
+  });
+
+  it('pauses and resumes indexing', async () => {
+    await (await browser.$(tid('nav-library'))).click();
+    const toggle = await browser.$(tid('pause-toggle'));
+    await toggle.click();
+    await eventually(browser, 'paused', async () => (await toggle.getAttribute('data-state')) === 'paused');
+    await toggle.click();
+    await eventually(browser, 'running', async () => (await toggle.getAttribute('data-state')) === 'running');
+    await eventually(browser, 'the source up to date again', async () =>
+      (await (await sourceRow()).getAttribute('data-phase')) === 'done',
+    );
+  });
+
+  it('shows the data directory and counts on the status view', async () => {
+    await (await browser.$(tid('nav-status'))).click();
+    const dir = await browser.$(tid('status-data-dir'));
+    await dir.waitForDisplayed({ timeout: 10_000 });
+    assert.equal((await dir.getText()).trim(), dataDir);
+    assert.match(await (await browser.$(tid('status-counts'))).getText(), /4/);
+  });
+
+  it('removes the folder, and its documents leave the results', async () => {
+    await (await browser.$(tid('nav-library'))).click();
+    const row = await sourceRow();
+    await (await row.$(tid('source-remove'))).click();
+    await (await row.$(tid('source-remove-confirm'))).click();
+    await row.waitForExist({ reverse: true, timeout: 20_000, timeoutMsg: 'the source row stayed' });
+
+    await search('lighthouse keeper');
+    await chooseMode('hybrid');
+    await (await browser.$(tid('search-empty'))).waitForDisplayed({ timeout: 20_000 });
+    assert.deepEqual(await resultPaths(), []);
+  });
+});

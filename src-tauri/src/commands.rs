@@ -1,0 +1,365 @@
+//! Tauri commands: thin adapters from the UI to quarry-core. Each runs its engine work on a
+//! blocking thread, never on the UI's.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use quarry_core::embed::{default_embedding_model, fix_command, ModelKind, ModelListing};
+use quarry_core::store::EmbeddingCoverage;
+use quarry_core::{
+    Collection, DocumentRecord, SearchMode, SearchRequest, SearchResults, Source, Stats,
+};
+use serde::{Deserialize, Serialize};
+use tauri::{AppHandle, State};
+use tauri_plugin_dialog::DialogExt;
+use tauri_plugin_opener::OpenerExt;
+
+use crate::activity::Activity;
+use crate::engine::Engine;
+use crate::error::{CommandError, CommandResult};
+use crate::opener::{self, Opener};
+use crate::settings::{self, Settings};
+
+type EngineState<'a> = State<'a, Arc<Engine>>;
+
+/// Runs `work` with the engine on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    engine: &EngineState<'_>,
+    work: impl FnOnce(&Engine) -> CommandResult<T> + Send + 'static,
+) -> CommandResult<T> {
+    let engine = Arc::clone(engine);
+    tauri::async_runtime::spawn_blocking(move || work(&engine))
+        .await
+        .map_err(|e| CommandError::new("internal", format!("the command failed: {e}")))?
+}
+
+/// Something missing, with the command that fixes it.
+#[derive(Serialize)]
+pub struct Problem {
+    component: &'static str,
+    message: String,
+}
+
+#[derive(Serialize)]
+pub struct RuntimeStatus {
+    ok: bool,
+    detail: String,
+}
+
+#[derive(Serialize)]
+pub struct AppStatus {
+    data_dir: String,
+    disk_bytes: u64,
+    stats: Stats,
+    embeddings: Vec<EmbeddingCoverage>,
+    collections: Vec<Collection>,
+    models: Vec<ModelListing>,
+    runtime: RuntimeStatus,
+    problems: Vec<Problem>,
+    activity: Activity,
+}
+
+#[tauri::command]
+pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
+    blocking(&engine, |engine| {
+        let library = engine.library();
+        let status = library.status()?;
+        let models = library.models().list();
+        let runtime = match library.models().runtime_library() {
+            Ok(path) => RuntimeStatus {
+                ok: true,
+                detail: path.display().to_string(),
+            },
+            Err(e) => RuntimeStatus {
+                ok: false,
+                detail: e.to_string(),
+            },
+        };
+        let mut problems = Vec::new();
+        if !runtime.ok {
+            problems.push(Problem {
+                component: "runtime",
+                message: runtime.detail.clone(),
+            });
+        }
+        let embedding_model = default_embedding_model();
+        if !models
+            .iter()
+            .any(|m| m.id == embedding_model && m.installed_at.is_some())
+        {
+            problems.push(Problem {
+                component: "embedding_model",
+                message: format!(
+                    "The embedding model {embedding_model} is not installed, so vector and \
+                     hybrid search fall back to keywords. Fix: {}",
+                    fix_command(embedding_model)
+                ),
+            });
+        }
+        Ok(AppStatus {
+            data_dir: status.data_dir.display().to_string(),
+            disk_bytes: status.disk_bytes,
+            stats: status.stats,
+            embeddings: status.embeddings,
+            collections: library.collections()?,
+            models: models
+                .into_iter()
+                .filter(|m| m.kind != ModelKind::Llm || m.installed_at.is_some())
+                .collect(),
+            runtime,
+            problems,
+            activity: engine.activity(),
+        })
+    })
+    .await
+}
+
+#[tauri::command]
+pub async fn list_sources(engine: EngineState<'_>) -> CommandResult<Vec<Source>> {
+    blocking(&engine, |engine| Ok(engine.library().sources()?)).await
+}
+
+#[tauri::command]
+pub async fn add_source(
+    engine: EngineState<'_>,
+    path: String,
+    collection: String,
+    include: Vec<String>,
+    exclude: Vec<String>,
+) -> CommandResult<Source> {
+    blocking(&engine, move |engine| {
+        let path = path.trim();
+        if path.is_empty() {
+            return Err(CommandError::new(
+                "invalid_source_path",
+                "type a folder path or browse for one",
+            ));
+        }
+        let collection = match collection.trim() {
+            "" => "documents",
+            name => name,
+        };
+        let clean = |globs: Vec<String>| -> Vec<String> {
+            globs
+                .into_iter()
+                .map(|g| g.trim().to_string())
+                .filter(|g| !g.is_empty())
+                .collect()
+        };
+        let source = engine.library().add_source(
+            &expand_home(path),
+            collection,
+            &clean(include),
+            &clean(exclude),
+        )?;
+        engine.sources_edited()?;
+        Ok(source)
+    })
+    .await
+}
+
+/// `~/notes` as the user typed it.
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+#[tauri::command]
+pub async fn remove_source(engine: EngineState<'_>, id: i64) -> CommandResult<()> {
+    blocking(&engine, move |engine| {
+        engine.library().remove_source(id)?;
+        engine.sources_edited()?;
+        Ok(())
+    })
+    .await
+}
+
+/// The native folder dialog; `None` when cancelled.
+#[tauri::command]
+pub async fn pick_folder(app: AppHandle) -> CommandResult<Option<String>> {
+    tauri::async_runtime::spawn_blocking(move || {
+        app.dialog()
+            .file()
+            .set_title("Add a folder to Quarry")
+            .blocking_pick_folder()
+            .and_then(|f| f.into_path().ok())
+            .map(|p| p.display().to_string())
+    })
+    .await
+    .map_err(|e| CommandError::new("internal", format!("the folder dialog failed: {e}")))
+}
+
+#[tauri::command]
+pub async fn activity(engine: EngineState<'_>) -> CommandResult<Activity> {
+    Ok(engine.activity())
+}
+
+#[tauri::command]
+pub async fn set_indexing_paused(engine: EngineState<'_>, paused: bool) -> CommandResult<Activity> {
+    blocking(&engine, move |engine| {
+        if paused {
+            engine.pause_indexing();
+        } else {
+            engine.start_indexing();
+        }
+        Ok(engine.activity())
+    })
+    .await
+}
+
+#[tauri::command]
+pub async fn list_problems(
+    engine: EngineState<'_>,
+    source_id: Option<i64>,
+) -> CommandResult<Vec<DocumentRecord>> {
+    blocking(&engine, move |engine| {
+        let problems = engine.library().store().problem_documents(500)?;
+        Ok(problems
+            .into_iter()
+            .filter(|d| source_id.is_none_or(|id| d.source_id == id))
+            .collect())
+    })
+    .await
+}
+
+#[tauri::command]
+pub async fn retry_file(engine: EngineState<'_>, path: String) -> CommandResult<()> {
+    blocking(&engine, move |engine| {
+        Ok(engine.retry(&PathBuf::from(path))?)
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct SearchArgs {
+    query: String,
+    mode: SearchMode,
+    collections: Vec<String>,
+    limit: usize,
+}
+
+#[tauri::command]
+pub async fn search(engine: EngineState<'_>, args: SearchArgs) -> CommandResult<SearchResults> {
+    blocking(&engine, move |engine| {
+        let mut request = SearchRequest::new(args.query.trim()).with_mode(args.mode);
+        request.collections = args.collections;
+        request.settings.limit = args.limit.clamp(1, 200);
+        if request.query.is_empty() {
+            return Ok(SearchResults {
+                hits: Vec::new(),
+                took_us: 0,
+                mode: args.mode,
+                trace: Vec::new(),
+                readiness: Vec::new(),
+            });
+        }
+        Ok(engine.library().search(&request)?)
+    })
+    .await
+}
+
+/// A chunk among its neighbours in document order.
+#[derive(Serialize)]
+pub struct Preview {
+    document: DocumentRecord,
+    chunks: Vec<quarry_core::ChunkRecord>,
+    focus_chunk_id: i64,
+}
+
+/// Chunks shown on each side of the focused one.
+const PREVIEW_CONTEXT: usize = 3;
+
+#[tauri::command]
+pub async fn preview(engine: EngineState<'_>, chunk_id: i64) -> CommandResult<Preview> {
+    blocking(&engine, move |engine| {
+        let library = engine.library();
+        let focus = find_chunk(&library, chunk_id)?;
+        let view = library.document(&focus.path)?;
+        let at = view
+            .chunks
+            .iter()
+            .position(|c| c.id == chunk_id)
+            .unwrap_or(0);
+        let start = at.saturating_sub(PREVIEW_CONTEXT);
+        let end = (at + PREVIEW_CONTEXT + 1).min(view.chunks.len());
+        Ok(Preview {
+            document: view.document,
+            chunks: view.chunks[start..end].to_vec(),
+            focus_chunk_id: chunk_id,
+        })
+    })
+    .await
+}
+
+fn find_chunk(
+    library: &quarry_core::Library,
+    chunk_id: i64,
+) -> CommandResult<quarry_core::ChunkRecord> {
+    library
+        .store()
+        .chunks_by_id(&[chunk_id])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            CommandError::new(
+                "chunk_not_found",
+                "that result is no longer in the index (the file changed): search again",
+            )
+        })
+}
+
+/// Opens the file of an indexed chunk at its page or line. Only indexed files can be opened:
+/// the page names a chunk, never a path.
+#[tauri::command]
+pub async fn open_result(
+    app: AppHandle,
+    engine: EngineState<'_>,
+    chunk_id: i64,
+) -> CommandResult<String> {
+    blocking(&engine, move |engine| {
+        let chunk = find_chunk(&engine.library(), chunk_id)?;
+        if !chunk.path.is_file() {
+            return Err(CommandError::new(
+                "file_missing",
+                format!("{} is gone from disk", chunk.path.display()),
+            ));
+        }
+        let settings = settings::load(engine.data_dir()).unwrap_or_default();
+        let place = opener::describe(&chunk.path, &chunk.location);
+        match Opener::choose(&settings.open_command) {
+            Opener::Command(template) => {
+                opener::spawn_command(&opener::command_words(
+                    &template,
+                    &chunk.path,
+                    &chunk.location,
+                ))?;
+            }
+            Opener::System => app
+                .opener()
+                .open_path(chunk.path.display().to_string(), None::<&str>)
+                .map_err(|e| {
+                    CommandError::new(
+                        "open_failed",
+                        format!("the system could not open {}: {e}", chunk.path.display()),
+                    )
+                })?,
+        }
+        Ok(format!("Opened {place}"))
+    })
+    .await
+}
+
+#[tauri::command]
+pub async fn get_settings(engine: EngineState<'_>) -> CommandResult<Settings> {
+    blocking(&engine, |engine| settings::load(engine.data_dir())).await
+}
+
+#[tauri::command]
+pub async fn save_settings(engine: EngineState<'_>, settings: Settings) -> CommandResult<Settings> {
+    blocking(&engine, move |engine| {
+        settings::save(engine.data_dir(), &settings)
+    })
+    .await
+}

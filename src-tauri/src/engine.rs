@@ -1,0 +1,237 @@
+//! The engine as the app holds it: one library handle for the UI's reads and small writes,
+//! and one indexer thread that scans and watches every source with its own handle (the
+//! library's writer). Pausing stops that thread; resuming starts it again with a full scan,
+//! which catches whatever changed meanwhile.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use quarry_core::{
+    DocumentStatus, Error, IndexOptions, Library, WatchEvent, WatchOptions, WatchRequests,
+};
+
+use crate::activity::{Activity, ActivityState, Effects, IndexerState};
+
+/// What the engine tells the UI; the shell turns each into a Tauri event.
+pub enum Notice {
+    Activity(Activity),
+    SourcesChanged,
+    IndexChanged,
+}
+
+pub type Notify = Arc<dyn Fn(Notice) + Send + Sync>;
+
+/// Progress is sent at most this often (milestones at once).
+const ACTIVITY_INTERVAL: Duration = Duration::from_millis(150);
+/// Searches are re-run at most this often while a big scan commits.
+const INDEX_CHANGED_INTERVAL: Duration = Duration::from_millis(700);
+
+pub struct Engine {
+    data_dir: PathBuf,
+    library: Mutex<Library>,
+    activity: Arc<Mutex<Throttled>>,
+    requests: WatchRequests,
+    indexer: Mutex<Option<Indexer>>,
+    notify: Notify,
+}
+
+struct Indexer {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// The activity with the times it was last sent.
+struct Throttled {
+    state: ActivityState,
+    activity_sent: Option<Instant>,
+    index_changed_sent: Option<Instant>,
+}
+
+impl Engine {
+    pub fn open(data_dir: &Path, notify: Notify) -> quarry_core::Result<Engine> {
+        let library = Library::open(data_dir)?;
+        let mut state = ActivityState::default();
+        let ids: Vec<i64> = library.sources()?.iter().map(|s| s.id).collect();
+        state.sync_sources(&ids);
+        Ok(Engine {
+            data_dir: data_dir.to_path_buf(),
+            library: Mutex::new(library),
+            activity: Arc::new(Mutex::new(Throttled {
+                state,
+                activity_sent: None,
+                index_changed_sent: None,
+            })),
+            requests: WatchRequests::default(),
+            indexer: Mutex::new(None),
+            notify,
+        })
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The UI's library handle (reads, adding and removing sources).
+    pub fn library(&self) -> MutexGuard<'_, Library> {
+        self.library.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn activity(&self) -> Activity {
+        lock(&self.activity).state.snapshot()
+    }
+
+    /// Starts the indexer thread unless it runs.
+    pub fn start_indexing(&self) {
+        let mut indexer = self.indexer.lock().unwrap_or_else(|e| e.into_inner());
+        if indexer.as_ref().is_some_and(|i| !i.thread.is_finished()) {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        self.set_state(IndexerState::Starting, None);
+        let thread = {
+            let (data_dir, stop) = (self.data_dir.clone(), stop.clone());
+            let (activity, notify, requests) = (
+                self.activity.clone(),
+                self.notify.clone(),
+                self.requests.clone(),
+            );
+            std::thread::Builder::new()
+                .name("quarry-indexer".into())
+                .spawn(move || {
+                    let result = run_indexer(&data_dir, &stop, &activity, &notify, requests);
+                    let (state, error) = match result {
+                        Ok(()) => (IndexerState::Paused, None),
+                        Err(e) => {
+                            tracing::error!(error = %e, "the indexer stopped");
+                            (IndexerState::Error, Some(e.to_string()))
+                        }
+                    };
+                    let mut a = lock(&activity);
+                    a.state.set_state(state, error);
+                    notify(Notice::Activity(a.state.snapshot()));
+                })
+                .expect("spawn the indexer thread")
+        };
+        *indexer = Some(Indexer { stop, thread });
+    }
+
+    /// Stops the indexer thread and waits for it (a file being read is finished first).
+    pub fn pause_indexing(&self) {
+        let taken = self
+            .indexer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(indexer) = taken {
+            indexer.stop.store(true, Ordering::Relaxed);
+            let _ = indexer.thread.join();
+        }
+        self.set_state(IndexerState::Paused, None);
+    }
+
+    /// Queues a file (or folder) to be read again, failed files included.
+    pub fn retry(&self, path: &Path) -> quarry_core::Result<()> {
+        let document = self.library().document(path)?;
+        if document.document.status == DocumentStatus::Indexed {
+            tracing::info!(path = %path.display(), "re-reading an indexed file on request");
+        }
+        self.requests.push(document.document.path);
+        Ok(())
+    }
+
+    /// Re-reads the sources after one was added or removed here.
+    pub fn sources_edited(&self) -> quarry_core::Result<()> {
+        let ids: Vec<i64> = self.library().sources()?.iter().map(|s| s.id).collect();
+        let snapshot = {
+            let mut a = lock(&self.activity);
+            a.state.sync_sources(&ids);
+            a.state.snapshot()
+        };
+        (self.notify)(Notice::Activity(snapshot));
+        (self.notify)(Notice::SourcesChanged);
+        (self.notify)(Notice::IndexChanged);
+        Ok(())
+    }
+
+    fn set_state(&self, state: IndexerState, error: Option<String>) {
+        let snapshot = {
+            let mut a = lock(&self.activity);
+            a.state.set_state(state, error);
+            a.state.snapshot()
+        };
+        (self.notify)(Notice::Activity(snapshot));
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.pause_indexing();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The indexer thread: its own library handle, the writer lock, then the watcher until
+/// `stop`. Another process writing (`quarry index --watch`) is reported, not waited for.
+fn run_indexer(
+    data_dir: &Path,
+    stop: &Arc<AtomicBool>,
+    activity: &Arc<Mutex<Throttled>>,
+    notify: &Notify,
+    requests: WatchRequests,
+) -> quarry_core::Result<()> {
+    let mut library = Library::open(data_dir)?;
+    let mut writer = match library.writer() {
+        Ok(writer) => writer,
+        Err(Error::WriterBusy { holder, .. }) => {
+            return Err(Error::Internal(format!(
+                "another Quarry process is indexing this library ({holder}); searches work, \
+                 and indexing resumes here once it stops (press Resume)"
+            )))
+        }
+        Err(e) => return Err(e),
+    };
+    {
+        let mut a = lock(activity);
+        a.state.set_state(IndexerState::Running, None);
+        notify(Notice::Activity(a.state.snapshot()));
+    }
+    let index_options = IndexOptions::default().with_cancel(stop.clone());
+    let watch_options = WatchOptions {
+        requests,
+        ..WatchOptions::default()
+    };
+    let on_event = |event: &WatchEvent| fold_event(activity, notify, event);
+    writer.watch(&index_options, &watch_options, &on_event, stop)
+}
+
+/// Folds an event into the activity and sends what changed, throttled.
+fn fold_event(activity: &Mutex<Throttled>, notify: &Notify, event: &WatchEvent) {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut a = lock(activity);
+    let effects: Effects = a.state.apply(event, now_ms);
+    let due =
+        |sent: Option<Instant>, interval: Duration| sent.is_none_or(|t| t.elapsed() >= interval);
+    if effects.milestone || due(a.activity_sent, ACTIVITY_INTERVAL) {
+        a.activity_sent = Some(Instant::now());
+        notify(Notice::Activity(a.state.snapshot()));
+    }
+    if effects.sources_changed && effects.milestone {
+        notify(Notice::SourcesChanged);
+    }
+    // A finished run always refreshes searches; commits during a long run, now and then.
+    if effects.index_changed
+        && (effects.milestone || due(a.index_changed_sent, INDEX_CHANGED_INTERVAL))
+    {
+        a.index_changed_sent = Some(Instant::now());
+        notify(Notice::IndexChanged);
+    }
+}

@@ -1,0 +1,79 @@
+//! Quarry's desktop app: a Tauri window over quarry-core. The shell holds no engine logic:
+//! `engine` runs the library and its indexer thread, `commands` adapts calls from the UI,
+//! `activity` folds indexing events into what the UI shows.
+
+// No console window on Windows release builds.
+#![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
+
+mod activity;
+mod commands;
+mod engine;
+mod error;
+mod opener;
+mod settings;
+
+use std::sync::Arc;
+
+use tauri::{Emitter, Manager};
+
+use crate::engine::{Engine, Notice};
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    tauri::Builder::default()
+        .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_opener::init())
+        .setup(|app| {
+            let handle = app.handle().clone();
+            let notify = Arc::new(move |notice: Notice| {
+                let sent = match notice {
+                    Notice::Activity(activity) => handle.emit("quarry://activity", activity),
+                    Notice::SourcesChanged => handle.emit("quarry://sources", ()),
+                    Notice::IndexChanged => handle.emit("quarry://index", ()),
+                };
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, "could not send an event to the window");
+                }
+            });
+            let data_dir = quarry_core::Library::default_data_dir();
+            let engine = Engine::open(&data_dir, notify)
+                .map_err(|e| format!("cannot open the library in {}: {e}", data_dir.display()))?;
+            let engine = Arc::new(engine);
+            engine.start_indexing();
+            app.manage(engine);
+            Ok(())
+        })
+        .invoke_handler(tauri::generate_handler![
+            commands::app_status,
+            commands::list_sources,
+            commands::add_source,
+            commands::remove_source,
+            commands::pick_folder,
+            commands::activity,
+            commands::set_indexing_paused,
+            commands::list_problems,
+            commands::retry_file,
+            commands::search,
+            commands::preview,
+            commands::open_result,
+            commands::get_settings,
+            commands::save_settings,
+        ])
+        .build(tauri::generate_context!())
+        .expect("error while building Quarry")
+        .run(|app, event| {
+            // Stop the indexer cleanly on exit: the file being read is finished first.
+            if let tauri::RunEvent::Exit = event {
+                if let Some(engine) = app.try_state::<Arc<Engine>>() {
+                    engine.pause_indexing();
+                }
+            }
+        });
+}

@@ -1,0 +1,187 @@
+// Shared, reactive app state (Svelte 5 runes). Views are mounted only while visible, so what
+// must survive a view switch (the search, the add-folder draft) lives here.
+import type { UnlistenFn } from '@tauri-apps/api/event';
+import {
+  api,
+  errorMessage,
+  events,
+  type Activity,
+  type SearchMode,
+  type SearchResults,
+  type Settings,
+} from './api';
+
+export type View = 'library' | 'search' | 'status';
+export type ThemeChoice = Settings['theme'];
+
+export const ui = $state({
+  view: 'library' as View,
+  /** Bumped to ask the search view to focus its input. */
+  searchFocusTick: 0,
+  /** The desktop's `prefers-color-scheme`. */
+  systemDark: false,
+  /** A theme being tried in the settings form, before it is saved. */
+  themePreview: null as ThemeChoice | null,
+});
+
+export const settings = $state({
+  value: null as Settings | null,
+  error: null as string | null,
+});
+
+/** What the shell pushes: the indexer's activity, and counters bumped by its events. */
+export const live = $state({
+  activity: null as Activity | null,
+  /** Bumped on every activity event (components throttle their refreshes on it). */
+  activityVersion: 0,
+  /** Bumped when sources were added, removed or rescanned. */
+  sourcesVersion: 0,
+  /** Bumped when indexed content changed. */
+  indexVersion: 0,
+  /** Why the events or the first activity could not be read (no shell, say). */
+  error: null as string | null,
+});
+
+/** The search view's state, kept across view switches. */
+export const search = $state({
+  query: '',
+  /** The mode picked in the view; null: the default from the settings. */
+  mode: null as SearchMode | null,
+  /** A collection name; '' searches all. */
+  collection: '',
+  explain: false,
+  results: null as SearchResults | null,
+  /** The query the shown results are for. */
+  resultsQuery: '',
+  selected: -1,
+  error: null as string | null,
+  pending: false,
+});
+
+/** The add-folder form's draft. */
+export const addDraft = $state({
+  path: '',
+  collection: 'documents',
+  include: '',
+  exclude: '',
+});
+
+export const toast = $state({
+  id: 0,
+  text: '',
+  /** A second, quieter line (the command that ran, say). */
+  detail: '',
+  kind: 'info' as 'info' | 'error',
+  visible: false,
+});
+
+let toastTimer: ReturnType<typeof setTimeout> | null = null;
+
+/** A short, self-dismissing message at the bottom of the window. */
+export function showToast(
+  text: string,
+  kind: 'info' | 'error' = 'info',
+  ms = 4000,
+  detail = '',
+): void {
+  toast.id++;
+  toast.text = text;
+  toast.detail = detail;
+  toast.kind = kind;
+  toast.visible = true;
+  if (toastTimer !== null) clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => {
+    toast.visible = false;
+    toastTimer = null;
+  }, ms);
+}
+
+export function dismissToast(): void {
+  if (toastTimer !== null) clearTimeout(toastTimer);
+  toastTimer = null;
+  toast.visible = false;
+}
+
+export function setView(view: View): void {
+  ui.view = view;
+}
+
+/** Switches to the search view and focuses its input. */
+export function focusSearch(): void {
+  ui.view = 'search';
+  ui.searchFocusTick++;
+}
+
+/** The theme in effect: a preview, else the saved choice, else the system's. */
+export function themeChoice(): ThemeChoice {
+  return ui.themePreview ?? settings.value?.theme ?? 'system';
+}
+
+export function effectiveMode(): SearchMode {
+  return search.mode ?? settings.value?.search_mode ?? 'hybrid';
+}
+
+export async function loadSettings(): Promise<void> {
+  try {
+    settings.value = await api.getSettings();
+    settings.error = null;
+  } catch (e) {
+    settings.error = errorMessage(e);
+  }
+}
+
+/** Saves the settings; throws the shell's error. */
+export async function saveSettings(next: Settings): Promise<Settings> {
+  const saved = await api.saveSettings(next);
+  settings.value = saved;
+  settings.error = null;
+  return saved;
+}
+
+export function setActivity(a: Activity): void {
+  live.activity = a;
+  live.activityVersion++;
+}
+
+/** Subscribes to the shell's events and reads the activity once; returns the unsubscribe. */
+export function startLive(): () => void {
+  let disposed = false;
+  const unlisteners: UnlistenFn[] = [];
+  const keep = (p: Promise<UnlistenFn>) =>
+    p
+      .then((u) => {
+        if (disposed) u();
+        else unlisteners.push(u);
+      })
+      .catch((e: unknown) => {
+        live.error = errorMessage(e);
+      });
+
+  keep(events.onActivity((a) => setActivity(a)));
+  keep(
+    events.onSourcesChanged(() => {
+      live.sourcesVersion++;
+    }),
+  );
+  keep(
+    events.onIndexChanged(() => {
+      live.indexVersion++;
+    }),
+  );
+
+  const seen = live.activityVersion;
+  api
+    .activity()
+    .then((a) => {
+      // An event that arrived meanwhile is newer than this answer.
+      if (!disposed && live.activityVersion === seen) setActivity(a);
+    })
+    .catch((e: unknown) => {
+      if (!disposed) live.error = errorMessage(e);
+    });
+
+  return () => {
+    disposed = true;
+    for (const u of unlisteners.splice(0)) u();
+  };
+}
