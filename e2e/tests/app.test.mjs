@@ -90,7 +90,7 @@ describe('Quarry desktop', () => {
     assert.match(docs, /3/, `three documents indexed: ${docs}`);
   });
 
-  it('a bad input is an error naming the path, and nothing indexed is lost', async () => {
+  it('bad input is an error naming the path or glob, and nothing indexed is lost', async () => {
     const missing = path.join(work, 'no-such-folder');
     const input = await browser.$(tid('add-path-input'));
     await input.clearValue();
@@ -101,6 +101,17 @@ describe('Quarry desktop', () => {
       return text.includes('no-such-folder') && text;
     });
     assert.match(error, /no-such-folder/);
+
+    // A broken glob is named, and the folder is not added.
+    await input.clearValue();
+    await input.setValue(work);
+    await (await browser.$(tid('add-include-input'))).setValue('notes/[draft');
+    await (await browser.$(tid('add-source-button'))).click();
+    await eventually(browser, 'the glob error', async () =>
+      (await (await browser.$(tid('add-error'))).getText()).includes('notes/[draft'),
+    );
+    await (await browser.$(tid('add-include-input'))).clearValue();
+    await input.clearValue();
     assert.equal((await browser.$$(tid('source-row'))).length, 1);
   });
 

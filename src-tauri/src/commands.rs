@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use quarry_core::embed::{default_embedding_model, fix_command, ModelKind, ModelListing};
+use quarry_core::embed::{
+    default_embedding_model, fix_command, ModelKind, ModelListing, RUNTIME_ID,
+};
 use quarry_core::store::EmbeddingCoverage;
 use quarry_core::{
     Collection, DocumentRecord, SearchMode, SearchRequest, SearchResults, Source, Stats,
@@ -38,6 +40,8 @@ async fn blocking<T: Send + 'static>(
 pub struct Problem {
     component: &'static str,
     message: String,
+    /// The command that fixes it.
+    fix: String,
 }
 
 #[derive(Serialize)]
@@ -80,6 +84,7 @@ pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
             problems.push(Problem {
                 component: "runtime",
                 message: runtime.detail.clone(),
+                fix: fix_command(RUNTIME_ID),
             });
         }
         let embedding_model = default_embedding_model();
@@ -91,9 +96,9 @@ pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
                 component: "embedding_model",
                 message: format!(
                     "The embedding model {embedding_model} is not installed, so vector and \
-                     hybrid search fall back to keywords. Fix: {}",
-                    fix_command(embedding_model)
+                     hybrid search fall back to keywords."
                 ),
+                fix: fix_command(embedding_model),
             });
         }
         Ok(AppStatus {

@@ -241,7 +241,7 @@ export interface AppStatus {
   /** ONNX Runtime: where it was found, or what is wrong and the command that fixes it. */
   runtime: { ok: boolean; detail: string };
   /** Missing pieces, each with the command that fixes it. */
-  problems: { component: string; message: string }[];
+  problems: { component: string; message: string; fix: string }[];
   activity: Activity;
 }
 

@@ -195,11 +195,7 @@ pub(crate) fn watch(
                 let paths: Vec<PathBuf> = paths.into_iter().collect();
                 let mut run = Run::new(&forward);
                 for (source, mode, last) in sources.values_mut() {
-                    let mine: Vec<PathBuf> = paths
-                        .iter()
-                        .filter(|p| p.starts_with(&source.root))
-                        .cloned()
-                        .collect();
+                    let mine = paths_under(&paths, source);
                     if mine.is_empty() && !rescan {
                         continue;
                     }
@@ -282,11 +278,7 @@ pub(crate) fn watch(
             };
             let mut run = Run::new(&forward);
             for (source, _, _) in sources.values() {
-                let mine: Vec<PathBuf> = requested
-                    .iter()
-                    .filter(|p| p.starts_with(&source.root))
-                    .cloned()
-                    .collect();
+                let mine = paths_under(&requested, source);
                 if !mine.is_empty() {
                     index_scope(
                         store,
@@ -309,6 +301,15 @@ pub(crate) fn watch(
         }
     }
     Ok(())
+}
+
+/// The paths inside `source`'s folder.
+fn paths_under(paths: &[PathBuf], source: &Source) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter(|p| p.starts_with(&source.root))
+        .cloned()
+        .collect()
 }
 
 fn start_watching<W: notify::Watcher, C: notify_debouncer_full::FileIdCache>(

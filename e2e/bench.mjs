@@ -1,0 +1,140 @@
+// Figures for the desktop app, measured in the running app on the demo corpus: start-up to a
+// usable window, search latency as the user sees it (keystroke to rendered results, through
+// the debounce, IPC, the engine and Svelte), and memory of the app and its WebKit processes.
+// Run through scripts/bench-desktop.sh (which provides the display).
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { eventually, repoRoot, startApp, tempDir, tid } from './harness.mjs';
+
+const rounds = Number(process.env.ROUNDS ?? 20);
+const dataDir = tempDir('quarry-bench-');
+const demo = path.join(repoRoot, 'seeds/demo');
+const queries = [
+  'how does an LRU cache evict entries',
+  'borrow checker lifetimes',
+  'vector search recall',
+  'pump inlet pressure',
+  'cache invalidation',
+  'ownership rules',
+  'approximate nearest neighbour',
+  'service interval',
+];
+
+/** Resident memory (MiB) of the app and every process under it (WebKit's web and network
+ * processes). */
+function rssMiB() {
+  const pids = execFileSync('pgrep', ['-f', 'quarry-desktop'], { encoding: 'utf8' })
+    .split('\n')
+    .filter(Boolean)
+    .map(Number);
+  const tree = new Set(pids);
+  // WebKit's helper processes are children of the app.
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (tree.has(ppid)) tree.add(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let app = 0;
+  let total = 0;
+  for (const pid of tree) {
+    try {
+      const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      const name = /Name:\s+(\S+)/.exec(status)?.[1] ?? '';
+      total += kb;
+      if (name.startsWith('quarry-desktop')) app += kb;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return { app: app / 1024, total: total / 1024 };
+}
+
+function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+const spawned = performance.now();
+const app = await startApp({ dataDir, port: 4484 });
+const { browser } = app;
+try {
+  await (await browser.$(tid('nav-library'))).waitForDisplayed({ timeout: 60_000 });
+  const startup = performance.now() - spawned;
+  const idle = rssMiB();
+
+  const addedAt = performance.now();
+  await (await browser.$(tid('add-path-input'))).setValue(demo);
+  await (await browser.$(tid('add-source-button'))).click();
+  const row = await browser.$(tid('source-row'));
+  await row.waitForExist({ timeout: 20_000 });
+  await eventually(browser, 'indexed', async () => (await row.getAttribute('data-phase')) === 'done');
+  const indexed = performance.now() - addedAt;
+  await eventually(
+    browser,
+    'embedded',
+    async () => {
+      const bars = await browser.$$(tid('embedding-progress'));
+      return bars.length > 0 && /(\d[\d,]*) \/ \1\b/.test(await bars[0].getText());
+    },
+    180_000,
+  );
+
+  await (await browser.$(tid('nav-search'))).click();
+  await (await browser.$(tid('search-input'))).waitForDisplayed();
+  const figures = {};
+  for (const mode of ['lexical', 'hybrid']) {
+    await (await browser.$(tid(`mode-${mode}`))).click();
+    const times = [];
+    for (let i = 0; i < rounds; i++) {
+      // Type a whole query at once, then wait for its results to render: includes the 150 ms
+      // debounce, the IPC round trip, the engine and the DOM update.
+      const query = `${queries[i % queries.length]} ${i}`;
+      const ms = await browser.executeAsync((q, done) => {
+        const input = document.querySelector('[data-testid="search-input"]');
+        const meta = () => document.querySelector('[data-testid="search-meta"]')?.textContent ?? '';
+        const empty = () => document.querySelector('[data-testid="search-empty"]');
+        const before = meta();
+        const started = performance.now();
+        const finish = () => {
+          observer.disconnect();
+          done(performance.now() - started);
+        };
+        const observer = new MutationObserver(() => {
+          if ((meta() && meta() !== before) || empty()) finish();
+        });
+        observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+        input.value = q;
+        input.dispatchEvent(new Event('input', { bubbles: true }));
+        setTimeout(finish, 10_000);
+      }, query);
+      times.push(ms);
+    }
+    times.sort((a, b) => a - b);
+    figures[mode] = { p50: percentile(times, 50), p95: percentile(times, 95), max: times.at(-1) };
+  }
+  const afterSearch = rssMiB();
+
+  const f = (n) => n.toFixed(0);
+  console.log(`start-up to a usable window: ${f(startup)} ms (tauri-driver session included)`);
+  console.log(`add the demo folder → up to date on screen: ${f(indexed)} ms`);
+  for (const [mode, t] of Object.entries(figures)) {
+    console.log(
+      `search, keystroke to rendered results (${mode}, ${rounds} queries, 150 ms debounce included): ` +
+        `p50 ${f(t.p50)} ms, p95 ${f(t.p95)} ms, max ${f(t.max)} ms`,
+    );
+  }
+  console.log(
+    `memory (RSS): app ${f(idle.app)} MiB idle → ${f(afterSearch.app)} MiB after indexing and ` +
+      `searching with the embedder loaded; with WebKit's processes ${f(idle.total)} → ${f(afterSearch.total)} MiB`,
+  );
+} finally {
+  await app.stop();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+}
