@@ -62,7 +62,7 @@ function percentile(sorted, p) {
 }
 
 const spawned = performance.now();
-const app = await startApp({ dataDir, port: 4484 });
+const app = await startApp({ dataDir });
 const { browser } = app;
 try {
   await (await browser.$(tid('nav-library'))).waitForDisplayed({ timeout: 60_000 });

@@ -2,6 +2,7 @@
 // a WebDriver session to it. Needs a display: run under `xvfb-run` (scripts/e2e.sh does).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,6 +34,18 @@ function tauriDriverBinary() {
   return found;
 }
 
+/** A port nobody listens on now (the OS picks it). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
 async function waitForDriver(port, child, log) {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
@@ -41,7 +54,8 @@ async function waitForDriver(port, child, log) {
     }
     try {
       const res = await fetch(`http://127.0.0.1:${port}/status`);
-      if (res.ok) return;
+      // Ours, not a leftover driver's: the child must still be running.
+      if (res.ok && child.exitCode === null) return;
     } catch {
       // not listening yet
     }
@@ -54,12 +68,14 @@ async function waitForDriver(port, child, log) {
  * Starts the app with its own data directory. `env` is added to the app's environment (it
  * passes through tauri-driver and WebKitWebDriver).
  */
-export async function startApp({ dataDir, env = {}, port = 4444 }) {
+export async function startApp({ dataDir, env = {} }) {
   const application = appBinary();
+  const port = await freePort();
+  const nativePort = await freePort();
   let output = '';
   const driver = spawn(
     tauriDriverBinary(),
-    ['--port', String(port), '--native-port', String(port + 1), '--native-driver', '/usr/bin/WebKitWebDriver'],
+    ['--port', String(port), '--native-port', String(nativePort), '--native-driver', '/usr/bin/WebKitWebDriver'],
     {
       env: { ...process.env, QUARRY_DATA_DIR: dataDir, QUARRY_LOG: 'info', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

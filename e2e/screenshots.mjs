@@ -10,7 +10,7 @@ const demo = path.join(repoRoot, 'seeds/demo');
 const dataDir = tempDir('quarry-screenshots-');
 fs.mkdirSync(out, { recursive: true });
 
-const app = await startApp({ dataDir, port: 4464 });
+const app = await startApp({ dataDir });
 const { browser } = app;
 const shot = async (name) => {
   await new Promise((r) => setTimeout(r, 400)); // let transitions settle

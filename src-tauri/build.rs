@@ -4,6 +4,7 @@ fn main() {
     tauri_build::try_build(tauri_build::Attributes::new().app_manifest(
         tauri_build::AppManifest::new().commands(&[
             "app_status",
+            "list_collections",
             "list_sources",
             "add_source",
             "remove_source",

@@ -57,6 +57,19 @@ describe('Quarry desktop', () => {
     await input.setValue(query);
   }
 
+  /** Calls one of the app's commands from the page, as the UI does. */
+  function invoke(command, args = {}) {
+    return browser.executeAsync(
+      (name, payload, done) => {
+        window.__TAURI_INTERNALS__
+          .invoke(name, payload)
+          .then(done, (e) => done({ error: e }));
+      },
+      command,
+      args,
+    );
+  }
+
   async function resultPaths() {
     const rows = await browser.$$(tid('result-row'));
     const paths = [];
@@ -86,8 +99,10 @@ describe('Quarry desktop', () => {
       (await row.getAttribute('data-phase')) === 'done' &&
       (await (await row.$(tid('source-progress'))).getText()).includes('Up to date'),
     );
-    const docs = await (await row.$(tid('source-docs'))).getText();
-    assert.match(docs, /3/, `three documents indexed: ${docs}`);
+    // The count comes with the next fetch of the source rows.
+    await eventually(browser, 'three documents indexed', async () =>
+      /\b3\b/.test(await (await row.$(tid('source-docs'))).getText()),
+    );
   });
 
   it('bad input is an error naming the path or glob, and nothing indexed is lost', async () => {
@@ -120,10 +135,16 @@ describe('Quarry desktop', () => {
     await problem.waitForExist({ timeout: 20_000, timeoutMsg: 'survey.pdf is not listed as a problem' });
     assert.match(await (await problem.$(tid('problem-reason'))).getText(), /parse/i);
 
-    // Same size and mtime: the watcher sees it as unchanged, so only Retry reads it again.
+    // Same size and mtime: the watcher sees the change but finds the file unchanged, so only
+    // Retry reads it again.
     mendQuietly(broken);
-    await new Promise((r) => setTimeout(r, 1500));
-    assert.ok(await problem.isExisting(), 'still failed before the retry');
+    await eventually(browser, 'the watcher to handle the mended file', async () => {
+      const activity = await invoke('activity');
+      return activity.last_change?.paths.includes(broken);
+    });
+    const problems = await invoke('list_problems', { sourceId: null });
+    assert.equal(problems.find((d) => d.path === broken)?.status, 'failed', 'still failed before the retry');
+    assert.ok(await problem.isExisting(), 'still listed before the retry');
     await (await problem.$(tid('problem-retry'))).click();
     await problem.waitForExist({ reverse: true, timeout: 30_000, timeoutMsg: 'the retried file is still failing' });
 
@@ -189,9 +210,13 @@ describe('Quarry desktop', () => {
     const toggle = await browser.$(tid('pause-toggle'));
     await toggle.click();
     await eventually(browser, 'paused', async () => (await toggle.getAttribute('data-state')) === 'paused');
+    // Nothing is watched while paused, so the folder is no longer known to be up to date.
+    await eventually(browser, 'the source queued', async () =>
+      (await (await sourceRow()).getAttribute('data-phase')) === 'queued',
+    );
     await toggle.click();
     await eventually(browser, 'running', async () => (await toggle.getAttribute('data-state')) === 'running');
-    await eventually(browser, 'the source up to date again', async () =>
+    await eventually(browser, 'the source rescanned and up to date again', async () =>
       (await (await sourceRow()).getAttribute('data-phase')) === 'done',
     );
   });
@@ -201,7 +226,10 @@ describe('Quarry desktop', () => {
     const dir = await browser.$(tid('status-data-dir'));
     await dir.waitForDisplayed({ timeout: 10_000 });
     assert.equal((await dir.getText()).trim(), dataDir);
-    assert.match(await (await browser.$(tid('status-counts'))).getText(), /4/);
+    // lighthouse.md, orchard.txt, bread.md and the mended survey.pdf.
+    await eventually(browser, 'four documents indexed', async () =>
+      (await (await browser.$(tid('status-documents'))).getText()).trim() === '4',
+    );
   });
 
   it('removes the folder, and its documents leave the results', async () => {

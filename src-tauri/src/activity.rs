@@ -67,6 +67,8 @@ pub struct LastChange {
 /// Everything the UI shows about indexing (the `quarry://activity` event).
 #[derive(Debug, Clone, Serialize)]
 pub struct Activity {
+    /// Grows with every change: the UI ignores a snapshot older than the one it shows.
+    pub seq: u64,
     pub state: IndexerState,
     pub error: Option<String>,
     pub sources: Vec<SourceActivity>,
@@ -89,6 +91,7 @@ pub struct Effects {
 /// The folded state, with the source the current run is working on.
 #[derive(Debug)]
 pub struct ActivityState {
+    seq: u64,
     state: IndexerState,
     error: Option<String>,
     sources: BTreeMap<i64, SourceActivity>,
@@ -101,6 +104,7 @@ pub struct ActivityState {
 impl Default for ActivityState {
     fn default() -> Self {
         ActivityState {
+            seq: 0,
             state: IndexerState::Starting,
             error: None,
             sources: BTreeMap::new(),
@@ -115,6 +119,7 @@ impl Default for ActivityState {
 impl ActivityState {
     pub fn snapshot(&self) -> Activity {
         Activity {
+            seq: self.seq,
             state: self.state,
             error: self.error.clone(),
             sources: self.sources.values().cloned().collect(),
@@ -125,14 +130,16 @@ impl ActivityState {
     }
 
     pub fn set_state(&mut self, state: IndexerState, error: Option<String>) {
+        self.seq += 1;
         self.state = state;
         self.error = error;
         if state != IndexerState::Running {
-            // Nothing is watched while stopped; scans resume from the start.
+            // Nothing is watched while stopped, so nothing is known to be current: every
+            // source waits for the full scan that resuming starts.
             self.current_source = None;
             for source in self.sources.values_mut() {
                 source.watch = None;
-                if matches!(source.phase, Phase::Scanning | Phase::Indexing) {
+                if source.phase != Phase::Missing {
                     source.phase = Phase::Queued;
                 }
             }
@@ -141,6 +148,7 @@ impl ActivityState {
 
     /// Keeps exactly these sources (added or removed elsewhere), new ones queued.
     pub fn sync_sources(&mut self, ids: &[i64]) {
+        self.seq += 1;
         self.sources.retain(|id, _| ids.contains(id));
         for &id in ids {
             self.sources.entry(id).or_insert_with(|| SourceActivity {
@@ -153,31 +161,31 @@ impl ActivityState {
         }
     }
 
-    fn source(&mut self, id: i64) -> &mut SourceActivity {
-        self.sync_sources_with(id);
-        self.sources.get_mut(&id).expect("just inserted")
-    }
-
-    fn sync_sources_with(&mut self, id: i64) {
-        if !self.sources.contains_key(&id) {
-            let mut ids: Vec<i64> = self.sources.keys().copied().collect();
-            ids.push(id);
-            self.sync_sources(&ids);
-        }
+    /// The entry of a source the watcher has started on (a source added by another process
+    /// appears here first).
+    fn started(&mut self, id: i64) -> &mut SourceActivity {
+        self.sources.entry(id).or_insert_with(|| SourceActivity {
+            source_id: id,
+            phase: Phase::Queued,
+            watch: None,
+            progress: None,
+            degraded_reason: None,
+        })
     }
 
     /// Folds one watch event in.
     pub fn apply(&mut self, event: &WatchEvent, now_ms: u64) -> Effects {
+        self.seq += 1;
         let mut effects = Effects::default();
         match event {
             WatchEvent::Watching { source_id, .. } => {
-                let s = self.source(*source_id);
+                let s = self.started(*source_id);
                 s.watch = Some(WatchMode::Events);
                 s.degraded_reason = None;
                 effects.milestone = true;
             }
             WatchEvent::Degraded { source_id, reason } => {
-                let s = self.source(*source_id);
+                let s = self.started(*source_id);
                 s.watch = Some(WatchMode::Poll);
                 s.degraded_reason = Some(reason.clone());
                 effects.milestone = true;
@@ -212,30 +220,36 @@ impl ActivityState {
         match event {
             IndexEvent::ScanStarted { source_id, .. } => {
                 self.current_source = Some(*source_id);
-                let s = self.source(*source_id);
+                let s = self.started(*source_id);
                 s.phase = Phase::Scanning;
                 s.progress = None;
                 effects.milestone = true;
             }
             IndexEvent::ScanFinished { source_id, .. } => {
-                self.source(*source_id).phase = Phase::Indexing;
+                if let Some(s) = self.sources.get_mut(source_id) {
+                    s.phase = Phase::Indexing;
+                }
                 effects.milestone = true;
             }
             IndexEvent::SourceMissing { source_id, .. } => {
-                self.source(*source_id).phase = Phase::Missing;
+                self.started(*source_id).phase = Phase::Missing;
                 effects.milestone = true;
                 effects.sources_changed = true;
             }
             IndexEvent::FileFailed { .. } => effects.sources_changed = true,
             IndexEvent::BatchCommitted { progress } => {
-                if let Some(id) = self.current_source {
-                    self.source(id).progress = Some(progress.clone());
+                if let Some(s) = self.current_source.and_then(|id| self.sources.get_mut(&id)) {
+                    s.progress = Some(progress.clone());
                 }
             }
             IndexEvent::FulltextCommitted { .. } => effects.index_changed = true,
             IndexEvent::Finished { progress } => {
-                if let Some(id) = self.current_source.take() {
-                    self.source(id).progress = Some(progress.clone());
+                if let Some(s) = self
+                    .current_source
+                    .take()
+                    .and_then(|id| self.sources.get_mut(&id))
+                {
+                    s.progress = Some(progress.clone());
                 }
                 for s in self.sources.values_mut() {
                     if matches!(s.phase, Phase::Scanning | Phase::Indexing) {
@@ -333,7 +347,7 @@ mod tests {
     }
 
     #[test]
-    fn pausing_requeues_unfinished_sources_and_forgets_watches() {
+    fn pausing_requeues_every_source_and_forgets_watches() {
         let mut state = ActivityState::default();
         state.set_state(IndexerState::Running, None);
         state.apply(
@@ -350,10 +364,26 @@ mod tests {
             }),
             0,
         );
+        state.sync_sources(&[1, 2]);
+        state.apply(
+            &WatchEvent::Index(IndexEvent::Finished {
+                progress: IndexProgress::default(),
+            }),
+            0,
+        );
+        assert_eq!(state.phase_of(1), Some(Phase::Done));
+        let before = state.snapshot().seq;
         state.set_state(IndexerState::Paused, None);
+        assert!(
+            state.snapshot().seq > before,
+            "every change is a newer snapshot"
+        );
         let json = serde_json::to_value(state.snapshot()).unwrap();
         assert_eq!(json["state"], "paused");
-        assert_eq!(json["sources"][0]["phase"], "queued");
+        assert_eq!(
+            json["sources"][0]["phase"], "queued",
+            "done is not known while paused"
+        );
         assert_eq!(json["sources"][0]["watch"], serde_json::Value::Null);
     }
 
@@ -362,6 +392,22 @@ mod tests {
         let mut state = ActivityState::default();
         state.sync_sources(&[1, 2]);
         state.sync_sources(&[2]);
+        assert_eq!(state.phase_of(1), None);
+        // The rest of a removed source's scan does not bring it back.
+        state.current_source = Some(1);
+        state.apply(
+            &WatchEvent::Index(IndexEvent::BatchCommitted {
+                progress: IndexProgress::default(),
+            }),
+            0,
+        );
+        state.apply(
+            &WatchEvent::Index(IndexEvent::ScanFinished {
+                source_id: 1,
+                discovered: 3,
+            }),
+            0,
+        );
         assert_eq!(state.phase_of(1), None);
         let effects = state.apply(
             &WatchEvent::Changed {

@@ -13,7 +13,7 @@ use quarry_core::{
 };
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, State};
-use tauri_plugin_dialog::DialogExt;
+use tauri_plugin_dialog::{DialogExt, MessageDialogButtons};
 use tauri_plugin_opener::OpenerExt;
 
 use crate::activity::Activity;
@@ -120,6 +120,11 @@ pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
 }
 
 #[tauri::command]
+pub async fn list_collections(engine: EngineState<'_>) -> CommandResult<Vec<Collection>> {
+    blocking(&engine, |engine| Ok(engine.library().collections()?)).await
+}
+
+#[tauri::command]
 pub async fn list_sources(engine: EngineState<'_>) -> CommandResult<Vec<Source>> {
     blocking(&engine, |engine| Ok(engine.library().sources()?)).await
 }
@@ -220,11 +225,10 @@ pub async fn list_problems(
     source_id: Option<i64>,
 ) -> CommandResult<Vec<DocumentRecord>> {
     blocking(&engine, move |engine| {
-        let problems = engine.library().store().problem_documents(500)?;
-        Ok(problems
-            .into_iter()
-            .filter(|d| source_id.is_none_or(|id| d.source_id == id))
-            .collect())
+        Ok(engine
+            .library()
+            .store()
+            .problem_documents_in(source_id, 500)?)
     })
     .await
 }
@@ -362,8 +366,36 @@ pub async fn get_settings(engine: EngineState<'_>) -> CommandResult<Settings> {
 }
 
 #[tauri::command]
-pub async fn save_settings(engine: EngineState<'_>, settings: Settings) -> CommandResult<Settings> {
+pub async fn save_settings(
+    app: AppHandle,
+    engine: EngineState<'_>,
+    settings: Settings,
+) -> CommandResult<Settings> {
     blocking(&engine, move |engine| {
+        let current = settings::load(engine.data_dir()).unwrap_or_default();
+        let command = settings.open_command.trim();
+        // The open command runs a program: the page alone may not choose one, the user
+        // confirms it in a native dialog.
+        if !command.is_empty() && command != current.open_command.trim() {
+            let allowed = app
+                .dialog()
+                .message(format!(
+                    "Open search results by running this command?\n\n{command}\n\n\
+                     ({{path}}, {{line}} and {{page}} are filled in for each result.)"
+                ))
+                .title("Quarry: open command")
+                .buttons(MessageDialogButtons::OkCancelCustom(
+                    "Use this command".into(),
+                    "Cancel".into(),
+                ))
+                .blocking_show();
+            if !allowed {
+                return Err(CommandError::new(
+                    "cancelled",
+                    "the open command was not changed",
+                ));
+            }
+        }
         settings::save(engine.data_dir(), &settings)
     })
     .await

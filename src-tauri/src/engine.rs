@@ -120,14 +120,12 @@ impl Engine {
 
     /// Stops the indexer thread and waits for it (a file being read is finished first).
     pub fn pause_indexing(&self) {
-        let taken = self
-            .indexer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(indexer) = taken {
-            indexer.stop.store(true, Ordering::Relaxed);
-            let _ = indexer.thread.join();
+        // Joined under the lock, so a resume meanwhile waits for this thread to be gone
+        // (the thread itself only ever locks the activity).
+        let mut indexer = self.indexer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(running) = indexer.take() {
+            running.stop.store(true, Ordering::Relaxed);
+            let _ = running.thread.join();
         }
         self.set_state(IndexerState::Paused, None);
     }
@@ -145,24 +143,21 @@ impl Engine {
     /// Re-reads the sources after one was added or removed here.
     pub fn sources_edited(&self) -> quarry_core::Result<()> {
         let ids: Vec<i64> = self.library().sources()?.iter().map(|s| s.id).collect();
-        let snapshot = {
+        {
+            // Sent under the lock, so snapshots leave in the order they were taken.
             let mut a = lock(&self.activity);
             a.state.sync_sources(&ids);
-            a.state.snapshot()
-        };
-        (self.notify)(Notice::Activity(snapshot));
+            (self.notify)(Notice::Activity(a.state.snapshot()));
+        }
         (self.notify)(Notice::SourcesChanged);
         (self.notify)(Notice::IndexChanged);
         Ok(())
     }
 
     fn set_state(&self, state: IndexerState, error: Option<String>) {
-        let snapshot = {
-            let mut a = lock(&self.activity);
-            a.state.set_state(state, error);
-            a.state.snapshot()
-        };
-        (self.notify)(Notice::Activity(snapshot));
+        let mut a = lock(&self.activity);
+        a.state.set_state(state, error);
+        (self.notify)(Notice::Activity(a.state.snapshot()));
     }
 }
 

@@ -52,6 +52,7 @@ fn main() {
         })
         .invoke_handler(tauri::generate_handler![
             commands::app_status,
+            commands::list_collections,
             commands::list_sources,
             commands::add_source,
             commands::remove_source,

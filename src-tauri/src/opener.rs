@@ -9,7 +9,9 @@ use quarry_core::store::ChunkLocation;
 use crate::error::{CommandError, CommandResult};
 
 /// Tests replace the opener with this command (same placeholders as `open_command`), so that
-/// no desktop application starts while they run.
+/// no desktop application starts while they run. Debug builds only: a release build never
+/// runs a program named by its environment.
+#[cfg(debug_assertions)]
 pub const TEST_OPENER_ENV: &str = "QUARRY_OPENER";
 
 /// How a file gets opened.
@@ -23,10 +25,16 @@ pub enum Opener {
 impl Opener {
     /// The test hook if set, else the user's command, else the system opener.
     pub fn choose(open_command: &str) -> Opener {
-        match std::env::var(TEST_OPENER_ENV) {
-            Ok(command) if !command.trim().is_empty() => Opener::Command(command),
-            _ if !open_command.trim().is_empty() => Opener::Command(open_command.to_string()),
-            _ => Opener::System,
+        #[cfg(debug_assertions)]
+        if let Ok(command) = std::env::var(TEST_OPENER_ENV) {
+            if !command.trim().is_empty() {
+                return Opener::Command(command);
+            }
+        }
+        if open_command.trim().is_empty() {
+            Opener::System
+        } else {
+            Opener::Command(open_command.to_string())
         }
     }
 }

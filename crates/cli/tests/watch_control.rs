@@ -156,3 +156,66 @@ fn a_second_writer_in_the_same_process_is_told_who_writes() {
     second.remove_source(source.id).unwrap();
     assert!(second.sources().unwrap().is_empty());
 }
+
+#[test]
+fn removing_a_source_in_the_middle_of_its_scan_does_not_stop_the_watcher() {
+    let env = TestEnv::new();
+    for i in 0..300 {
+        write(
+            &env.docs().join(format!("n{i:03}.md")),
+            format!("# Note {i}\n\ncormorant {i}\n").as_bytes(),
+        );
+    }
+    let other = tempfile::tempdir().unwrap();
+    write(&other.path().join("later.md"), b"# Later\n\nwaxwing\n");
+
+    let mut setup = Library::open(env.data.path()).unwrap();
+    let doomed = setup.add_source(env.docs(), "docs", &[], &[]).unwrap();
+    // The UI's handle removes the source from inside the scan's first progress event, so the
+    // rest of the scan writes for a source that no longer exists.
+    let remover = std::sync::Mutex::new(Some(setup));
+    let on_event = |event: &quarry_core::WatchEvent| {
+        if let quarry_core::WatchEvent::Index(quarry_core::IndexEvent::BatchCommitted { .. }) =
+            event
+        {
+            if let Some(mut library) = remover.lock().unwrap().take() {
+                library.remove_source(doomed.id).unwrap();
+            }
+        }
+    };
+    let stop = AtomicBool::new(false);
+    let mut library = Library::open(env.data.path()).unwrap();
+    let reader = Library::open(env.data.path()).unwrap();
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let mut writer = library.writer().unwrap();
+            writer.watch(
+                &IndexOptions::default(),
+                &WatchOptions::default(),
+                &on_event,
+                &stop,
+            )
+        });
+        wait_for("the removal", || remover.lock().unwrap().is_none());
+        // Still watching: a folder added now is indexed.
+        let mut adder = Library::open(env.data.path()).unwrap();
+        adder.add_source(other.path(), "other", &[], &[]).unwrap();
+        wait_for("the new folder to be searchable", || {
+            reader
+                .search(&SearchRequest::new("waxwing").with_mode(SearchMode::Lexical))
+                .is_ok_and(|r| r.hits.len() == 1)
+        });
+        assert!(!watcher.is_finished(), "the watcher stopped");
+        stop.store(true, Ordering::Relaxed);
+        watcher.join().unwrap().unwrap();
+    });
+    let sources = reader.sources().unwrap();
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    let hits = reader
+        .search(&SearchRequest::new("cormorant").with_mode(SearchMode::Lexical))
+        .unwrap();
+    assert!(
+        hits.hits.is_empty(),
+        "the removed folder's documents are gone"
+    );
+}

@@ -81,6 +81,8 @@ export interface SourceActivity {
 
 /** The whole indexer state; sent as the `quarry://activity` event whenever it changes. */
 export interface Activity {
+  /** Grows with every change: a snapshot with a lower `seq` than the one shown is stale. */
+  seq: number;
   state: 'starting' | 'running' | 'paused' | 'error';
   /** The error that stopped the indexer (state `error`). */
   error: string | null;
@@ -255,6 +257,7 @@ export interface Settings {
 
 export const api = {
   appStatus: () => invoke<AppStatus>('app_status'),
+  listCollections: () => invoke<Collection[]>('list_collections'),
   listSources: () => invoke<Source[]>('list_sources'),
   addSource: (path: string, collection: string, include: string[], exclude: string[]) =>
     invoke<Source>('add_source', { path, collection, include, exclude }),

@@ -138,47 +138,58 @@ export async function saveSettings(next: Settings): Promise<Settings> {
   return saved;
 }
 
+/**
+ * Shows an activity snapshot, from an event or a command's reply. One older than the one shown
+ * (a lower `seq`) is ignored, so a late reply cannot overwrite a newer event.
+ */
 export function setActivity(a: Activity): void {
+  const shown = live.activity;
+  if (shown && a.seq < shown.seq) return;
   live.activity = a;
   live.activityVersion++;
 }
 
-/** Subscribes to the shell's events and reads the activity once; returns the unsubscribe. */
+/**
+ * Subscribes to the shell's events, then reads the activity once (after the subscriptions are in
+ * place, so no change falls between the two); returns the unsubscribe.
+ */
 export function startLive(): () => void {
   let disposed = false;
   const unlisteners: UnlistenFn[] = [];
-  const keep = (p: Promise<UnlistenFn>) =>
+  const keep = (p: Promise<UnlistenFn>): Promise<void> =>
     p
       .then((u) => {
         if (disposed) u();
         else unlisteners.push(u);
       })
       .catch((e: unknown) => {
-        live.error = errorMessage(e);
+        if (!disposed) live.error = errorMessage(e);
       });
 
-  keep(events.onActivity((a) => setActivity(a)));
-  keep(
-    events.onSourcesChanged(() => {
-      live.sourcesVersion++;
-    }),
-  );
-  keep(
-    events.onIndexChanged(() => {
-      live.indexVersion++;
-    }),
-  );
+  const registered = Promise.all([
+    keep(events.onActivity((a) => setActivity(a))),
+    keep(
+      events.onSourcesChanged(() => {
+        live.sourcesVersion++;
+      }),
+    ),
+    keep(
+      events.onIndexChanged(() => {
+        live.indexVersion++;
+      }),
+    ),
+  ]);
 
-  const seen = live.activityVersion;
-  api
-    .activity()
-    .then((a) => {
-      // An event that arrived meanwhile is newer than this answer.
-      if (!disposed && live.activityVersion === seen) setActivity(a);
-    })
-    .catch((e: unknown) => {
+  void registered.then(async () => {
+    if (disposed) return;
+    try {
+      const a = await api.activity();
+      // An event that arrived meanwhile has a higher `seq`: setActivity keeps it.
+      if (!disposed) setActivity(a);
+    } catch (e) {
       if (!disposed) live.error = errorMessage(e);
-    });
+    }
+  });
 
   return () => {
     disposed = true;

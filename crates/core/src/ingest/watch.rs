@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::indexer::{index_scope, IndexOptions, Run, Scope};
 use super::progress::IndexEvent;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fulltext::FullText;
 use crate::store::{Source, Store};
 
@@ -157,7 +157,7 @@ pub(crate) fn watch(
                 keep
             });
             for source in current {
-                if sources.contains_key(&source.id) {
+                if sources.contains_key(&source.id) || stop.load(Ordering::Relaxed) {
                     continue;
                 }
                 let mode = start_watching(&mut debouncer, &source, options, on_event);
@@ -168,15 +168,16 @@ pub(crate) fn watch(
                     continue;
                 }
                 let mut run = Run::new(&forward);
-                index_scope(
+                if scan(
                     store,
                     fulltext,
                     &source,
                     &Scope::All,
                     index_options,
                     &mut run,
-                )?;
-                run.finish();
+                )? {
+                    run.finish();
+                }
                 sources.insert(source.id, (source, mode, Some(Instant::now())));
             }
             first_load = false;
@@ -194,6 +195,7 @@ pub(crate) fn watch(
                     .collect();
                 let paths: Vec<PathBuf> = paths.into_iter().collect();
                 let mut run = Run::new(&forward);
+                let mut completed = true;
                 for (source, mode, last) in sources.values_mut() {
                     let mine = paths_under(&paths, source);
                     if mine.is_empty() && !rescan {
@@ -204,13 +206,15 @@ pub(crate) fn watch(
                     } else {
                         Scope::Paths(mine)
                     };
-                    index_scope(store, fulltext, source, &scope, index_options, &mut run)?;
+                    completed &= scan(store, fulltext, source, &scope, index_options, &mut run)?;
                     *last = Some(Instant::now());
                     if !source.root.is_dir() {
                         *mode = Mode::Missing;
                     }
                 }
-                run.finish();
+                if completed {
+                    run.finish();
+                }
                 if !paths.is_empty() {
                     on_event(&WatchEvent::Changed { paths });
                 }
@@ -252,17 +256,18 @@ pub(crate) fn watch(
             if back {
                 *mode = start_watching(&mut debouncer, source, options, on_event);
             }
-            if back || due {
+            if (back || due) && !stop.load(Ordering::Relaxed) {
                 let mut run = Run::new(&forward);
-                index_scope(
+                if scan(
                     store,
                     fulltext,
                     source,
                     &Scope::All,
                     index_options,
                     &mut run,
-                )?;
-                run.finish();
+                )? {
+                    run.finish();
+                }
                 *last = Some(Instant::now());
                 if !source.root.is_dir() {
                     *mode = Mode::Missing;
@@ -277,10 +282,11 @@ pub(crate) fn watch(
                 ..index_options.clone()
             };
             let mut run = Run::new(&forward);
+            let mut completed = true;
             for (source, _, _) in sources.values() {
                 let mine = paths_under(&requested, source);
                 if !mine.is_empty() {
-                    index_scope(
+                    completed &= scan(
                         store,
                         fulltext,
                         source,
@@ -290,7 +296,14 @@ pub(crate) fn watch(
                     )?;
                 }
             }
-            run.finish();
+            if completed {
+                run.finish();
+            } else if stop.load(Ordering::Relaxed) {
+                // Paused mid-retry: ask again after resuming (re-reading is harmless).
+                for path in requested {
+                    options.requests.push(path);
+                }
+            }
         }
         if last_sync.elapsed() >= Duration::from_secs(2) {
             last_sync = Instant::now();
@@ -301,6 +314,27 @@ pub(crate) fn watch(
         }
     }
     Ok(())
+}
+
+/// Indexes `scope` of `source`; false when the scan did not complete: cancelled, or the
+/// source was removed meanwhile (by the app or another process). A removed source is not an
+/// error: its rows are gone, so the scan's writes fail, and the next reload drops it.
+fn scan(
+    store: &mut Store,
+    fulltext: &mut FullText,
+    source: &Source,
+    scope: &Scope,
+    options: &IndexOptions,
+    run: &mut Run<'_>,
+) -> Result<bool> {
+    match index_scope(store, fulltext, source, scope, options, run) {
+        Ok(()) => Ok(!options.is_cancelled()),
+        Err(e) if matches!(store.source(source.id), Err(Error::SourceNotFound(_))) => {
+            tracing::info!(source = source.id, error = %e, "source removed during its scan");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The paths inside `source`'s folder.

@@ -315,11 +315,24 @@ impl Store {
 
     /// Documents that were skipped or failed, newest first.
     pub fn problem_documents(&self, limit: usize) -> Result<Vec<DocumentRecord>> {
+        self.problem_documents_in(None, limit)
+    }
+
+    /// [`Store::problem_documents`] of one source (`None`: all).
+    pub fn problem_documents_in(
+        &self,
+        source_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<DocumentRecord>> {
         let mut stmt = self.conn.prepare(&format!(
-            "{DOCUMENT_SELECT} WHERE d.status != 'indexed' OR d.warning IS NOT NULL
+            "{DOCUMENT_SELECT} WHERE (d.status != 'indexed' OR d.warning IS NOT NULL)
+               AND (?2 IS NULL OR d.source_id = ?2)
              ORDER BY d.updated_at DESC, d.id DESC LIMIT ?1"
         ))?;
-        let rows = stmt.query_map([limit as i64], DocumentRecord::from_row)?;
+        let rows = stmt.query_map(
+            rusqlite::params![limit as i64, source_id],
+            DocumentRecord::from_row,
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
