@@ -20,7 +20,9 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 # libclang; scripts/llama-server.sh builds llama.cpp's server for the HTTP backend tests.
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
-ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
+# (libclang-cpp, which other packages bring, is not what bindgen loads.)
+ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
+  /usr/lib/*-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 # The desktop app (Tauri 2 on WebKitGTK) and its end-to-end tests (WebKitWebDriver under Xvfb).
 for pkg in libwebkit2gtk-4.1-dev libgtk-3-dev libsoup-3.0-dev libjavascriptcoregtk-4.1-dev \
   libssl-dev librsvg2-dev libxdo-dev file webkit2gtk-driver xvfb xauth imagemagick \

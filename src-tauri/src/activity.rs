@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use quarry_core::{EmbedProgress, IndexEvent, IndexProgress, WatchEvent};
 use serde::Serialize;
 
+use crate::error::CommandError;
+
 /// The indexer as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -70,7 +72,9 @@ pub struct Activity {
     /// Grows with every change: the UI ignores a snapshot older than the one it shows.
     pub seq: u64,
     pub state: IndexerState,
-    pub error: Option<String>,
+    /// Why the indexer stopped (state `error`), with core's code (`writer_busy` when another
+    /// process indexes this library).
+    pub error: Option<CommandError>,
     pub sources: Vec<SourceActivity>,
     pub embedding: Vec<EmbedProgress>,
     pub embedding_unavailable: Option<String>,
@@ -93,7 +97,7 @@ pub struct Effects {
 pub struct ActivityState {
     seq: u64,
     state: IndexerState,
-    error: Option<String>,
+    error: Option<CommandError>,
     sources: BTreeMap<i64, SourceActivity>,
     embedding: BTreeMap<String, EmbedProgress>,
     embedding_unavailable: Option<String>,
@@ -129,7 +133,7 @@ impl ActivityState {
         }
     }
 
-    pub fn set_state(&mut self, state: IndexerState, error: Option<String>) {
+    pub fn set_state(&mut self, state: IndexerState, error: Option<CommandError>) {
         self.seq += 1;
         self.state = state;
         self.error = error;

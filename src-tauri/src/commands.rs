@@ -4,12 +4,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use quarry_core::embed::{
+use quarry_core::models::{
     default_embedding_model, fix_command, ModelKind, ModelListing, RUNTIME_ID,
 };
 use quarry_core::store::EmbeddingCoverage;
 use quarry_core::{
-    Collection, DocumentRecord, SearchMode, SearchRequest, SearchResults, Source, Stats,
+    ChunkInContext, Collection, DocumentRecord, SearchMode, SearchRequest, SearchResults, Source,
+    Stats,
 };
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, State};
@@ -18,7 +19,7 @@ use tauri_plugin_opener::OpenerExt;
 
 use crate::activity::Activity;
 use crate::engine::Engine;
-use crate::error::{CommandError, CommandResult};
+use crate::error::{CommandError, CommandResult, ShellError};
 use crate::opener::{self, Opener};
 use crate::settings::{self, Settings};
 
@@ -32,7 +33,7 @@ async fn blocking<T: Send + 'static>(
     let engine = Arc::clone(engine);
     tauri::async_runtime::spawn_blocking(move || work(&engine))
         .await
-        .map_err(|e| CommandError::new("internal", format!("the command failed: {e}")))?
+        .map_err(|e| CommandError::internal(format!("the command failed: {e}")))?
 }
 
 /// Something missing, with the command that fixes it.
@@ -140,10 +141,11 @@ pub async fn add_source(
     blocking(&engine, move |engine| {
         let path = path.trim();
         if path.is_empty() {
-            return Err(CommandError::new(
-                "invalid_source_path",
-                "type a folder path or browse for one",
-            ));
+            return Err(quarry_core::Error::InvalidSourcePath {
+                path: "".into(),
+                reason: "type a folder path or browse for one".into(),
+            }
+            .into());
         }
         let collection = match collection.trim() {
             "" => "documents",
@@ -198,7 +200,7 @@ pub async fn pick_folder(app: AppHandle) -> CommandResult<Option<String>> {
             .map(|p| p.display().to_string())
     })
     .await
-    .map_err(|e| CommandError::new("internal", format!("the folder dialog failed: {e}")))
+    .map_err(|e| CommandError::internal(format!("the folder dialog failed: {e}")))
 }
 
 #[tauri::command]
@@ -234,11 +236,8 @@ pub async fn list_problems(
 }
 
 #[tauri::command]
-pub async fn retry_file(engine: EngineState<'_>, path: String) -> CommandResult<()> {
-    blocking(&engine, move |engine| {
-        Ok(engine.retry(&PathBuf::from(path))?)
-    })
-    .await
+pub async fn retry_file(engine: EngineState<'_>, document_id: i64) -> CommandResult<()> {
+    blocking(&engine, move |engine| Ok(engine.retry(document_id)?)).await
 }
 
 #[derive(Deserialize)]
@@ -269,37 +268,24 @@ pub async fn search(engine: EngineState<'_>, args: SearchArgs) -> CommandResult<
     .await
 }
 
-/// A chunk among its neighbours in document order.
-#[derive(Serialize)]
-pub struct Preview {
-    document: DocumentRecord,
-    chunks: Vec<quarry_core::ChunkRecord>,
-    focus_chunk_id: i64,
-}
-
 /// Chunks shown on each side of the focused one.
 const PREVIEW_CONTEXT: usize = 3;
 
+/// The chunk among its neighbours in its own document.
 #[tauri::command]
-pub async fn preview(engine: EngineState<'_>, chunk_id: i64) -> CommandResult<Preview> {
+pub async fn preview(engine: EngineState<'_>, chunk_id: i64) -> CommandResult<ChunkInContext> {
     blocking(&engine, move |engine| {
-        let library = engine.library();
-        let focus = find_chunk(&library, chunk_id)?;
-        let view = library.document(&focus.path)?;
-        let at = view
-            .chunks
-            .iter()
-            .position(|c| c.id == chunk_id)
-            .unwrap_or(0);
-        let start = at.saturating_sub(PREVIEW_CONTEXT);
-        let end = (at + PREVIEW_CONTEXT + 1).min(view.chunks.len());
-        Ok(Preview {
-            document: view.document,
-            chunks: view.chunks[start..end].to_vec(),
-            focus_chunk_id: chunk_id,
-        })
+        engine
+            .library()
+            .chunk_in_context(chunk_id, PREVIEW_CONTEXT)?
+            .ok_or_else(chunk_gone)
     })
     .await
+}
+
+fn chunk_gone() -> CommandError {
+    ShellError::ChunkNotFound
+        .with("that result is no longer in the index (the file changed): search again")
 }
 
 fn find_chunk(
@@ -311,12 +297,7 @@ fn find_chunk(
         .chunks_by_id(&[chunk_id])?
         .into_iter()
         .next()
-        .ok_or_else(|| {
-            CommandError::new(
-                "chunk_not_found",
-                "that result is no longer in the index (the file changed): search again",
-            )
-        })
+        .ok_or_else(chunk_gone)
 }
 
 /// Opens the file of an indexed chunk at its page or line. Only indexed files can be opened:
@@ -330,14 +311,12 @@ pub async fn open_result(
     blocking(&engine, move |engine| {
         let chunk = find_chunk(&engine.library(), chunk_id)?;
         if !chunk.path.is_file() {
-            return Err(CommandError::new(
-                "file_missing",
-                format!("{} is gone from disk", chunk.path.display()),
-            ));
+            return Err(
+                ShellError::FileMissing.with(format!("{} is gone from disk", chunk.path.display()))
+            );
         }
-        let settings = settings::load(engine.data_dir()).unwrap_or_default();
         let place = opener::describe(&chunk.path, &chunk.location);
-        match Opener::choose(&settings.open_command) {
+        match Opener::configured(engine.data_dir())? {
             Opener::Command(template) => {
                 opener::spawn_command(&opener::command_words(
                     &template,
@@ -349,10 +328,10 @@ pub async fn open_result(
                 .opener()
                 .open_path(chunk.path.display().to_string(), None::<&str>)
                 .map_err(|e| {
-                    CommandError::new(
-                        "open_failed",
-                        format!("the system could not open {}: {e}", chunk.path.display()),
-                    )
+                    ShellError::OpenFailed.with(format!(
+                        "the system could not open {}: {e}",
+                        chunk.path.display()
+                    ))
                 })?,
         }
         Ok(format!("Opened {place}"))
@@ -390,10 +369,7 @@ pub async fn save_settings(
                 ))
                 .blocking_show();
             if !allowed {
-                return Err(CommandError::new(
-                    "cancelled",
-                    "the open command was not changed",
-                ));
+                return Err(ShellError::Cancelled.with("the open command was not changed"));
             }
         }
         settings::save(engine.data_dir(), &settings)

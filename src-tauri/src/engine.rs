@@ -14,6 +14,7 @@ use quarry_core::{
 };
 
 use crate::activity::{Activity, ActivityState, Effects, IndexerState};
+use crate::error::CommandError;
 
 /// What the engine tells the UI; the shell turns each into a Tauri event.
 pub enum Notice {
@@ -106,7 +107,7 @@ impl Engine {
                         Ok(()) => (IndexerState::Paused, None),
                         Err(e) => {
                             tracing::error!(error = %e, "the indexer stopped");
-                            (IndexerState::Error, Some(e.to_string()))
+                            (IndexerState::Error, Some(indexer_error(e)))
                         }
                     };
                     let mut a = lock(&activity);
@@ -130,13 +131,17 @@ impl Engine {
         self.set_state(IndexerState::Paused, None);
     }
 
-    /// Queues a file (or folder) to be read again, failed files included.
-    pub fn retry(&self, path: &Path) -> quarry_core::Result<()> {
-        let document = self.library().document(path)?;
-        if document.document.status == DocumentStatus::Indexed {
-            tracing::info!(path = %path.display(), "re-reading an indexed file on request");
+    /// Queues a document's file to be read again, even if it failed and is unchanged. The
+    /// document is named by id: a path can belong to two collections' sources.
+    pub fn retry(&self, document_id: i64) -> quarry_core::Result<()> {
+        let document = self
+            .library()
+            .document_by_id(document_id)?
+            .ok_or_else(|| Error::DocumentNotFound(format!("document #{document_id}").into()))?;
+        if document.status == DocumentStatus::Indexed {
+            tracing::info!(path = %document.path.display(), "re-reading an indexed file on request");
         }
-        self.requests.push(document.document.path);
+        self.requests.push(document.path);
         Ok(())
     }
 
@@ -154,7 +159,7 @@ impl Engine {
         Ok(())
     }
 
-    fn set_state(&self, state: IndexerState, error: Option<String>) {
+    fn set_state(&self, state: IndexerState, error: Option<CommandError>) {
         let mut a = lock(&self.activity);
         a.state.set_state(state, error);
         (self.notify)(Notice::Activity(a.state.snapshot()));
@@ -181,16 +186,7 @@ fn run_indexer(
     requests: WatchRequests,
 ) -> quarry_core::Result<()> {
     let mut library = Library::open(data_dir)?;
-    let mut writer = match library.writer() {
-        Ok(writer) => writer,
-        Err(Error::WriterBusy { holder, .. }) => {
-            return Err(Error::Internal(format!(
-                "another Quarry process is indexing this library ({holder}); searches work, \
-                 and indexing resumes here once it stops (press Resume)"
-            )))
-        }
-        Err(e) => return Err(e),
-    };
+    let mut writer = library.writer()?;
     {
         let mut a = lock(activity);
         a.state.set_state(IndexerState::Running, None);
@@ -203,6 +199,19 @@ fn run_indexer(
     };
     let on_event = |event: &WatchEvent| fold_event(activity, notify, event);
     writer.watch(&index_options, &watch_options, &on_event, stop)
+}
+
+/// What the UI shows when the indexer stops: core's code and kind, and for another process
+/// holding the lock (`writer_busy`), what still works and how to carry on.
+fn indexer_error(e: Error) -> CommandError {
+    let mut error = CommandError::from(e);
+    if error.code == "writer_busy" {
+        error.message = format!(
+            "{}. Searches work, and indexing resumes here once it stops (press Resume)",
+            error.message.trim_end_matches(['.', ';'])
+        );
+    }
+    error
 }
 
 /// Folds an event into the activity and sends what changed, throttled.
@@ -228,5 +237,22 @@ fn fold_event(activity: &Mutex<Throttled>, notify: &Notify, event: &WatchEvent) 
     {
         a.index_changed_sent = Some(Instant::now());
         notify(Notice::IndexChanged);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_process_indexing_keeps_the_writer_busy_code() {
+        let error = indexer_error(Error::WriterBusy {
+            data_dir: "/lib".into(),
+            holder: "pid 7 (quarry index --watch)".into(),
+        });
+        assert_eq!(error.code, "writer_busy");
+        assert_eq!(error.kind, quarry_core::ErrorKind::Unavailable);
+        assert!(error.message.contains("pid 7"), "{}", error.message);
+        assert!(error.message.contains("press Resume"), "{}", error.message);
     }
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use quarry_core::store::ChunkLocation;
 
-use crate::error::{CommandError, CommandResult};
+use crate::error::{CommandResult, ShellError};
 
 /// Tests replace the opener with this command (same placeholders as `open_command`), so that
 /// no desktop application starts while they run. Debug builds only: a release build never
@@ -23,6 +23,15 @@ pub enum Opener {
 }
 
 impl Opener {
+    /// The opener the user's settings in `data_dir` choose. A broken settings file is an error
+    /// naming it: opening with the system opener instead would hide that the user's command is
+    /// being ignored.
+    pub fn configured(data_dir: &Path) -> CommandResult<Opener> {
+        Ok(Opener::choose(
+            &crate::settings::load(data_dir)?.open_command,
+        ))
+    }
+
     /// The test hook if set, else the user's command, else the system opener.
     pub fn choose(open_command: &str) -> Opener {
         #[cfg(debug_assertions)]
@@ -59,12 +68,9 @@ pub fn command_words(template: &str, path: &Path, location: &ChunkLocation) -> V
 pub fn spawn_command(words: &[String]) -> CommandResult<()> {
     let (program, args) = words
         .split_first()
-        .ok_or_else(|| CommandError::new("open_failed", "the open command is empty"))?;
+        .ok_or_else(|| ShellError::OpenFailed.with("the open command is empty"))?;
     let mut child = Command::new(program).args(args).spawn().map_err(|e| {
-        CommandError::new(
-            "open_failed",
-            format!("cannot run `{program}` to open the file: {e}"),
-        )
+        ShellError::OpenFailed.with(format!("cannot run `{program}` to open the file: {e}"))
     })?;
     std::thread::spawn(move || child.wait());
     Ok(())
@@ -103,6 +109,23 @@ mod tests {
         );
         assert_eq!(words, vec!["code", "--goto", "/home/me/My Notes/a.md:12"]);
         assert_eq!(describe(Path::new("/x/a.md"), &location), "a.md, line 12");
+    }
+
+    #[test]
+    fn a_broken_settings_file_is_an_error_not_the_system_opener() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = crate::settings::settings_path(dir.path());
+        std::fs::write(&settings, "{\"open_command\": 7}").unwrap();
+        let error = match Opener::configured(dir.path()) {
+            Ok(_) => panic!("a broken settings file chose an opener"),
+            Err(error) => error,
+        };
+        assert_eq!(error.code, "invalid_settings");
+        assert!(
+            error.message.contains("desktop-settings.json"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use quarry_core::SearchMode;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CommandError, CommandResult};
+use crate::error::{CommandResult, ShellError};
 
 /// Light, dark, or whatever the desktop uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -49,38 +49,28 @@ pub fn load(data_dir: &Path) -> CommandResult<Settings> {
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::default()),
-        Err(e) => {
-            return Err(CommandError::new(
-                "io",
-                format!("cannot read {}: {e}", path.display()),
-            ))
-        }
+        Err(e) => return Err(quarry_core::Error::io(&path, e).into()),
     };
     serde_json::from_str(&text).map_err(|e| {
-        CommandError::new(
-            "invalid_settings",
-            format!(
-                "{} is not valid settings ({e}); fix or delete it",
-                path.display()
-            ),
-        )
+        ShellError::InvalidSettings.with(format!(
+            "{} is not valid settings ({e}); fix or delete it",
+            path.display()
+        ))
     })
 }
 
 /// Checks and writes the settings (atomically: a crash leaves the old file).
 pub fn save(data_dir: &Path, settings: &Settings) -> CommandResult<Settings> {
     if !settings.open_command.trim().is_empty() && !settings.open_command.contains("{path}") {
-        return Err(CommandError::new(
-            "invalid_settings",
-            "open_command must contain {path} (e.g. `code --goto {path}:{line}`)",
-        ));
+        return Err(ShellError::InvalidSettings
+            .with("open_command must contain {path} (e.g. `code --goto {path}:{line}`)"));
     }
     let path = settings_path(data_dir);
     let tmp = path.with_extension("json.tmp");
     let json = serde_json::to_string_pretty(settings).expect("settings serialise");
     std::fs::write(&tmp, json)
         .and_then(|()| std::fs::rename(&tmp, &path))
-        .map_err(|e| CommandError::new("io", format!("cannot write {}: {e}", path.display())))?;
+        .map_err(|e| quarry_core::Error::io(&path, e))?;
     Ok(settings.clone())
 }
 

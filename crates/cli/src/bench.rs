@@ -359,7 +359,7 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
 
     let temp = tempfile::tempdir()?;
     let mut store = quarry_core::store::Store::open(&temp.path().join("quarry.db"))?;
-    let collection = store.create_collection("bench", "internal", "english")?;
+    let collection = store.create_collection("bench", "internal", "english", "bench-model")?;
     let table = store.ensure_vector_table("bench-model", dim)?;
     let started = Instant::now();
     let batch = 10_000;

@@ -12,7 +12,7 @@ use quarry_core::orchestrator::{
 };
 use quarry_core::{Library, Principal};
 
-use crate::tools_cmd::AsPrincipal;
+use crate::principal_arg::AsPrincipal;
 
 #[derive(Args)]
 pub struct ChatArgs {

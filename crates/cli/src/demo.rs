@@ -90,7 +90,7 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
         &quarry_core::Principal::administrator(),
         &quarry_core::RunOptions::default(),
     ) {
-        Ok(run) => crate::tools_cmd::print_run(&run, true),
+        Ok(run) => crate::pipeline_cmd::print_run(&run, true),
         Err(e) => println!("error[{}]: {e}", e.code()),
     }
     // The assistant: the default mode runs that pipeline, then the embedded model writes a

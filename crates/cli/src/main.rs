@@ -1,12 +1,16 @@
 //! `quarry`: every Quarry capability, headless. A thin adapter over quarry-core: parse
 //! arguments, call the engine, print. Exit codes: 0 success, 1 no results, 2 error.
 
+mod audit_cmd;
 mod bench;
 mod chat_cmd;
 mod demo;
 mod eval;
+mod keys_cmd;
 mod models_cmd;
 mod output;
+mod pipeline_cmd;
+mod principal_arg;
 mod tools_cmd;
 
 use std::path::PathBuf;
@@ -16,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use quarry_core::embed::Models;
+use quarry_core::models::Models;
 use quarry_core::retrieve::RerankSettings;
 use quarry_core::{
     IndexOptions, Library, RetrievalSettings, SearchMode, SearchRequest, WatchOptions,
@@ -91,10 +95,10 @@ enum Command {
     Tools(tools_cmd::ToolsCommand),
     /// Pipelines: Query → Retrieval → Chunk stages, drafts and saved versions
     #[command(subcommand)]
-    Pipeline(tools_cmd::PipelineCommand),
+    Pipeline(pipeline_cmd::PipelineCommand),
     /// API keys: personal keys and service keys acting for a user
     #[command(subcommand)]
-    Keys(tools_cmd::KeysCommand),
+    Keys(keys_cmd::KeysCommand),
     /// Ask the local assistant: a cited answer from your documents
     Chat(chat_cmd::ChatArgs),
     /// Orchestrator configurations: drafts, applied revisions, modes, budgets, gates
@@ -252,7 +256,7 @@ struct SearchArgs {
     #[arg(long)]
     settings: Option<String>,
     #[command(flatten)]
-    principal: tools_cmd::AsPrincipal,
+    principal: principal_arg::AsPrincipal,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -433,12 +437,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Models(command) => models_cmd::run_with_library(&command, &mut library)?,
         Command::Tools(command) => tools_cmd::run_tools(command, &library)?,
         Command::Pipeline(command) => {
-            if !tools_cmd::run_pipeline(command, &library)? {
+            if !pipeline_cmd::run_pipeline(command, &library)? {
                 return Ok(ExitCode::from(1));
             }
         }
-        Command::Keys(command) => tools_cmd::run_keys(command, &library)?,
-        Command::Audit { limit, json } => tools_cmd::print_audit(&library, limit, json)?,
+        Command::Keys(command) => keys_cmd::run_keys(command, &library)?,
+        Command::Audit { limit, json } => audit_cmd::print_audit(&library, limit, json)?,
         Command::Chat(args) => chat_cmd::run_chat(&args, &library)?,
         Command::Orchestrator(command) => chat_cmd::run_orchestrator(command, &library)?,
         Command::Demo { .. } | Command::Bench(_) | Command::Eval(_) => {

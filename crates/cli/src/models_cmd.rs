@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use quarry_core::embed::{
+use quarry_core::models::{
     default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, RUNTIME_ID,
 };
 use quarry_core::Library;

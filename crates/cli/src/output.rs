@@ -445,3 +445,9 @@ impl ProgressReporter {
         }
     }
 }
+
+/// Any value as pretty JSON.
+pub fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

@@ -10,12 +10,11 @@
 //! Keys are random, shown once at creation, and stored only as a SHA-256 hash with a short
 //! public prefix for lookup.
 
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::store::{now_unix, Collection, Store};
+use crate::store::{now_unix, ApiKeyRow, Collection, NewApiKeyRow, Store};
 
 /// Sensitivity labels, lowest first. A collection's label must be at or below a principal's
 /// ceiling for the principal to read it.
@@ -175,29 +174,27 @@ pub struct NewKey {
     pub scope: Scope,
 }
 
-const KEY_COLUMNS: &str = "id, name, kind, user_name, key_prefix, collections, sensitivity_ceiling, created_at, revoked_at";
-
-fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApiKey> {
-    let kind: String = r.get(2)?;
-    let collections: Option<String> = r.get(5)?;
-    Ok(ApiKey {
-        id: r.get(0)?,
-        name: r.get(1)?,
-        kind: if kind == "service" {
+fn key_from_row(r: ApiKeyRow) -> ApiKey {
+    ApiKey {
+        id: r.id,
+        name: r.name,
+        kind: if r.kind == "service" {
             PrincipalKind::Service
         } else {
             PrincipalKind::Personal
         },
-        user: r.get(3)?,
-        prefix: r.get(4)?,
+        user: r.user,
+        prefix: r.prefix,
         scope: Scope {
             // An unreadable list grants nothing, never everything.
-            collections: collections.map(|c| serde_json::from_str(&c).unwrap_or_default()),
-            sensitivity_ceiling: r.get(6)?,
+            collections: r
+                .collections
+                .map(|c| serde_json::from_str(&c).unwrap_or_default()),
+            sensitivity_ceiling: r.sensitivity_ceiling,
         },
-        created_at: r.get(7)?,
-        revoked_at: r.get(8)?,
-    })
+        created_at: r.created_at,
+        revoked_at: r.revoked_at,
+    }
 }
 
 fn hash_secret(secret: &str) -> String {
@@ -238,12 +235,7 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
             }
         }
     }
-    let exists: bool = store.conn().query_row(
-        "SELECT EXISTS(SELECT 1 FROM api_keys WHERE name = ?1)",
-        [&new.name],
-        |r| r.get(0),
-    )?;
-    if exists {
+    if store.api_key_name_exists(&new.name)? {
         return Err(Error::InvalidSetting {
             field: "name".into(),
             reason: format!("a key named `{}` already exists", new.name),
@@ -259,55 +251,41 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
         PrincipalKind::Service => "service",
         _ => "personal",
     };
-    store.conn().execute(
-        "INSERT INTO api_keys(name, kind, user_name, key_prefix, key_hash, collections,
-             sensitivity_ceiling, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            new.name,
-            kind,
-            user,
-            prefix,
-            hash_secret(&secret),
-            new.scope
-                .collections
-                .as_ref()
-                .map(|c| serde_json::to_string(c).expect("strings serialize")),
-            new.scope.sensitivity_ceiling,
-            now_unix()
-        ],
-    )?;
+    let collections = new
+        .scope
+        .collections
+        .as_ref()
+        .map(|c| serde_json::to_string(c).expect("strings serialize"));
+    store.insert_api_key(&NewApiKeyRow {
+        name: &new.name,
+        kind,
+        user: user.as_deref(),
+        prefix: &prefix,
+        hash: &hash_secret(&secret),
+        collections: collections.as_deref(),
+        sensitivity_ceiling: &new.scope.sensitivity_ceiling,
+        created_at: now_unix(),
+    })?;
     let key = key_by_name(store, &new.name)?;
     Ok(CreatedKey { key, secret })
 }
 
 fn key_by_name(store: &Store, name: &str) -> Result<ApiKey> {
     store
-        .conn()
-        .query_row(
-            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE name = ?1"),
-            [name],
-            key_from_row,
-        )
-        .optional()?
+        .api_key_by_name(name)?
+        .map(key_from_row)
         .ok_or_else(|| Error::KeyNotFound(name.into()))
 }
 
 /// Every key, newest last.
 pub fn keys(store: &Store) -> Result<Vec<ApiKey>> {
-    let mut stmt = store
-        .conn()
-        .prepare(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"))?;
-    let rows = stmt.query_map([], key_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(store.api_keys()?.into_iter().map(key_from_row).collect())
 }
 
 /// Revokes a key by name; it stops working at once.
 pub fn revoke_key(store: &Store, name: &str) -> Result<ApiKey> {
     key_by_name(store, name)?;
-    store.conn().execute(
-        "UPDATE api_keys SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
-        params![name, now_unix()],
-    )?;
+    store.revoke_api_key(name, now_unix())?;
     key_by_name(store, name)
 }
 
@@ -319,13 +297,8 @@ pub fn authenticate(store: &Store, secret: &str, acting_for: Option<&str>) -> Re
         .filter(|p| p.starts_with("qk_"))
         .ok_or_else(|| Error::Unauthorized("that is not a Quarry API key".into()))?;
     let found: Option<(ApiKey, String)> = store
-        .conn()
-        .query_row(
-            &format!("SELECT {KEY_COLUMNS}, key_hash FROM api_keys WHERE key_prefix = ?1"),
-            [prefix],
-            |r| Ok((key_from_row(r)?, r.get::<_, String>(9)?)),
-        )
-        .optional()?;
+        .api_key_by_prefix(prefix)?
+        .map(|(row, hash)| (key_from_row(row), hash));
     let (key, hash) = found.ok_or_else(|| Error::Unauthorized("unknown API key".into()))?;
     if hash != hash_secret(secret) {
         return Err(Error::Unauthorized("unknown API key".into()));

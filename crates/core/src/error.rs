@@ -43,8 +43,13 @@ pub enum Error {
         reason: &'static str,
     },
     /// A language without a stemmer.
-    #[error("unknown language `{0}`; known: {known}", known = crate::fulltext::LANGUAGE_NAMES.join(", "))]
-    UnknownLanguage(String),
+    #[error("unknown language `{language}`; known: {known}")]
+    UnknownLanguage {
+        /// The language asked for.
+        language: String,
+        /// The languages there are stemmers for, comma-separated.
+        known: String,
+    },
     /// A source that is not known.
     #[error("no source matches `{0}` (see `quarry source list`)")]
     SourceNotFound(String),
@@ -328,117 +333,82 @@ impl Error {
 
     /// The stable snake_case code of this error (see [`ERROR_CODES`]).
     pub fn code(&self) -> &'static str {
-        match self {
-            Error::CollectionNotFound(_) => "collection_not_found",
-            Error::CollectionExists(_) => "collection_exists",
-            Error::InvalidCollectionName { .. } => "invalid_collection_name",
-            Error::UnknownLanguage(_) => "unknown_language",
-            Error::SourceNotFound(_) => "source_not_found",
-            Error::SourceExists { .. } => "source_exists",
-            Error::InvalidSourcePath { .. } => "invalid_source_path",
-            Error::InvalidGlob { .. } => "invalid_glob",
-            Error::DocumentNotFound(_) => "document_not_found",
-            Error::WriterBusy { .. } => "writer_busy",
-            Error::SchemaTooNew { .. } => "schema_too_new",
-            Error::Watch { .. } => "watch_failed",
-            Error::DiskFull(_) => "disk_full",
-            Error::Sqlite(_) => "database_error",
-            Error::Tantivy(_) => "fulltext_error",
-            Error::FulltextOutOfSync(_) => "fulltext_out_of_sync",
-            Error::Io { .. } => "io_error",
-            Error::UnknownModel(_) => "unknown_model",
-            Error::ModelNotInstalled { .. } => "model_not_installed",
-            Error::ModelFileBad { .. } => "model_file_bad",
-            Error::RuntimeUnavailable { .. } => "runtime_unavailable",
-            Error::InvalidModel { .. } => "invalid_model",
-            Error::ModelMismatch { .. } => "model_mismatch",
-            Error::Inference { .. } => "inference_failed",
-            Error::Download { .. } => "download_failed",
-            Error::InvalidSetting { .. } => "invalid_setting",
-            Error::InvalidDataset { .. } => "invalid_dataset",
-            Error::ToolNotFound(_) => "tool_not_found",
-            Error::ToolExists(_) => "tool_exists",
-            Error::InvalidTool { .. } => "invalid_tool",
-            Error::ToolSource { .. } => "invalid_tool_source",
-            Error::ToolInUse { .. } => "tool_in_use",
-            Error::InvalidToolFile { .. } => "invalid_tool_file",
-            Error::ToolFailed { .. } => "tool_failed",
-            Error::ToolTimeout { .. } => "tool_timeout",
-            Error::PythonUnavailable { .. } => "python_unavailable",
-            Error::PipelineNotFound(_) => "pipeline_not_found",
-            Error::PipelineExists(_) => "pipeline_exists",
-            Error::PipelineNotReady { .. } => "pipeline_not_ready",
-            Error::Unauthorized(_) => "unauthorized",
-            Error::KeyNotFound(_) => "key_not_found",
-            Error::EvidenceRejected(_) => "evidence_rejected",
-            Error::LlmFailed { .. } => "llm_failed",
-            Error::LlmUnavailable(_) => "llm_unavailable",
-            Error::ConversationNotFound(_) => "conversation_not_found",
-            Error::OrchestratorNotReady(_) => "orchestrator_not_ready",
-            Error::Internal(_) => "internal",
-        }
+        self.code_and_kind().0
     }
 
     /// Who can fix it.
     pub fn kind(&self) -> ErrorKind {
-        ERROR_CODES
-            .iter()
-            .find(|(code, _)| *code == self.code())
-            .map(|(_, kind)| *kind)
-            .unwrap_or(ErrorKind::Internal)
+        self.code_and_kind().1
     }
 }
 
-/// Every code with its kind: the table the boundaries map from.
-pub const ERROR_CODES: &[(&str, ErrorKind)] = &[
-    ("collection_not_found", ErrorKind::NotFound),
-    ("collection_exists", ErrorKind::InvalidInput),
-    ("invalid_collection_name", ErrorKind::InvalidInput),
-    ("unknown_language", ErrorKind::InvalidInput),
-    ("source_not_found", ErrorKind::NotFound),
-    ("source_exists", ErrorKind::InvalidInput),
-    ("invalid_source_path", ErrorKind::InvalidInput),
-    ("invalid_glob", ErrorKind::InvalidInput),
-    ("document_not_found", ErrorKind::NotFound),
-    ("writer_busy", ErrorKind::Unavailable),
-    ("schema_too_new", ErrorKind::Unavailable),
-    ("watch_failed", ErrorKind::Unavailable),
-    ("disk_full", ErrorKind::Unavailable),
-    ("database_error", ErrorKind::Internal),
-    ("fulltext_error", ErrorKind::Internal),
-    ("fulltext_out_of_sync", ErrorKind::Internal),
-    ("io_error", ErrorKind::Unavailable),
-    ("unknown_model", ErrorKind::NotFound),
-    ("model_not_installed", ErrorKind::Unavailable),
-    ("model_file_bad", ErrorKind::Unavailable),
-    ("runtime_unavailable", ErrorKind::Unavailable),
-    ("invalid_model", ErrorKind::InvalidInput),
-    ("model_mismatch", ErrorKind::InvalidInput),
-    ("inference_failed", ErrorKind::Internal),
-    ("download_failed", ErrorKind::Unavailable),
-    ("invalid_setting", ErrorKind::InvalidInput),
-    ("invalid_dataset", ErrorKind::InvalidInput),
-    ("tool_not_found", ErrorKind::NotFound),
-    ("tool_exists", ErrorKind::InvalidInput),
-    ("invalid_tool", ErrorKind::InvalidInput),
-    ("invalid_tool_source", ErrorKind::InvalidInput),
-    ("tool_in_use", ErrorKind::InvalidInput),
-    ("invalid_tool_file", ErrorKind::InvalidInput),
-    ("tool_failed", ErrorKind::InvalidInput),
-    ("tool_timeout", ErrorKind::Unavailable),
-    ("python_unavailable", ErrorKind::Unavailable),
-    ("pipeline_not_found", ErrorKind::NotFound),
-    ("pipeline_exists", ErrorKind::InvalidInput),
-    ("pipeline_not_ready", ErrorKind::Unavailable),
-    ("unauthorized", ErrorKind::InvalidInput),
-    ("key_not_found", ErrorKind::NotFound),
-    ("evidence_rejected", ErrorKind::InvalidInput),
-    ("llm_failed", ErrorKind::Unavailable),
-    ("llm_unavailable", ErrorKind::Unavailable),
-    ("conversation_not_found", ErrorKind::NotFound),
-    ("orchestrator_not_ready", ErrorKind::InvalidInput),
-    ("internal", ErrorKind::Internal),
-];
+/// Gives each variant its code and kind in one place: the match it generates is exhaustive, so a
+/// new variant without a code does not compile, and [`ERROR_CODES`] is built from the same lines,
+/// so the table cannot miss a code. `Variant { .. }` matches tuple variants too.
+macro_rules! error_codes {
+    ($($variant:ident => $code:ident, $kind:ident;)*) => {
+        impl Error {
+            fn code_and_kind(&self) -> (&'static str, ErrorKind) {
+                match self {
+                    $(Error::$variant { .. } => (stringify!($code), ErrorKind::$kind),)*
+                }
+            }
+        }
+
+        /// Every code with its kind, in declaration order: the table the boundaries map from.
+        pub const ERROR_CODES: &[(&str, ErrorKind)] = &[$((stringify!($code), ErrorKind::$kind)),*];
+    };
+}
+
+error_codes! {
+    CollectionNotFound => collection_not_found, NotFound;
+    CollectionExists => collection_exists, InvalidInput;
+    InvalidCollectionName => invalid_collection_name, InvalidInput;
+    UnknownLanguage => unknown_language, InvalidInput;
+    SourceNotFound => source_not_found, NotFound;
+    SourceExists => source_exists, InvalidInput;
+    InvalidSourcePath => invalid_source_path, InvalidInput;
+    InvalidGlob => invalid_glob, InvalidInput;
+    DocumentNotFound => document_not_found, NotFound;
+    WriterBusy => writer_busy, Unavailable;
+    SchemaTooNew => schema_too_new, Unavailable;
+    Watch => watch_failed, Unavailable;
+    DiskFull => disk_full, Unavailable;
+    Sqlite => database_error, Internal;
+    Tantivy => fulltext_error, Internal;
+    FulltextOutOfSync => fulltext_out_of_sync, Internal;
+    Io => io_error, Unavailable;
+    UnknownModel => unknown_model, NotFound;
+    ModelNotInstalled => model_not_installed, Unavailable;
+    ModelFileBad => model_file_bad, Unavailable;
+    RuntimeUnavailable => runtime_unavailable, Unavailable;
+    InvalidModel => invalid_model, InvalidInput;
+    ModelMismatch => model_mismatch, InvalidInput;
+    Inference => inference_failed, Internal;
+    Download => download_failed, Unavailable;
+    InvalidSetting => invalid_setting, InvalidInput;
+    InvalidDataset => invalid_dataset, InvalidInput;
+    ToolNotFound => tool_not_found, NotFound;
+    ToolExists => tool_exists, InvalidInput;
+    InvalidTool => invalid_tool, InvalidInput;
+    ToolSource => invalid_tool_source, InvalidInput;
+    ToolInUse => tool_in_use, InvalidInput;
+    InvalidToolFile => invalid_tool_file, InvalidInput;
+    ToolFailed => tool_failed, InvalidInput;
+    ToolTimeout => tool_timeout, Unavailable;
+    PythonUnavailable => python_unavailable, Unavailable;
+    PipelineNotFound => pipeline_not_found, NotFound;
+    PipelineExists => pipeline_exists, InvalidInput;
+    PipelineNotReady => pipeline_not_ready, Unavailable;
+    Unauthorized => unauthorized, InvalidInput;
+    KeyNotFound => key_not_found, NotFound;
+    EvidenceRejected => evidence_rejected, InvalidInput;
+    LlmFailed => llm_failed, Unavailable;
+    LlmUnavailable => llm_unavailable, Unavailable;
+    ConversationNotFound => conversation_not_found, NotFound;
+    OrchestratorNotReady => orchestrator_not_ready, InvalidInput;
+    Internal => internal, Internal;
+}
 
 #[cfg(test)]
 mod tests {
@@ -458,6 +428,37 @@ tool_exists,invalid_tool,invalid_tool_source,tool_in_use,invalid_tool_file,tool_
 python_unavailable,pipeline_not_found,pipeline_exists,pipeline_not_ready,unauthorized,key_not_found,\
 evidence_rejected,llm_failed,llm_unavailable,conversation_not_found,orchestrator_not_ready,internal"
         );
+    }
+
+    #[test]
+    fn every_code_is_unique_and_in_the_table_with_its_kind() {
+        let mut seen = std::collections::HashSet::new();
+        for (code, _) in ERROR_CODES {
+            assert!(seen.insert(*code), "code `{code}` appears twice");
+            assert!(
+                code.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "code `{code}` is not snake_case"
+            );
+        }
+        // A sample of each shape of variant (tuple, struct, from a foreign error): the code a
+        // value reports is in the table, with the same kind.
+        let samples = [
+            Error::CollectionNotFound("a".into()),
+            Error::WriterBusy {
+                data_dir: "/d".into(),
+                holder: "pid 1".into(),
+            },
+            Error::Sqlite(rusqlite::Error::InvalidQuery),
+            Error::io("/x", std::io::Error::other("boom")),
+            Error::Internal("bug".into()),
+        ];
+        for error in samples {
+            assert!(
+                ERROR_CODES.contains(&(error.code(), error.kind())),
+                "{} missing from ERROR_CODES",
+                error.code()
+            );
+        }
     }
 
     #[test]

@@ -16,13 +16,12 @@ use std::path::PathBuf;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::auth::{random_hex, Principal};
 use crate::error::{Error, Result};
-use crate::store::{now_unix, ChunkLocation, ChunkRecord, Store, CHUNK_SELECT};
+use crate::store::{now_unix, writes, ChunkLocation, ChunkRecord, Store};
 
 /// How long a reference stays valid by default: long enough for a conversation, short
 /// enough that a leaked one soon dies.
@@ -39,12 +38,9 @@ impl EvidenceKey {
         let hex = match store.meta("evidence_key")? {
             Some(hex) => hex,
             None => {
-                let tx = store.conn().unchecked_transaction()?;
+                let tx = store.write()?;
                 // Another process may have created it meanwhile: keep theirs.
-                tx.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('evidence_key', ?1)",
-                    [random_hex(32)?],
-                )?;
+                writes::insert_meta_if_absent(&tx, "evidence_key", &random_hex(32)?)?;
                 tx.commit()?;
                 store
                     .meta("evidence_key")?
@@ -358,28 +354,22 @@ impl EvidenceSession {
     }
 
     fn check_document(&self, store: &Store, claims: &Claims) -> Result<()> {
-        let row: Option<(Option<i64>, String, String)> = store
-            .conn()
-            .query_row(
-                "SELECT d.current_revision_id, col.name, col.sensitivity FROM documents d
-                 JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id
-                 WHERE d.id = ?1",
-                [claims.document_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?;
-        let Some((current, collection, sensitivity)) = row else {
+        let Some(access) = store.document_access(claims.document_id)? else {
             return Err(Error::EvidenceRejected(
                 "the document is no longer in the library".into(),
             ));
         };
-        if current != Some(claims.revision_id) {
+        if access.current_revision_id != Some(claims.revision_id) {
             return Err(Error::EvidenceRejected(
                 "the document has changed since (the reference points at a superseded revision)"
                     .into(),
             ));
         }
-        if !self.principal.scope.allows_named(&collection, &sensitivity) {
+        if !self
+            .principal
+            .scope
+            .allows_named(&access.collection, &access.sensitivity)
+        {
             return Err(Error::EvidenceRejected(
                 "the caller may not read that collection".into(),
             ));
@@ -399,13 +389,9 @@ impl EvidenceSession {
         let claims = self.open(reference, RefKind::Chunk)?;
         self.check_document(store, &claims)?;
         let chunk = store
-            .conn()
-            .query_row(
-                &format!("{CHUNK_SELECT} WHERE c.id = ?1"),
-                [claims.item],
-                ChunkRecord::from_row,
-            )
-            .optional()?
+            .chunks_by_id(&[claims.item])?
+            .into_iter()
+            .next()
             .ok_or_else(|| Error::EvidenceRejected("the chunk is no longer indexed".into()))?;
         if chunk.revision_id != claims.revision_id || chunk.document_id != claims.document_id {
             return Err(Error::EvidenceRejected(

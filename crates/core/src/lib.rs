@@ -26,6 +26,7 @@
 pub mod audit;
 pub mod auth;
 pub mod embed;
+pub mod environment;
 mod error;
 pub mod eval;
 pub mod evidence;
@@ -35,6 +36,7 @@ pub mod ingest;
 mod library;
 pub mod llm;
 mod lock;
+pub mod models;
 pub mod orchestrator;
 pub mod pipeline;
 pub mod retrieve;
@@ -47,7 +49,10 @@ pub use ingest::{
     ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
     WatchRequests,
 };
-pub use library::{ConsistencyReport, DocumentView, Library, LibraryWriter, StatusReport};
+pub use library::{
+    ChunkInContext, ConsistencyReport, DocumentView, Library, LibraryOptions, LibraryWriter,
+    StatusReport,
+};
 pub use pipeline::{PipelineRun, RunOptions};
 pub use retrieve::{
     Fusion, Hit, RetrievalSettings, SearchMode, SearchRequest, SearchResults, WeightedQuery,

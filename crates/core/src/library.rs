@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::embed::{Embedder, ModelKind, Models, Reranker};
+use crate::embed::{Embedder, Reranker};
 use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
 use crate::ingest::walk::overrides;
@@ -17,6 +17,7 @@ use crate::ingest::{
     WatchEvent, WatchOptions,
 };
 use crate::lock::WriterLock;
+use crate::models::{ModelKind, Models};
 use crate::retrieve::{self, SearchContext, SearchRequest, SearchResults};
 use crate::store::{
     ChunkRecord, Collection, DocumentRecord, EmbeddingCoverage, SharedSignIndex, SignIndex, Source,
@@ -73,6 +74,30 @@ pub struct DocumentView {
     pub chunks: Vec<ChunkRecord>,
 }
 
+/// How a library is opened: fixed for the handle's life, so nothing loaded under one setting
+/// (an embedder, a seed derived by the executor) is used under another.
+#[derive(Default)]
+pub struct LibraryOptions {
+    /// Model folders to use instead of the data directory's and `QUARRY_MODELS_DIR` (tests,
+    /// or an app with its own layout).
+    pub models: Option<Models>,
+    /// Caps ONNX Runtime's threads per model (default: every core).
+    pub ort_threads: Option<usize>,
+    /// Runs code tools (tests lower its isolation to exercise the fallbacks).
+    pub executor: crate::tools::Executor,
+}
+
+/// A chunk with its neighbours, as a result preview shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkInContext {
+    /// The chunk's own document.
+    pub document: DocumentRecord,
+    /// The chunk and its neighbours, in document order.
+    pub chunks: Vec<ChunkRecord>,
+    /// The chunk asked for.
+    pub focus_chunk_id: i64,
+}
+
 /// Whether SQLite and the full-text index agree.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConsistencyReport {
@@ -100,16 +125,22 @@ impl ConsistencyReport {
 impl Library {
     /// The default data directory: `QUARRY_DATA_DIR`, else the platform's data dir.
     pub fn default_data_dir() -> PathBuf {
-        if let Some(dir) = std::env::var_os("QUARRY_DATA_DIR") {
-            return PathBuf::from(dir);
+        if let Some(dir) = crate::environment::data_dir() {
+            return dir;
         }
         directories::ProjectDirs::from("dev", "Quarry", "quarry")
             .map(|d| d.data_dir().to_path_buf())
             .unwrap_or_else(|| PathBuf::from(".quarry"))
     }
 
-    /// Opens (creating if needed) the library in `data_dir`.
+    /// Opens (creating if needed) the library in `data_dir`, with the default models, executor
+    /// and threads.
     pub fn open(data_dir: &Path) -> Result<Library> {
+        Library::open_with(data_dir, LibraryOptions::default())
+    }
+
+    /// Opens (creating if needed) the library in `data_dir` with these options.
+    pub fn open_with(data_dir: &Path, options: LibraryOptions) -> Result<Library> {
         std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
         let store = Store::open(&data_dir.join("quarry.db"))?;
         let fulltext = FullText::open(&data_dir.join("fulltext"))?;
@@ -117,13 +148,13 @@ impl Library {
             data_dir: data_dir.to_path_buf(),
             store,
             fulltext,
-            models: Models::discover(data_dir),
+            models: options.models.unwrap_or_else(|| Models::discover(data_dir)),
             embedders: Mutex::new(HashMap::new()),
             lane_embedders: Mutex::new(HashMap::new()),
             rerankers: Mutex::new(HashMap::new()),
             sign_indexes: Mutex::new(HashMap::new()),
-            ort_threads: None,
-            executor: crate::tools::Executor::default(),
+            ort_threads: options.ort_threads,
+            executor: options.executor,
             evidence_key: std::sync::OnceLock::new(),
         };
         // Repair at start-up: if nobody is writing, replay whatever the outbox has that
@@ -139,11 +170,6 @@ impl Library {
         Ok(library)
     }
 
-    /// Replaces the code-tool executor (tests use it to exercise the isolation fallbacks).
-    pub fn set_executor(&mut self, executor: crate::tools::Executor) {
-        self.executor = executor;
-    }
-
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
@@ -152,28 +178,6 @@ impl Library {
     /// Where models are looked up and installed.
     pub fn models(&self) -> &Models {
         &self.models
-    }
-
-    /// Uses other model folders (tests, or an app with its own layout).
-    pub fn set_models(&mut self, models: Models) {
-        self.models = models;
-        self.embedders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        self.lane_embedders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        self.rerankers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    /// Caps ONNX Runtime's threads per model (default: every core).
-    pub fn set_ort_threads(&mut self, threads: Option<usize>) {
-        self.ort_threads = threads;
     }
 
     /// The embedding model `id`, loaded once per process.
@@ -261,7 +265,12 @@ impl Library {
         language: &str,
     ) -> Result<Collection> {
         let language = language_by_name(&language.to_ascii_lowercase())?;
-        self.store.create_collection(name, sensitivity, language)
+        self.store.create_collection(
+            name,
+            sensitivity,
+            language,
+            crate::models::default_embedding_model(),
+        )
     }
 
     /// All collections.
@@ -392,17 +401,43 @@ impl Library {
         Ok(DocumentView { document, chunks })
     }
 
+    /// A chunk among up to `context` neighbours on each side, in its own document; `None` when
+    /// the chunk has left the index (its file changed). The document is found by the chunk's
+    /// document id, never by path: one folder can be a source of two collections.
+    pub fn chunk_in_context(
+        &self,
+        chunk_id: i64,
+        context: usize,
+    ) -> Result<Option<ChunkInContext>> {
+        let Some(focus) = self.store.chunks_by_id(&[chunk_id])?.into_iter().next() else {
+            return Ok(None);
+        };
+        let Some(document) = self.store.document_by_id(focus.document_id)? else {
+            return Ok(None);
+        };
+        let chunks = self.store.chunks_of_document(document.id)?;
+        let at = chunks.iter().position(|c| c.id == chunk_id).unwrap_or(0);
+        let start = at.saturating_sub(context);
+        let end = (at + context + 1).min(chunks.len());
+        Ok(Some(ChunkInContext {
+            document,
+            chunks: chunks[start..end].to_vec(),
+            focus_chunk_id: chunk_id,
+        }))
+    }
+
+    /// The document with this id, if it is still in the index.
+    pub fn document_by_id(&self, id: i64) -> Result<Option<DocumentRecord>> {
+        self.store.document_by_id(id)
+    }
+
     /// Compares SQLite's chunks with tantivy's committed documents.
     pub fn verify(&self) -> Result<ConsistencyReport> {
         self.fulltext.refresh()?;
         let sqlite: std::collections::BTreeSet<i64> =
             self.store.all_chunk_ids()?.into_iter().collect();
         let fulltext = self.fulltext.chunk_ids()?;
-        let duplicate_paths: i64 = self.store.conn().query_row(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM documents GROUP BY source_id, path HAVING COUNT(*) > 1)",
-            [],
-            |r| r.get(0),
-        )?;
+        let duplicate_paths = self.store.duplicate_document_paths()?;
         Ok(ConsistencyReport {
             sqlite_chunks: sqlite.len(),
             fulltext_chunks: fulltext.len(),
@@ -449,28 +484,6 @@ impl LibraryWriter<'_> {
                 &mut run,
             )?;
         }
-        run.finish();
-        Ok(run.progress)
-    }
-
-    /// Re-indexes just these paths of a source (files or folders; gone ones are removed).
-    pub fn index_paths(
-        &mut self,
-        source: &Source,
-        paths: Vec<PathBuf>,
-        options: &IndexOptions,
-        on_event: &(dyn Fn(&IndexEvent) + Sync),
-    ) -> Result<IndexProgress> {
-        let mut run = Run::new(on_event);
-        let lib = &mut *self.library;
-        index_scope(
-            &mut lib.store,
-            &mut lib.fulltext,
-            source,
-            &Scope::Paths(paths),
-            options,
-            &mut run,
-        )?;
         run.finish();
         Ok(run.progress)
     }

@@ -8,10 +8,10 @@ use std::net::TcpListener;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use quarry_core::embed::{default_llm_model, Models};
 use quarry_core::evidence::EvidenceSession;
 use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
 use quarry_core::llm::{ChatBackend, ChatMessage, ChatRequest, ToolSpec};
+use quarry_core::models::{default_llm_model, Models};
 use quarry_core::orchestrator::{
     self, conversation, revisions, BackendConfig, ChatOptions, OrchestratorConfig, ToolChoice,
     TurnResult, DEFAULT_CONFIG,

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use quarry_core::auth::{PrincipalKind, Scope};
-use quarry_core::embed::Models;
 use quarry_core::evidence::EvidenceSession;
+use quarry_core::models::Models;
 use quarry_core::orchestrator::knowledge_search::{
     KnowledgeSearch, KnowledgeSearchConfig, KnowledgeSearchOutcome,
 };
 use quarry_core::store::Store;
-use quarry_core::{IndexOptions, Library, LibraryWriter, Principal};
+use quarry_core::{IndexOptions, Library, LibraryOptions, LibraryWriter, Principal};
 use serde_json::{json, Value};
 
 const MODEL: &str = "all-minilm-l6-v2-int8";
@@ -94,8 +94,11 @@ fn fixture() -> Fixture {
     installed_models();
     let data = tempfile::tempdir().unwrap();
     let docs = tempfile::tempdir().unwrap();
-    let mut library = Library::open(data.path()).unwrap();
-    library.set_ort_threads(Some(1));
+    let options = LibraryOptions {
+        ort_threads: Some(1),
+        ..LibraryOptions::default()
+    };
+    let mut library = Library::open_with(data.path(), options).unwrap();
     for (collection, files) in CORPUS {
         let dir = docs.path().join(collection);
         std::fs::create_dir_all(&dir).unwrap();
@@ -771,13 +774,16 @@ fn a_namespace_not_embedded_yet_is_a_warning_and_the_rest_still_answer() {
 
 #[test]
 fn a_query_that_cannot_be_embedded_is_an_embed_query_error() {
-    let mut fx = fixture();
+    let fx = fixture();
     let empty = tempfile::tempdir().unwrap();
-    fx.library
-        .set_models(Models::at(vec![PathBuf::from(empty.path())]));
+    let options = LibraryOptions {
+        models: Some(Models::at(vec![PathBuf::from(empty.path())])),
+        ..LibraryOptions::default()
+    };
+    let without_models = Library::open_with(fx.library.data_dir(), options).unwrap();
     let out = boot(config(&["garden"])).call(
-        &fx.library,
-        &admin(&fx.library),
+        &without_models,
+        &admin(&without_models),
         &json!({ "query": "pruning roses" }),
     );
     assert!(out.is_error);

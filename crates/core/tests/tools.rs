@@ -10,7 +10,9 @@ use quarry_core::auth::{NewKey, PrincipalKind, Scope};
 use quarry_core::evidence::EvidenceSession;
 use quarry_core::pipeline::{call_code_tool, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
 use quarry_core::tools::{Executor, Limits, NetworkIsolation, ToolDefinition, ToolType};
-use quarry_core::{IndexOptions, Library, Principal, RunOptions, SearchMode, SearchRequest};
+use quarry_core::{
+    IndexOptions, Library, LibraryOptions, Principal, RunOptions, SearchMode, SearchRequest,
+};
 use serde_json::{json, Value};
 
 struct Fixture {
@@ -118,7 +120,7 @@ fn long_document(sections: usize) -> String {
 
 #[test]
 fn every_escape_is_refused_with_a_clear_error() {
-    let mut f = fixture(&[("a.md", "# A\n\nplain text".into())]);
+    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
     let s = session(&f.library);
     let escapes = [
         ("socket", "    import socket\n    socket.create_connection(('127.0.0.1', 9))", "network access"),
@@ -147,13 +149,16 @@ fn every_escape_is_refused_with_a_clear_error() {
         NetworkIsolation::Namespace,
         NetworkIsolation::AuditHookOnly,
     ] {
-        f.library
-            .set_executor(Executor::default().with_max_isolation(isolation));
-        let got = f.library.executor().check().unwrap();
+        let options = LibraryOptions {
+            executor: Executor::default().with_max_isolation(isolation),
+            ..LibraryOptions::default()
+        };
+        let library = Library::open_with(f.library.data_dir(), options).unwrap();
+        let got = library.executor().check().unwrap();
         assert!(got >= isolation, "{got:?} is stronger than {isolation:?}");
         for (slug, body, expected) in &escapes {
-            let tool = action(&f.library, &format!("escape-{slug}-{}", got as u8), body);
-            let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
+            let tool = action(&library, &format!("escape-{slug}-{}", got as u8), body);
+            let (code, message) = error_of(call(&library, &s, &tool, json!({})));
             assert_eq!(code, "tool_failed", "{slug} ({got:?}): {message}");
             assert!(
                 message.contains("refused by the sandbox"),

@@ -5,9 +5,14 @@ import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 
 export type SearchMode = 'lexical' | 'vector' | 'hybrid';
 
-/** A failed command: `code` is quarry-core's error code, `message` says what and how to fix. */
+/** Who can fix an error (quarry-core's `ErrorKind`). */
+export type ErrorKind = 'invalid_input' | 'not_found' | 'unavailable' | 'internal';
+
+/** A failed command: `code` is quarry-core's error code (or the shell's own), `kind` who can
+ * fix it, `message` what happened and how to fix it. */
 export interface CommandError {
   code: string;
+  kind: ErrorKind;
   message: string;
 }
 
@@ -85,7 +90,7 @@ export interface Activity {
   seq: number;
   state: 'starting' | 'running' | 'paused' | 'error';
   /** The error that stopped the indexer (state `error`). */
-  error: string | null;
+  error: CommandError | null;
   sources: SourceActivity[];
   /** Embedding lane progress per collection. */
   embedding: EmbedProgress[];
@@ -270,7 +275,7 @@ export const api = {
   listProblems: (sourceId: number | null) =>
     invoke<DocumentRecord[]>('list_problems', { sourceId }),
   /** Reads a failed file again (it is queued for the indexer). */
-  retryFile: (path: string) => invoke<void>('retry_file', { path }),
+  retryFile: (documentId: number) => invoke<void>('retry_file', { documentId }),
   search: (args: SearchArgs) => invoke<SearchResults>('search', { args }),
   preview: (chunkId: number) => invoke<Preview>('preview', { chunkId }),
   /** Opens the file of an indexed chunk at its page/line; returns what was run. */

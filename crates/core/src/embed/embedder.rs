@@ -8,10 +8,9 @@ use fastembed::{
     UserDefinedEmbeddingModel,
 };
 
-use super::manifest::ModelKind;
-use super::models::{InstalledModel, Models};
 use super::runtime::environment;
 use crate::error::{Error, Result};
+use crate::models::{InstalledModel, ModelKind, Models};
 
 /// How many recent query vectors are kept (a query costs a model run; the GUI repeats them).
 const QUERY_CACHE_ENTRIES: usize = 512;
@@ -22,11 +21,7 @@ const QUERY_CACHE_ENTRIES: usize = 512;
 /// saves. Running one at a time also quantises each passage's activations alone, exactly as a
 /// query is. `QUARRY_EMBED_MODEL_BATCH` overrides it.
 fn model_batch() -> usize {
-    std::env::var("QUARRY_EMBED_MODEL_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(1)
+    crate::environment::embed_model_batch().unwrap_or(1)
 }
 
 /// A loaded embedding model. Cheap to share (`Arc`); one inference at a time.
@@ -67,12 +62,8 @@ pub(crate) fn tokenizer_files(model: &InstalledModel) -> Result<TokenizerFiles> 
 /// ONNX Runtime threads: `QUARRY_ORT_THREADS`, else every core.
 pub(crate) fn ort_threads(requested: Option<usize>) -> usize {
     requested
-        .or_else(|| {
-            std::env::var("QUARRY_ORT_THREADS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-        })
         .filter(|n| *n > 0)
+        .or_else(crate::environment::ort_threads)
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map(NonZeroUsize::get)

@@ -1,18 +1,18 @@
-//! On-device models: the catalogue and installs ([`Models`]), embedding ([`Embedder`]) and
-//! reranking ([`Reranker`]) on ONNX Runtime, loaded from the pinned shared library.
+//! Embedding ([`Embedder`]) and reranking ([`Reranker`]) with installed models on ONNX
+//! Runtime, loaded from the pinned shared library. The catalogue and installs are
+//! [`crate::models`].
 
 mod embedder;
-mod manifest;
-mod models;
 mod rerank;
 mod runtime;
 
 pub use embedder::{normalized, Embedder};
-pub use manifest::{
-    default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec,
-};
-pub use models::{
-    fix_command, sha256_file, FetchProgress, InstalledFile, InstalledModel, ModelListing, Models,
+pub use rerank::Reranker;
+
+// The models API lived here before `crate::models`; these keep `embed::…` paths working.
+#[doc(no_inline)]
+pub use crate::models::{
+    default_embedding_model, default_llm_model, fix_command, manifest, sha256_file, spec,
+    FetchProgress, InstalledFile, InstalledModel, ModelKind, ModelListing, ModelSpec, Models,
     RECORD_FILE, REQUIRED_FILES, RUNTIME_ID,
 };
-pub use rerank::Reranker;

@@ -5,10 +5,9 @@ use std::sync::Mutex;
 use fastembed::{OnnxSource, RerankInitOptionsUserDefined, TextRerank, UserDefinedRerankingModel};
 
 use super::embedder::{ort_threads, tokenizer_files};
-use super::manifest::ModelKind;
-use super::models::{InstalledModel, Models};
 use super::runtime::environment;
 use crate::error::{Error, Result};
+use crate::models::{InstalledModel, ModelKind, Models};
 
 /// A loaded cross-encoder. One inference at a time.
 pub struct Reranker {

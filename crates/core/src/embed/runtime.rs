@@ -5,8 +5,8 @@ use std::sync::OnceLock;
 
 use ort::environment::Environment;
 
-use super::models::{fix_command, RUNTIME_ID};
 use crate::error::{Error, Result};
+use crate::models::{fix_command, RUNTIME_ID};
 
 static ENVIRONMENT: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
 

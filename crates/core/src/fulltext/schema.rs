@@ -36,6 +36,14 @@ pub const LANGUAGE_NAMES: &[&str] = &[
     "turkish",
 ];
 
+/// The error for a language without a stemmer, listing the ones there are.
+fn unknown_language(name: &str) -> Error {
+    Error::UnknownLanguage {
+        language: name.to_string(),
+        known: LANGUAGE_NAMES.join(", "),
+    }
+}
+
 const LANGUAGES: &[Language] = &[
     Language::Arabic,
     Language::Danish,
@@ -63,7 +71,7 @@ pub(crate) fn language_by_name(name: &str) -> Result<&'static str> {
         .iter()
         .find(|n| **n == name)
         .copied()
-        .ok_or_else(|| Error::UnknownLanguage(name.to_string()))
+        .ok_or_else(|| unknown_language(name))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +94,7 @@ impl Fields {
         let index = LANGUAGE_NAMES
             .iter()
             .position(|n| *n == name)
-            .ok_or_else(|| Error::UnknownLanguage(name.to_string()))?;
+            .ok_or_else(|| unknown_language(name))?;
         Ok(self.by_language[index])
     }
 

@@ -507,14 +507,7 @@ impl BatchWriter<'_> {
                 Outcome::Renamed { stat, hash, from } => {
                     match from.iter().find(|id| !self.claimed.contains(id)) {
                         Some(&id) => {
-                            let old_path: Option<Vec<u8>> = tx
-                                .query_row("SELECT path FROM documents WHERE id = ?1", [id], |r| {
-                                    r.get(0)
-                                })
-                                .ok();
-                            let old_path = old_path
-                                .map(|b| crate::store::bytes_to_path(&b))
-                                .unwrap_or_default();
+                            let old_path = writes::document_path(&tx, id)?;
                             writes::move_document(
                                 &tx,
                                 id,

@@ -24,7 +24,7 @@ use super::{
     BackendInfo, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
     StreamEvent, ToolCall, ToolSpec, Usage,
 };
-use crate::embed::{ModelKind, Models};
+use crate::models::{ModelKind, Models};
 use crate::{Error, Result};
 
 /// The environment a process embedding llama.cpp should start with: idle OpenMP threads sleep
@@ -107,7 +107,7 @@ fn llama_backend() -> Result<&'static LlamaBackend> {
             // OpenMP workers spin while waiting unless OMP_WAIT_POLICY=PASSIVE; libgomp reads
             // it once, before `main`, so a binary sets it by re-executing itself
             // (see `PASSIVE_OPENMP` and the CLI's `main`).
-            if std::env::var_os("OMP_WAIT_POLICY").is_none() {
+            if !crate::environment::omp_wait_policy_set() {
                 tracing::debug!("OMP_WAIT_POLICY is not set: OpenMP threads will spin while idle");
             }
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());

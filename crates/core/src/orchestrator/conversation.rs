@@ -4,37 +4,15 @@
 
 use std::path::PathBuf;
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::evidence::LedgerEntry;
-use crate::store::{now_unix, ChunkLocation, Store};
+pub use crate::store::Conversation;
+use crate::store::{self, now_unix, ChunkLocation, Store};
 use crate::{Error, Result};
-
-/// A conversation's header.
-#[derive(Debug, Clone, Serialize)]
-pub struct Conversation {
-    /// Its id.
-    pub id: String,
-    /// The caller it belongs to (`Principal::id`).
-    pub principal: String,
-    /// The configuration.
-    pub config: String,
-    /// The applied revision it started with and keeps.
-    pub revision: i64,
-    /// The mode.
-    pub mode: String,
-    /// The first question, cut short.
-    pub title: String,
-    /// Whether a qualifying pipeline has completed in it (direct tools unlocked).
-    pub qualified: bool,
-    /// Unix seconds.
-    pub created_at: i64,
-    /// Unix seconds.
-    pub updated_at: i64,
-}
 
 /// A passage admitted to a conversation's ledger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,67 +105,42 @@ pub fn create(
 ) -> Result<Conversation> {
     let id = format!("c-{}", crate::auth::random_hex(8)?);
     let now = now_unix();
-    let title: String = title.chars().take(80).collect();
-    store.conn().execute(
-        "INSERT INTO conversations(id, principal, config, revision, mode, title, qualified, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?7)",
-        params![id, principal.id, config, revision, mode, title, now],
-    )?;
-    get(store, principal, &id)
+    let conversation = Conversation {
+        id,
+        principal: principal.id.clone(),
+        config: config.to_string(),
+        revision,
+        mode: mode.to_string(),
+        title: title.chars().take(80).collect(),
+        qualified: false,
+        created_at: now,
+        updated_at: now,
+    };
+    store.insert_conversation(&conversation)?;
+    get(store, principal, &conversation.id)
 }
 
 /// A conversation of `principal` (another caller's is "not found").
 pub fn get(store: &Store, principal: &Principal, id: &str) -> Result<Conversation> {
     store
-        .conn()
-        .query_row(
-            "SELECT id, principal, config, revision, mode, title, qualified, created_at, updated_at
-             FROM conversations WHERE id = ?1 AND principal = ?2",
-            params![id, principal.id],
-            |r| {
-                Ok(Conversation {
-                    id: r.get(0)?,
-                    principal: r.get(1)?,
-                    config: r.get(2)?,
-                    revision: r.get(3)?,
-                    mode: r.get(4)?,
-                    title: r.get(5)?,
-                    qualified: r.get::<_, i64>(6)? != 0,
-                    created_at: r.get(7)?,
-                    updated_at: r.get(8)?,
-                })
-            },
-        )
-        .optional()?
+        .conversation(id, &principal.id)?
         .ok_or_else(|| Error::ConversationNotFound(id.into()))
 }
 
 /// `principal`'s conversations, newest first.
 pub fn list(store: &Store, principal: &Principal) -> Result<Vec<Conversation>> {
-    let mut stmt = store.conn().prepare(
-        "SELECT id FROM conversations WHERE principal = ?1 ORDER BY updated_at DESC, id",
-    )?;
-    let ids: Vec<String> = stmt
-        .query_map([&principal.id], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let ids = store.conversation_ids(&principal.id)?;
     ids.iter().map(|id| get(store, principal, id)).collect()
 }
 
-/// Marks that a qualifying pipeline completed.
-pub(crate) fn mark_qualified(store: &Store, id: &str) -> Result<()> {
-    store
-        .conn()
-        .execute("UPDATE conversations SET qualified = 1 WHERE id = ?1", [id])?;
-    Ok(())
+/// Marks, in the caller's transaction, that a qualifying pipeline completed.
+pub(crate) fn mark_qualified(tx: &Transaction<'_>, id: &str) -> Result<()> {
+    store::mark_conversation_qualified(tx, id)
 }
 
 /// The next turn number.
 pub(crate) fn next_turn(store: &Store, id: &str) -> Result<i64> {
-    Ok(store.conn().query_row(
-        "SELECT COALESCE(MAX(turn), 0) + 1 FROM chat_messages WHERE conversation_id = ?1",
-        [id],
-        |r| r.get(0),
-    )?)
+    store.next_chat_turn(id)
 }
 
 /// Stores a message.
@@ -199,61 +152,44 @@ pub(crate) fn add_message(
     content: &str,
     citations: Option<&Value>,
 ) -> Result<()> {
-    let now = now_unix();
-    store.conn().execute(
-        "INSERT INTO chat_messages(conversation_id, turn, role, content, citations, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            id,
-            turn,
-            role,
-            content,
-            citations.map(|c| c.to_string()),
-            now
-        ],
-    )?;
-    store.conn().execute(
-        "UPDATE conversations SET updated_at = ?2 WHERE id = ?1",
-        params![id, now],
-    )?;
-    Ok(())
+    store.insert_chat_message(
+        id,
+        turn,
+        role,
+        content,
+        citations.map(|c| c.to_string()),
+        now_unix(),
+    )
 }
 
 /// The messages of a conversation, in order.
 pub fn messages(store: &Store, id: &str) -> Result<Vec<StoredMessage>> {
-    let mut stmt = store.conn().prepare(
-        "SELECT turn, role, content, citations FROM chat_messages WHERE conversation_id = ?1 ORDER BY id",
-    )?;
-    let rows = stmt.query_map([id], |r| {
-        Ok(StoredMessage {
-            turn: r.get(0)?,
-            role: r.get(1)?,
-            content: r.get(2)?,
-            citations: r
-                .get::<_, Option<String>>(3)?
-                .and_then(|c| serde_json::from_str(&c).ok()),
+    Ok(store
+        .chat_messages(id)?
+        .into_iter()
+        .map(|r| StoredMessage {
+            turn: r.turn,
+            role: r.role,
+            content: r.content,
+            citations: r.citations.and_then(|c| serde_json::from_str(&c).ok()),
         })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        .collect())
 }
 
-/// Admits a ledger entry to the conversation (once per chunk) and returns its item with its
-/// number; `text` is what the model is shown (the entry's text after the gates).
+/// Admits a ledger entry to the conversation (once per chunk), in the caller's transaction,
+/// and returns its item with its number; `text` is what the model is shown (the entry's text
+/// after the gates).
 pub(crate) fn admit(
-    store: &Store,
+    tx: &Transaction<'_>,
     id: &str,
     turn: i64,
     entry: &LedgerEntry,
     text: &str,
 ) -> Result<EvidenceItem> {
-    if let Some(existing) = evidence_for_chunk(store, id, entry.chunk_id)? {
-        return Ok(existing);
+    if let Some(existing) = store::chat_evidence_for_chunk(tx, id, entry.chunk_id)? {
+        return parse_item(&existing);
     }
-    let n: i64 = store.conn().query_row(
-        "SELECT COALESCE(MAX(n), 0) + 1 FROM chat_evidence WHERE conversation_id = ?1",
-        [id],
-        |r| r.get(0),
-    )?;
+    let n = store::next_chat_evidence_number(tx, id)?;
     let item = EvidenceItem {
         n,
         chunk_id: entry.chunk_id,
@@ -270,23 +206,15 @@ pub(crate) fn admit(
         evidence_ref: entry.evidence_ref.clone(),
         source_ref: entry.source_ref.clone(),
     };
-    store.conn().execute(
-        "INSERT INTO chat_evidence(conversation_id, n, chunk_id, turn, item) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![id, n, entry.chunk_id, turn, serde_json::to_string(&item).expect("json")],
+    store::insert_chat_evidence(
+        tx,
+        id,
+        n,
+        entry.chunk_id,
+        turn,
+        &serde_json::to_string(&item).expect("json"),
     )?;
     Ok(item)
-}
-
-fn evidence_for_chunk(store: &Store, id: &str, chunk_id: i64) -> Result<Option<EvidenceItem>> {
-    let item: Option<String> = store
-        .conn()
-        .query_row(
-            "SELECT item FROM chat_evidence WHERE conversation_id = ?1 AND chunk_id = ?2",
-            params![id, chunk_id],
-            |r| r.get(0),
-        )
-        .optional()?;
-    item.map(|i| parse_item(&i)).transpose()
 }
 
 fn parse_item(text: &str) -> Result<EvidenceItem> {
@@ -295,11 +223,11 @@ fn parse_item(text: &str) -> Result<EvidenceItem> {
 
 /// The conversation's ledger, by number.
 pub fn evidence(store: &Store, id: &str) -> Result<Vec<EvidenceItem>> {
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT item FROM chat_evidence WHERE conversation_id = ?1 ORDER BY n")?;
-    let rows = stmt.query_map([id], |r| r.get::<_, String>(0))?;
-    rows.map(|r| parse_item(&r?)).collect()
+    store
+        .chat_evidence_items(id)?
+        .iter()
+        .map(|i| parse_item(i))
+        .collect()
 }
 
 /// Records an event.
@@ -316,26 +244,20 @@ pub(crate) fn record(
         kind: kind.into(),
         detail,
     };
-    store.conn().execute(
-        "INSERT INTO chat_events(conversation_id, turn, at_ms, kind, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![id, turn, event.at_ms, kind, event.detail.to_string()],
-    )?;
+    store.insert_chat_event(id, turn, event.at_ms, kind, &event.detail.to_string())?;
     Ok(event)
 }
 
 /// The recorded events of a conversation (of one turn, when given).
 pub fn trace(store: &Store, id: &str, turn: Option<i64>) -> Result<Vec<TraceEvent>> {
-    let mut stmt = store.conn().prepare(
-        "SELECT turn, at_ms, kind, detail FROM chat_events
-         WHERE conversation_id = ?1 AND (?2 IS NULL OR turn = ?2) ORDER BY id",
-    )?;
-    let rows = stmt.query_map(params![id, turn], |r| {
-        Ok(TraceEvent {
-            turn: r.get(0)?,
-            at_ms: r.get(1)?,
-            kind: r.get(2)?,
-            detail: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or(Value::Null),
+    Ok(store
+        .chat_events(id, turn)?
+        .into_iter()
+        .map(|r| TraceEvent {
+            turn: r.turn,
+            at_ms: r.at_ms,
+            kind: r.kind,
+            detail: serde_json::from_str(&r.detail).unwrap_or(Value::Null),
         })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        .collect())
 }

@@ -4,12 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::config::{OrchestratorConfig, DEFAULT_CONFIG};
 use crate::pipeline::ResolvedPipeline;
-use crate::store::{now_unix, Store};
+use crate::store::{self, now_unix, Store};
 use crate::tools::{ToolDefinition, ToolType};
 use crate::{Error, Result};
 
@@ -62,22 +61,12 @@ fn not_found(name: &str) -> Error {
 
 /// Installs the seeded configuration, applied as revision 1, on first use.
 pub fn ensure_seeded(store: &Store) -> Result<()> {
-    let exists: bool = store.conn().query_row(
-        "SELECT EXISTS(SELECT 1 FROM orchestrator_configs WHERE name = ?1)",
-        [DEFAULT_CONFIG],
-        |r| r.get(0),
-    )?;
-    if exists {
+    if store.orchestrator_config_exists(DEFAULT_CONFIG)? {
         return Ok(());
     }
     let now = now_unix();
     let seed = OrchestratorConfig::seed();
-    let inserted = store.conn().execute(
-        "INSERT OR IGNORE INTO orchestrator_configs(name, draft, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?3)",
-        params![DEFAULT_CONFIG, seed.to_json(), now],
-    )?;
-    if inserted == 1 {
+    if store.insert_orchestrator_config_if_absent(DEFAULT_CONFIG, &seed.to_json(), now)? {
         apply_draft(store, DEFAULT_CONFIG, "seed")?;
     }
     Ok(())
@@ -85,18 +74,12 @@ pub fn ensure_seeded(store: &Store) -> Result<()> {
 
 fn config_row(store: &Store, name: &str) -> Result<(i64, OrchestratorConfig)> {
     ensure_seeded(store)?;
-    read_config_row(store.conn(), name)
+    parse_config_row(name, store.orchestrator_config(name)?)
 }
 
-/// A configuration's id and draft, read on `conn` (inside a transaction when applying).
-fn read_config_row(conn: &rusqlite::Connection, name: &str) -> Result<(i64, OrchestratorConfig)> {
-    let row: Option<(i64, String)> = conn
-        .query_row(
-            "SELECT id, draft FROM orchestrator_configs WHERE name = ?1",
-            [name],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
+/// A configuration's id and parsed draft, from its row (read inside a transaction when
+/// applying).
+fn parse_config_row(name: &str, row: Option<(i64, String)>) -> Result<(i64, OrchestratorConfig)> {
     let (id, draft) = row.ok_or_else(|| not_found(name))?;
     Ok((id, OrchestratorConfig::parse(&draft)?))
 }
@@ -121,12 +104,7 @@ pub fn set_draft(store: &Store, name: &str, config: &OrchestratorConfig) -> Resu
     }
     config.validate()?;
     let now = now_unix();
-    store.conn().execute(
-        "INSERT INTO orchestrator_configs(name, draft, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-         ON CONFLICT(name) DO UPDATE SET draft = excluded.draft, updated_at = excluded.updated_at",
-        params![name, config.to_json(), now],
-    )?;
-    Ok(())
+    store.upsert_orchestrator_draft(name, &config.to_json(), now)
 }
 
 /// Problems that stop a draft from being applied: unknown pipelines, direct tools that are
@@ -164,11 +142,8 @@ pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevis
 }
 
 fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevision> {
-    let tx = rusqlite::Transaction::new_unchecked(
-        store.conn(),
-        rusqlite::TransactionBehavior::Immediate,
-    )?;
-    let (id, config) = read_config_row(&tx, name)?;
+    let tx = store.write()?;
+    let (id, config) = parse_config_row(name, store::orchestrator_config_in(&tx, name)?)?;
     config.validate()?;
     let problems = problems(store, &config);
     if !problems.is_empty() {
@@ -187,11 +162,7 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
             pipelines.insert(p.clone(), crate::pipeline::resolve(store, p, false)?);
         }
     }
-    let revision: i64 = tx.query_row(
-        "SELECT COALESCE(MAX(revision), 0) + 1 FROM orchestrator_revisions WHERE config_id = ?1",
-        [id],
-        |r| r.get(0),
-    )?;
+    let revision = store::next_orchestrator_revision(&tx, id)?;
     let applied = AppliedRevision {
         name: name.into(),
         revision,
@@ -205,17 +176,14 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
         tools: applied.tools.clone(),
         pipelines: applied.pipelines.clone(),
     };
-    tx.execute(
-        "INSERT INTO orchestrator_revisions(config_id, revision, definition, snapshot, applied_by, applied_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            id,
-            revision,
-            applied.config.to_json(),
-            serde_json::to_string(&snapshot).expect("a snapshot serializes"),
-            applied_by,
-            applied.applied_at
-        ],
+    store::insert_orchestrator_revision(
+        &tx,
+        id,
+        revision,
+        &applied.config.to_json(),
+        &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
+        applied_by,
+        applied.applied_at,
     )?;
     tx.commit()?;
     Ok(applied)
@@ -224,18 +192,9 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
 /// A revision (`None`: the newest).
 pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<AppliedRevision> {
     let (id, _) = config_row(store, name)?;
-    let row: Option<(i64, String, String, String, i64)> = store
-        .conn()
-        .query_row(
-            "SELECT revision, definition, snapshot, applied_by, applied_at FROM orchestrator_revisions
-             WHERE config_id = ?1 AND (?2 IS NULL OR revision = ?2)
-             ORDER BY revision DESC LIMIT 1",
-            params![id, revision],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .optional()?;
-    let (revision_no, definition, snapshot, applied_by, applied_at) =
-        row.ok_or_else(|| match revision {
+    let row = store
+        .orchestrator_revision(id, revision)?
+        .ok_or_else(|| match revision {
             Some(n) => Error::InvalidSetting {
                 field: "revision".into(),
                 reason: format!("configuration `{name}` has no revision {n}"),
@@ -244,7 +203,8 @@ pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<Appl
                 "configuration `{name}` has never been applied (run `quarry orchestrator apply {name}`)"
             )),
         })?;
-    let snapshot: Snapshot = serde_json::from_str(&snapshot).map_err(|e| {
+    let revision_no = row.revision;
+    let snapshot: Snapshot = serde_json::from_str(&row.snapshot).map_err(|e| {
         Error::Internal(format!(
             "revision {revision_no} of `{name}` has a bad snapshot: {e}"
         ))
@@ -252,34 +212,26 @@ pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<Appl
     Ok(AppliedRevision {
         name: name.into(),
         revision: revision_no,
-        config: OrchestratorConfig::parse(&definition)?,
+        config: OrchestratorConfig::parse(&row.definition)?,
         tools: snapshot.tools,
         pipelines: snapshot.pipelines,
-        applied_by,
-        applied_at,
+        applied_by: row.applied_by,
+        applied_at: row.applied_at,
     })
 }
 
 /// Every revision of a configuration, newest first.
 pub fn revisions(store: &Store, name: &str) -> Result<Vec<RevisionSummary>> {
     let (id, _) = config_row(store, name)?;
-    let mut stmt = store.conn().prepare(
-        "SELECT revision, applied_by, applied_at, definition FROM orchestrator_revisions
-         WHERE config_id = ?1 ORDER BY revision DESC",
-    )?;
-    let rows = stmt.query_map([id], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
-    })?;
     let mut out = Vec::new();
-    for row in rows {
-        let (revision, applied_by, applied_at, definition) = row?;
-        let modes = OrchestratorConfig::parse(&definition)
+    for row in store.orchestrator_revisions(id)? {
+        let modes = OrchestratorConfig::parse(&row.definition)
             .map(|c| c.modes.into_iter().map(|m| m.name).collect())
             .unwrap_or_default();
         out.push(RevisionSummary {
-            revision,
-            applied_by,
-            applied_at,
+            revision: row.revision,
+            applied_by: row.applied_by,
+            applied_at: row.applied_at,
             modes,
         });
     }

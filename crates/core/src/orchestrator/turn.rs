@@ -370,7 +370,10 @@ pub fn open_backend(
             grammar,
         } => {
             let mut cfg = OpenAiConfig::openai(base_url, model).with_grammar(*grammar);
-            if let Some(key) = api_key_env.as_ref().and_then(|v| std::env::var(v).ok()) {
+            if let Some(key) = api_key_env
+                .as_deref()
+                .and_then(crate::environment::configured_secret)
+            {
                 cfg = cfg.with_api_key(key);
             }
             Some(shared_http(cfg)?)
@@ -516,10 +519,7 @@ impl Turn<'_> {
 
         // Admission, undone on a veto.
         let store = self.library.store();
-        let tx = rusqlite::Transaction::new_unchecked(
-            store.conn(),
-            rusqlite::TransactionBehavior::Immediate,
-        )?;
+        let tx = store.write()?;
         let admitted_before = self.admitted.len();
         let qualified_before = self.conversation.qualified;
         let mut items = Vec::new();
@@ -530,7 +530,7 @@ impl Turn<'_> {
                 continue;
             }
             let item =
-                conversation::admit(store, &self.conversation.id, self.turn, entry, &gated.text)?;
+                conversation::admit(&tx, &self.conversation.id, self.turn, entry, &gated.text)?;
             if !self.admitted.iter().any(|a| a.n == item.n) {
                 self.admitted.push(item.clone());
             }
@@ -585,7 +585,7 @@ impl Turn<'_> {
             items.clear();
         } else {
             if raw.qualifies && !items.is_empty() && !self.conversation.qualified {
-                conversation::mark_qualified(store, &self.conversation.id)?;
+                conversation::mark_qualified(&tx, &self.conversation.id)?;
                 self.conversation.qualified = true;
             }
             tx.commit()?;
@@ -868,8 +868,9 @@ impl Turn<'_> {
         Ok(response)
     }
 
-    /// The tools offered this round.
-    fn offered_tools(&self) -> Vec<ToolSpec> {
+    /// The tools offered this round. A `knowledge_search` that cannot boot fails the turn: the
+    /// model must not silently lose its search tool.
+    fn offered_tools(&self) -> Result<Vec<ToolSpec>> {
         let mut tools = Vec::new();
         if self.mode.pipeline.is_some() {
             tools.push(ToolSpec {
@@ -879,29 +880,26 @@ impl Turn<'_> {
             });
         }
         if let Some(ks) = &self.mode.knowledge_search {
-            if let Ok(ks) = KnowledgeSearch::boot(ks.clone()) {
-                let mut spec = ks.tool_spec();
-                // The model is told only the collections this caller may read.
-                let readable: Vec<String> = self
-                    .library
-                    .collections()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|c| self.principal.scope.allows(c))
-                    .map(|c| c.name)
-                    .collect();
-                if let Some(names) =
-                    spec.parameters["properties"]["namespaces"]["items"]["enum"].as_array_mut()
-                {
-                    names.retain(|n| n.as_str().is_some_and(|n| readable.iter().any(|r| r == n)));
-                    if names.is_empty() {
-                        if let Some(p) = spec.parameters["properties"].as_object_mut() {
-                            p.remove("namespaces");
-                        }
+            let mut spec = KnowledgeSearch::boot(ks.clone())?.tool_spec();
+            // The model is told only the collections this caller may read.
+            let readable: Vec<String> = self
+                .library
+                .collections()?
+                .into_iter()
+                .filter(|c| self.principal.scope.allows(c))
+                .map(|c| c.name)
+                .collect();
+            if let Some(names) =
+                spec.parameters["properties"]["namespaces"]["items"]["enum"].as_array_mut()
+            {
+                names.retain(|n| n.as_str().is_some_and(|n| readable.iter().any(|r| r == n)));
+                if names.is_empty() {
+                    if let Some(p) = spec.parameters["properties"].as_object_mut() {
+                        p.remove("namespaces");
                     }
                 }
-                tools.push(spec);
             }
+            tools.push(spec);
         }
         if self.conversation.qualified {
             for slug in &self.mode.direct_tools {
@@ -920,7 +918,7 @@ impl Turn<'_> {
             }
         }
         tools.retain(|t| self.gates.allows_tool(&self.mode.profile, &t.name).decision == "pass");
-        tools
+        Ok(tools)
     }
 
     /// A capable model chooses the tools, round by round, within the budgets.
@@ -938,7 +936,7 @@ impl Turn<'_> {
         messages.push(ChatMessage::user(self.question.clone()));
         let budget = self.mode.budget;
         for round in 1..=budget.rounds {
-            let tools = self.offered_tools();
+            let tools = self.offered_tools()?;
             let mut request = ChatRequest::new(messages.clone());
             request.max_tokens = budget.answer_tokens;
             request.tools = tools;

@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rusqlite::params;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
 use crate::retrieve::SearchRequest;
-use crate::store::{ChunkRecord, CHUNK_SELECT};
+use crate::store::ChunkRecord;
 use crate::tools::{schema, CallError, ToolDefinition};
 use crate::Library;
 
@@ -414,21 +413,14 @@ fn chunks_from(
     start: i64,
     limit: i64,
 ) -> std::result::Result<Vec<ChunkRecord>, String> {
-    let conn = env.library.store().conn();
-    let mut stmt = conn
-        .prepare(&format!(
-            "{CHUNK_SELECT} WHERE c.document_id = ?1 AND c.revision_id = ?2 AND c.ordinal >= ?3
-             ORDER BY c.ordinal LIMIT ?4"
-        ))
-        .map_err(|e| e.to_string())?;
-    let rows = stmt
-        .query_map(
-            params![document_id, revision_id, start, limit],
-            ChunkRecord::from_row,
-        )
-        .map_err(|e| e.to_string())?;
-    rows.collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(|e| e.to_string())
+    env.library
+        .store()
+        .chunks_of_revision_from(document_id, revision_id, start, limit)
+        // The tool sees SQLite's own message, without the "database error: " prefix.
+        .map_err(|e| match e {
+            Error::Sqlite(e) => e.to_string(),
+            e => e.to_string(),
+        })
 }
 
 fn open_page(

@@ -14,7 +14,7 @@ pub mod run;
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -184,7 +184,7 @@ fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
 
 /// Installs the seeded default pipeline (inside the seeding transaction) and saves version 1.
 pub(crate) fn install_default_pipeline(
-    conn: &rusqlite::Connection,
+    tx: &Transaction<'_>,
     tools: &[ToolDefinition],
 ) -> Result<()> {
     let pipeline = PipelineDefinition {
@@ -198,27 +198,22 @@ pub(crate) fn install_default_pipeline(
         collections: Vec::new(),
         budget: Budget::default(),
     };
-    let now = now_unix();
-    conn.execute(
-        "INSERT INTO pipelines(name, draft, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
-        params![
-            DEFAULT_PIPELINE,
-            serde_json::to_string(&pipeline).expect("json"),
-            now
-        ],
+    let id = crate::store::insert_pipeline(
+        tx,
+        DEFAULT_PIPELINE,
+        &serde_json::to_string(&pipeline).expect("json"),
     )?;
-    let id = conn.last_insert_rowid();
     let snapshot: BTreeMap<String, ToolDefinition> = tools
         .iter()
         .filter(|t| pipeline.uses(&t.slug))
         .map(|t| (t.slug.clone(), t.clone()))
         .collect();
-    insert_version(conn, id, 1, &pipeline, snapshot, "seed")?;
+    insert_version(tx, id, 1, &pipeline, snapshot, "seed")?;
     Ok(())
 }
 
 fn insert_version(
-    conn: &rusqlite::Connection,
+    tx: &Transaction<'_>,
     pipeline_id: i64,
     version: i64,
     pipeline: &PipelineDefinition,
@@ -232,44 +227,27 @@ fn insert_version(
         saved_by: saved_by.into(),
         saved_at: now_unix(),
     };
-    conn.execute(
-        "INSERT INTO pipeline_versions(pipeline_id, version, definition, saved_by, saved_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            pipeline_id,
-            version,
-            serde_json::to_string(&saved).expect("json"),
-            saved_by,
-            saved.saved_at
-        ],
+    crate::store::insert_pipeline_version(
+        tx,
+        pipeline_id,
+        version,
+        &serde_json::to_string(&saved).expect("json"),
+        saved_by,
+        saved.saved_at,
     )?;
     Ok(saved)
 }
 
 /// Gives every pipeline whose newest saved version holds an underived code tool (saved before
 /// Python was available) a new version with the now-derived definition of that tool.
-pub(crate) fn refresh_underived_snapshots(conn: &rusqlite::Connection) -> Result<()> {
-    let mut stmt = conn.prepare(
-        "SELECT v.pipeline_id, v.version, v.definition FROM pipeline_versions v
-         WHERE v.version = (SELECT MAX(version) FROM pipeline_versions w
-                            WHERE w.pipeline_id = v.pipeline_id)",
-    )?;
-    let latest: Vec<(i64, i64, String)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (pipeline_id, version, json) in latest {
-        let saved: SavedPipeline = parse(&json, "pipeline version")?;
+pub(crate) fn refresh_underived_snapshots(tx: &Transaction<'_>) -> Result<()> {
+    for latest in crate::store::latest_pipeline_versions(tx)? {
+        let saved: SavedPipeline = parse(&latest.definition, "pipeline version")?;
         let mut tools = saved.tools.clone();
         let mut changed = false;
         for (slug, tool) in tools.iter_mut() {
             if tool.tool_type.is_code() && tool.derived.is_none() {
-                let current: Option<String> = conn
-                    .query_row(
-                        "SELECT definition FROM tools WHERE slug = ?1",
-                        [slug],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
+                let current = crate::store::tool_definition(tx, slug)?;
                 if let Some(current) = current {
                     let current: ToolDefinition = parse(&current, "tool")?;
                     if current.derived.is_some() && current.source == tool.source {
@@ -281,9 +259,9 @@ pub(crate) fn refresh_underived_snapshots(conn: &rusqlite::Connection) -> Result
         }
         if changed {
             insert_version(
-                conn,
-                pipeline_id,
-                version + 1,
+                tx,
+                latest.pipeline_id,
+                latest.version + 1,
                 &saved.pipeline,
                 tools,
                 "quarry (tools derived once Python was found)",
@@ -295,36 +273,17 @@ pub(crate) fn refresh_underived_snapshots(conn: &rusqlite::Connection) -> Result
 
 /// Every pipeline's name.
 pub fn list(store: &Store) -> Result<Vec<String>> {
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT name FROM pipelines ORDER BY name")?;
-    let rows = stmt.query_map([], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store.pipeline_names()
 }
 
 fn pipeline_row(store: &Store, name: &str) -> Result<(i64, PipelineDefinition)> {
-    let row: Option<(i64, String)> = store
-        .conn()
-        .query_row(
-            "SELECT id, draft FROM pipelines WHERE name = ?1",
-            [name],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
+    let row = store.pipeline_draft(name)?;
     let (id, draft) = row.ok_or_else(|| Error::PipelineNotFound(name.into()))?;
     Ok((id, parse(&draft, "pipeline")?))
 }
 
 fn latest_version(store: &Store, pipeline_id: i64) -> Result<Option<SavedPipeline>> {
-    let json: Option<String> = store
-        .conn()
-        .query_row(
-            "SELECT definition FROM pipeline_versions WHERE pipeline_id = ?1
-             ORDER BY version DESC LIMIT 1",
-            [pipeline_id],
-            |r| r.get(0),
-        )
-        .optional()?;
+    let json = store.latest_pipeline_version(pipeline_id)?;
     json.map(|j| parse(&j, "pipeline version")).transpose()
 }
 
@@ -332,12 +291,7 @@ fn latest_version(store: &Store, pipeline_id: i64) -> Result<Option<SavedPipelin
 pub fn show(store: &Store, name: &str) -> Result<PipelineView> {
     let (id, draft) = pipeline_row(store, name)?;
     let saved = latest_version(store, id)?;
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT version FROM pipeline_versions WHERE pipeline_id = ?1 ORDER BY version")?;
-    let versions = stmt
-        .query_map([id], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    let versions = store.pipeline_version_numbers(id)?;
     let unsaved_changes = match &saved {
         None => true,
         Some(s) => {
@@ -378,13 +332,8 @@ fn check_structure(name: &str, pipeline: &PipelineDefinition) -> Result<()> {
 pub fn create(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
     validate_name(name)?;
     check_structure(name, pipeline)?;
-    let now = now_unix();
-    let inserted = store.conn().execute(
-        "INSERT INTO pipelines(name, draft, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-         ON CONFLICT(name) DO NOTHING",
-        params![name, serde_json::to_string(pipeline).expect("json"), now],
-    )?;
-    if inserted == 0 {
+    let inserted = store.create_pipeline(name, &serde_json::to_string(pipeline).expect("json"))?;
+    if !inserted {
         return Err(Error::PipelineExists(name.into()));
     }
     Ok(())
@@ -394,25 +343,14 @@ pub fn create(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Resul
 pub fn edit(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
     pipeline_row(store, name)?;
     check_structure(name, pipeline)?;
-    store.conn().execute(
-        "UPDATE pipelines SET draft = ?2, updated_at = ?3 WHERE name = ?1",
-        params![
-            name,
-            serde_json::to_string(pipeline).expect("json"),
-            now_unix()
-        ],
-    )?;
-    Ok(())
+    store.set_pipeline_draft(name, &serde_json::to_string(pipeline).expect("json"))
 }
 
 /// Saves the draft as a new version, snapshotting its tools. Refused while the draft names a
 /// missing or mistyped tool or has no default retrieval tool.
 pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> {
     // Draft and tools are read inside the write transaction, so the snapshot is consistent.
-    let tx = rusqlite::Transaction::new_unchecked(
-        store.conn(),
-        rusqlite::TransactionBehavior::Immediate,
-    )?;
+    let tx = store.write()?;
     let (id, draft) = pipeline_row(store, name)?;
     let resolved = resolve_live(store, name, &draft)?;
     let structural: Vec<String> = structural_problems(&resolved)
@@ -425,11 +363,7 @@ pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> 
             problems: structural,
         });
     }
-    let next: i64 = tx.query_row(
-        "SELECT COALESCE(MAX(version), 0) + 1 FROM pipeline_versions WHERE pipeline_id = ?1",
-        [id],
-        |r| r.get(0),
-    )?;
+    let next = crate::store::next_pipeline_version(&tx, id)?;
     let saved = insert_version(&tx, id, next, &draft, resolved.tools, saved_by)?;
     tx.commit()?;
     Ok(saved)
@@ -438,10 +372,7 @@ pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> 
 /// Deletes a pipeline and its versions.
 pub fn delete(store: &Store, name: &str) -> Result<()> {
     pipeline_row(store, name)?;
-    store
-        .conn()
-        .execute("DELETE FROM pipelines WHERE name = ?1", [name])?;
-    Ok(())
+    store.delete_pipeline(name)
 }
 
 /// The pipelines whose draft or newest saved version use a tool.

@@ -9,18 +9,42 @@
 //!   file names that are not UTF-8, or contain newlines, round-trip exactly.
 //! - WAL mode: any number of readers search while one writer commits.
 
+mod audit;
+mod conversations;
+mod keys;
 mod migrations;
+mod orchestrator;
+mod pipelines;
 mod records;
 mod sign_index;
+mod tools;
 mod vectors;
 pub(crate) mod writes;
 
+pub use audit::AuditRecord;
+pub(crate) use audit::NewAuditRecord;
+pub use conversations::Conversation;
+pub(crate) use conversations::{
+    chat_evidence_for_chunk, insert_chat_evidence, mark_conversation_qualified,
+    next_chat_evidence_number,
+};
+pub(crate) use keys::{ApiKeyRow, NewApiKeyRow};
+pub(crate) use orchestrator::{
+    insert_orchestrator_revision, next_orchestrator_revision, orchestrator_config_in,
+};
+pub(crate) use pipelines::{
+    insert_pipeline, insert_pipeline_version, latest_pipeline_versions, next_pipeline_version,
+};
 pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
 pub use records::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
     SourceStatus,
 };
 pub use sign_index::{SharedSignIndex, SignIndex};
+pub(crate) use tools::{
+    clear_seeds_underived, delete_tool, insert_tool, replace_tool_definition,
+    seeded_tool_definition, set_derived_seed_definition, tool_definition, tool_type_of,
+};
 pub use vectors::{dot, EmbeddingCoverage, PendingChunk, VectorTable};
 
 use std::path::{Path, PathBuf};
@@ -97,26 +121,32 @@ impl Store {
         &self.path
     }
 
-    /// The raw connection, for the modules that own their own queries.
-    pub(crate) fn conn(&self) -> &Connection {
+    /// The raw connection, for `store`'s own files only: every SQL statement lives in `store/`
+    /// (a test checks it).
+    fn conn(&self) -> &Connection {
         &self.conn
     }
 
-    /// Starts a write transaction (`BEGIN IMMEDIATE`, so the write lock is taken up front).
-    pub(crate) fn write(&mut self) -> Result<Transaction<'_>> {
-        Ok(self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
+    /// Starts a write transaction (`BEGIN IMMEDIATE`, so the write lock is taken up front): the
+    /// one way any write transaction opens. It takes `&self` because the feature modules hold
+    /// the store shared; a nested call cannot silently join the outer transaction, because
+    /// SQLite refuses a second `BEGIN` on the connection with an error.
+    pub(crate) fn write(&self) -> Result<Transaction<'_>> {
+        Ok(Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )?)
     }
 
     // ---- collections -------------------------------------------------------------------
 
-    /// Creates a collection.
+    /// Creates a collection whose vectors will come from `embedding_model`.
     pub fn create_collection(
         &mut self,
         name: &str,
         sensitivity: &str,
         language: &str,
+        embedding_model: &str,
     ) -> Result<Collection> {
         validate_collection_name(name)?;
         if self.collection_by_name(name)?.is_some() {
@@ -125,13 +155,7 @@ impl Store {
         self.conn.execute(
             "INSERT INTO collections(name, sensitivity, language, created_at, embedding_model)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                name,
-                sensitivity,
-                language,
-                now_unix(),
-                crate::embed::default_embedding_model()
-            ],
+            params![name, sensitivity, language, now_unix(), embedding_model],
         )?;
         self.collection_by_name(name)?
             .ok_or_else(|| Error::Internal("collection vanished after insert".into()))
@@ -313,6 +337,18 @@ impl Store {
             .ok_or_else(|| Error::DocumentNotFound(path.to_path_buf()))
     }
 
+    /// The document with this id, if it is still in the index.
+    pub fn document_by_id(&self, id: i64) -> Result<Option<DocumentRecord>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("{DOCUMENT_SELECT} WHERE d.id = ?1"),
+                [id],
+                DocumentRecord::from_row,
+            )
+            .optional()?)
+    }
+
     /// Documents that were skipped or failed, newest first.
     pub fn problem_documents(&self, limit: usize) -> Result<Vec<DocumentRecord>> {
         self.problem_documents_in(None, limit)
@@ -342,6 +378,25 @@ impl Store {
             "{CHUNK_SELECT} WHERE c.document_id = ?1 ORDER BY c.ordinal"
         ))?;
         let rows = stmt.query_map([document_id], ChunkRecord::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Chunks of one revision of a document from ordinal `start` on, at most `limit`, in order.
+    pub(crate) fn chunks_of_revision_from(
+        &self,
+        document_id: i64,
+        revision_id: i64,
+        start: i64,
+        limit: i64,
+    ) -> Result<Vec<ChunkRecord>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{CHUNK_SELECT} WHERE c.document_id = ?1 AND c.revision_id = ?2 AND c.ordinal >= ?3
+             ORDER BY c.ordinal LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(
+            params![document_id, revision_id, start, limit],
+            ChunkRecord::from_row,
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -618,7 +673,9 @@ mod tests {
     fn document_states_cover_exactly_a_path_and_what_is_below_it() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let c = store.create_collection("c", "internal", "english").unwrap();
+        let c = store
+            .create_collection("c", "internal", "english", "test-model")
+            .unwrap();
         let source = store.create_source(&c, Path::new("/a"), &[], &[]).unwrap();
         let tx = store.write().unwrap();
         for p in [
@@ -666,9 +723,13 @@ mod tests {
     fn ids_are_never_reused() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let a = store.create_collection("a", "internal", "english").unwrap();
+        let a = store
+            .create_collection("a", "internal", "english", "test-model")
+            .unwrap();
         store.delete_collection("a").unwrap();
-        let b = store.create_collection("b", "internal", "english").unwrap();
+        let b = store
+            .create_collection("b", "internal", "english", "test-model")
+            .unwrap();
         assert!(b.id > a.id);
     }
 }

@@ -116,14 +116,32 @@ pub struct Source {
 
 impl Source {
     pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
-        let globs = |s: String| serde_json::from_str::<Vec<String>>(&s).unwrap_or_default();
+        let id: i64 = r.get(0)?;
+        let root = bytes_to_path(&r.get::<_, Vec<u8>>(3)?);
+        // Unreadable globs fail closed: reading them as "none" would index every file of the
+        // folder, excluded ones included.
+        let globs = |column: usize, name: &str| -> rusqlite::Result<Vec<String>> {
+            let text: String = r.get(column)?;
+            serde_json::from_str(&text).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    column,
+                    rusqlite::types::Type::Text,
+                    format!(
+                        "source {id} (`{}`) has unreadable {name} globs {text:?}: {e}; \
+                         remove and re-add the source",
+                        root.display()
+                    )
+                    .into(),
+                )
+            })
+        };
         Ok(Source {
-            id: r.get(0)?,
+            id,
             collection_id: r.get(1)?,
             collection: r.get(2)?,
-            root: bytes_to_path(&r.get::<_, Vec<u8>>(3)?),
-            include: globs(r.get(4)?),
-            exclude: globs(r.get(5)?),
+            include: globs(4, "include")?,
+            exclude: globs(5, "exclude")?,
+            root,
             status: if r.get::<_, String>(6)? == "missing" {
                 SourceStatus::Missing
             } else {
@@ -333,5 +351,49 @@ impl DocumentState {
             content_hash: r.get(4)?,
             status: DocumentStatus::parse(&r.get::<_, String>(5)?),
         })
+    }
+}
+
+/// What an evidence check needs to know of a document: its current revision and the
+/// collection (name and sensitivity) it belongs to.
+#[derive(Debug, Clone)]
+pub(crate) struct DocumentAccess {
+    pub current_revision_id: Option<i64>,
+    pub collection: String,
+    pub sensitivity: String,
+}
+
+impl super::Store {
+    /// The current revision and collection of a document, if it is still in the library.
+    pub(crate) fn document_access(
+        &self,
+        document_id: i64,
+    ) -> crate::error::Result<Option<DocumentAccess>> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT d.current_revision_id, col.name, col.sensitivity FROM documents d
+                 JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id
+                 WHERE d.id = ?1",
+                [document_id],
+                |r| {
+                    Ok(DocumentAccess {
+                        current_revision_id: r.get(0)?,
+                        collection: r.get(1)?,
+                        sensitivity: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// How many (source, path) pairs have more than one document row (0 in a sound library).
+    pub(crate) fn duplicate_document_paths(&self) -> crate::error::Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM documents GROUP BY source_id, path HAVING COUNT(*) > 1)",
+            [],
+            |r| r.get(0),
+        )?)
     }
 }

@@ -262,8 +262,12 @@ mod tests {
     fn shadow_table_read_matches_the_row_by_row_read() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let a = store.create_collection("a", "internal", "english").unwrap();
-        let b = store.create_collection("b", "internal", "english").unwrap();
+        let a = store
+            .create_collection("a", "internal", "english", "test-model")
+            .unwrap();
+        let b = store
+            .create_collection("b", "internal", "english", "test-model")
+            .unwrap();
         let table = store.ensure_vector_table("m", 128).unwrap();
         let vector = |i: i64| -> Vec<f32> {
             (0..128)

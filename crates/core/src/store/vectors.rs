@@ -511,7 +511,9 @@ mod tests {
     fn exact_and_sign_bit_search_agree_and_deleted_chunks_lose_their_vectors() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let c = store.create_collection("c", "internal", "english").unwrap();
+        let c = store
+            .create_collection("c", "internal", "english", "test-model")
+            .unwrap();
         let table = store.ensure_vector_table("m", 64).unwrap();
         assert_eq!(
             store.ensure_vector_table("m", 64).unwrap().table,

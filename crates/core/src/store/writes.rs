@@ -1,12 +1,12 @@
 //! Document writes, each inside the caller's transaction so an indexing batch commits (or
 //! vanishes) as a whole. Every chunk insert or delete queues a full-text outbox row.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use super::{now_unix, path_to_bytes, DocumentStatus, NewChunk};
-use crate::error::Result;
+use super::{bytes_to_path, now_unix, path_to_bytes, DocumentStatus, NewChunk};
+use crate::error::{Error, Result};
 
 /// Facts about a file on disk.
 #[derive(Debug, Clone)]
@@ -34,6 +34,19 @@ fn document_id(tx: &Transaction<'_>, source_id: i64, path: &Path) -> Result<Opti
             |r| r.get(0),
         )
         .optional()?)
+}
+
+/// The stored path of a document. A missing row is a bug in the caller (it read the id in
+/// this same transaction), so it is an [`Error::Internal`] naming the id.
+pub(crate) fn document_path(tx: &Transaction<'_>, id: i64) -> Result<PathBuf> {
+    let bytes: Option<Vec<u8>> = tx
+        .query_row("SELECT path FROM documents WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    bytes
+        .map(|b| bytes_to_path(&b))
+        .ok_or_else(|| Error::Internal(format!("no document with id {id}")))
 }
 
 fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: i64) -> Result<()> {
@@ -250,4 +263,50 @@ pub(crate) fn delete_document(tx: &Transaction<'_>, id: i64) -> Result<()> {
     queue_chunk_deletes(tx, id)?;
     tx.execute("DELETE FROM documents WHERE id = ?1", [id])?;
     Ok(())
+}
+
+/// Sets a `meta` key unless it is already set (another process may have set it meanwhile:
+/// theirs is kept).
+pub(crate) fn insert_meta_if_absent(tx: &Transaction<'_>, key: &str, value: &str) -> Result<()> {
+    tx.execute(
+        "INSERT OR IGNORE INTO meta(key, value) VALUES (?1, ?2)",
+        params![key, value],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    #[test]
+    fn document_path_reads_the_stored_path_and_refuses_a_missing_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let c = store
+            .create_collection("c", "internal", "english", "test-model")
+            .unwrap();
+        let source = store.create_source(&c, Path::new("/a"), &[], &[]).unwrap();
+        let tx = store.write().unwrap();
+        let file = FileFacts {
+            path: Path::new("/a/b.md"),
+            size: 1,
+            mtime_ns: 1,
+        };
+        write_not_indexed(
+            &tx,
+            source.id,
+            &file,
+            DocumentStatus::Skipped,
+            "hidden",
+            "x",
+        )
+        .unwrap();
+        let id = document_id(&tx, source.id, file.path).unwrap().unwrap();
+        assert_eq!(document_path(&tx, id).unwrap(), PathBuf::from("/a/b.md"));
+        let err = document_path(&tx, id + 1000).unwrap_err();
+        assert!(matches!(err, Error::Internal(_)), "{err:?}");
+        assert!(err.to_string().contains(&(id + 1000).to_string()), "{err}");
+    }
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::environment::BwrapSetting;
 use crate::error::{Error, Result};
 
 const WORKER_SOURCE: &str = include_str!("worker.py");
@@ -117,9 +118,7 @@ pub struct Executor {
 
 /// Where Python is: `QUARRY_PYTHON`, else `python3` on the `PATH`.
 pub fn python_command() -> PathBuf {
-    std::env::var_os("QUARRY_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"))
+    crate::environment::python().unwrap_or_else(|| PathBuf::from("python3"))
 }
 
 impl Default for Executor {
@@ -492,14 +491,10 @@ impl Drop for Executor {
 
 /// bubblewrap on the `PATH` (or `QUARRY_BWRAP`; `none` turns it off).
 fn find_bwrap() -> Option<PathBuf> {
-    match std::env::var_os("QUARRY_BWRAP") {
-        Some(v) if v == "none" => None,
-        Some(v) => Some(PathBuf::from(v)),
-        None => std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join("bwrap"))
-                .find(|p| p.is_file())
-        }),
+    match crate::environment::bwrap() {
+        BwrapSetting::Off => None,
+        BwrapSetting::At(path) => Some(path),
+        BwrapSetting::Search => crate::environment::on_path("bwrap"),
     }
 }
 

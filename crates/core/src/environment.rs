@@ -1,0 +1,128 @@
+//! Every environment variable quarry-core reads, in one place, so a newcomer (or a packager)
+//! finds them all here and a test can see what the engine depends on. Each function reads its
+//! variable when called: the CLI and tests set them before opening a library.
+//!
+//! | variable | what it does |
+//! |---|---|
+//! | `QUARRY_DATA_DIR` | the library's data directory (default: the platform's data dir) |
+//! | `QUARRY_MODELS_DIR` | extra model folders, `:`-separated, searched before the data dir's |
+//! | `ORT_DYLIB_PATH` | the ONNX Runtime library to load instead of the installed one |
+//! | `QUARRY_ORT_THREADS` | ONNX Runtime threads per model (default: every core) |
+//! | `QUARRY_EMBED_MODEL_BATCH` | texts per embedding model run (default 1, see `embed::embedder`) |
+//! | `QUARRY_HF_ENDPOINT`, `HF_ENDPOINT` | the model hub's base URL |
+//! | `HF_TOKEN` | a hub token, sent only to the hub's host |
+//! | `QUARRY_PYTHON` | the Python that runs code tools and `pip download` (default `python3`) |
+//! | `QUARRY_BWRAP` | bubblewrap's path, or `none` to turn the sandbox tier off |
+//! | `OMP_WAIT_POLICY` | read to warn when llama.cpp's OpenMP threads will spin |
+//!
+//! An OpenAI-compatible backend's API key is read from the variable its configuration names
+//! ([`configured_secret`]), never stored in the library.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// A variable's value, treating an empty one as unset.
+fn non_empty(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// A variable parsed as a positive count.
+fn positive_count(name: &str) -> Option<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n| *n > 0)
+}
+
+/// `QUARRY_DATA_DIR`.
+pub fn data_dir() -> Option<PathBuf> {
+    non_empty("QUARRY_DATA_DIR").map(PathBuf::from)
+}
+
+/// `QUARRY_MODELS_DIR`, split like `PATH`.
+pub fn models_dirs() -> Vec<PathBuf> {
+    non_empty("QUARRY_MODELS_DIR")
+        .map(|list| std::env::split_paths(&list).collect())
+        .unwrap_or_default()
+}
+
+/// `ORT_DYLIB_PATH`.
+pub fn ort_dylib_path() -> Option<PathBuf> {
+    non_empty("ORT_DYLIB_PATH").map(PathBuf::from)
+}
+
+/// `QUARRY_ORT_THREADS`.
+pub fn ort_threads() -> Option<usize> {
+    positive_count("QUARRY_ORT_THREADS")
+}
+
+/// `QUARRY_EMBED_MODEL_BATCH`.
+pub fn embed_model_batch() -> Option<usize> {
+    positive_count("QUARRY_EMBED_MODEL_BATCH")
+}
+
+/// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.
+pub fn hf_endpoint() -> Option<String> {
+    ["QUARRY_HF_ENDPOINT", "HF_ENDPOINT"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+}
+
+/// `HF_TOKEN`.
+pub fn hf_token() -> Option<String> {
+    std::env::var("HF_TOKEN")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// The hub's variables by name (`QUARRY_HF_ENDPOINT`, `HF_ENDPOINT`, `HF_TOKEN`), for the
+/// hub settings that tests build from a map instead; any other name reads as unset.
+pub fn hub_variable(name: &str) -> Option<String> {
+    match name {
+        "QUARRY_HF_ENDPOINT" | "HF_ENDPOINT" | "HF_TOKEN" => std::env::var(name).ok(),
+        _ => None,
+    }
+}
+
+/// `QUARRY_PYTHON`.
+pub fn python() -> Option<PathBuf> {
+    non_empty("QUARRY_PYTHON").map(PathBuf::from)
+}
+
+/// What `QUARRY_BWRAP` says about bubblewrap.
+pub enum BwrapSetting {
+    /// Unset: look for `bwrap` on the `PATH`.
+    Search,
+    /// `none`: no sandbox tier.
+    Off,
+    /// This program.
+    At(PathBuf),
+}
+
+/// `QUARRY_BWRAP`.
+pub fn bwrap() -> BwrapSetting {
+    match non_empty("QUARRY_BWRAP") {
+        None => BwrapSetting::Search,
+        Some(v) if v == "none" => BwrapSetting::Off,
+        Some(v) => BwrapSetting::At(PathBuf::from(v)),
+    }
+}
+
+/// A program on the `PATH`.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Whether `OMP_WAIT_POLICY` is set.
+pub fn omp_wait_policy_set() -> bool {
+    std::env::var_os("OMP_WAIT_POLICY").is_some()
+}
+
+/// The secret in the variable a configuration names (an API key), if set.
+pub fn configured_secret(variable: &str) -> Option<String> {
+    std::env::var(variable).ok()
+}

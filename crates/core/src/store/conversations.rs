@@ -1,0 +1,249 @@
+//! Conversations and their messages, evidence and traces.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+use serde::Serialize;
+
+use super::Store;
+use crate::error::Result;
+
+/// A conversation's header.
+#[derive(Debug, Clone, Serialize)]
+pub struct Conversation {
+    /// Its id.
+    pub id: String,
+    /// The caller it belongs to (`Principal::id`).
+    pub principal: String,
+    /// The configuration.
+    pub config: String,
+    /// The applied revision it started with and keeps.
+    pub revision: i64,
+    /// The mode.
+    pub mode: String,
+    /// The first question, cut short.
+    pub title: String,
+    /// Whether a qualifying pipeline has completed in it (direct tools unlocked).
+    pub qualified: bool,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds.
+    pub updated_at: i64,
+}
+
+/// A stored chat message, its citations still as JSON text.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatMessageRow {
+    pub turn: i64,
+    pub role: String,
+    pub content: String,
+    pub citations: Option<String>,
+}
+
+/// A recorded chat event, its detail still as JSON text.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatEventRow {
+    pub turn: i64,
+    pub at_ms: i64,
+    pub kind: String,
+    pub detail: String,
+}
+
+impl Store {
+    /// Inserts a new conversation.
+    pub(crate) fn insert_conversation(&self, c: &Conversation) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO conversations(id, principal, config, revision, mode, title, qualified, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                c.id,
+                c.principal,
+                c.config,
+                c.revision,
+                c.mode,
+                c.title,
+                c.qualified,
+                c.created_at,
+                c.updated_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The conversation `id` of `principal`, if there is one.
+    pub(crate) fn conversation(&self, id: &str, principal: &str) -> Result<Option<Conversation>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, principal, config, revision, mode, title, qualified, created_at, updated_at
+                 FROM conversations WHERE id = ?1 AND principal = ?2",
+                params![id, principal],
+                |r| {
+                    Ok(Conversation {
+                        id: r.get(0)?,
+                        principal: r.get(1)?,
+                        config: r.get(2)?,
+                        revision: r.get(3)?,
+                        mode: r.get(4)?,
+                        title: r.get(5)?,
+                        qualified: r.get::<_, i64>(6)? != 0,
+                        created_at: r.get(7)?,
+                        updated_at: r.get(8)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// The ids of `principal`'s conversations, most recently updated first.
+    pub(crate) fn conversation_ids(&self, principal: &str) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id FROM conversations WHERE principal = ?1 ORDER BY updated_at DESC, id",
+        )?;
+        let ids = stmt
+            .query_map([principal], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ids)
+    }
+
+    /// The next turn number of a conversation (1 when it has no message yet).
+    pub(crate) fn next_chat_turn(&self, conversation_id: &str) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(MAX(turn), 0) + 1 FROM chat_messages WHERE conversation_id = ?1",
+            [conversation_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Stores a message (`citations` as JSON text) and bumps the conversation's `updated_at`.
+    pub(crate) fn insert_chat_message(
+        &self,
+        conversation_id: &str,
+        turn: i64,
+        role: &str,
+        content: &str,
+        citations: Option<String>,
+        now: i64,
+    ) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO chat_messages(conversation_id, turn, role, content, citations, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![conversation_id, turn, role, content, citations, now],
+        )?;
+        self.conn.execute(
+            "UPDATE conversations SET updated_at = ?2 WHERE id = ?1",
+            params![conversation_id, now],
+        )?;
+        Ok(())
+    }
+
+    /// The messages of a conversation, in the order they were stored.
+    pub(crate) fn chat_messages(&self, conversation_id: &str) -> Result<Vec<ChatMessageRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT turn, role, content, citations FROM chat_messages WHERE conversation_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([conversation_id], |r| {
+            Ok(ChatMessageRow {
+                turn: r.get(0)?,
+                role: r.get(1)?,
+                content: r.get(2)?,
+                citations: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The JSON of every evidence item of a conversation, by number.
+    pub(crate) fn chat_evidence_items(&self, conversation_id: &str) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT item FROM chat_evidence WHERE conversation_id = ?1 ORDER BY n")?;
+        let rows = stmt.query_map([conversation_id], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records an event (`detail` as JSON text).
+    pub(crate) fn insert_chat_event(
+        &self,
+        conversation_id: &str,
+        turn: i64,
+        at_ms: i64,
+        kind: &str,
+        detail: &str,
+    ) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO chat_events(conversation_id, turn, at_ms, kind, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![conversation_id, turn, at_ms, kind, detail],
+        )?;
+        Ok(())
+    }
+
+    /// The recorded events of a conversation (of one turn, when given), in order.
+    pub(crate) fn chat_events(
+        &self,
+        conversation_id: &str,
+        turn: Option<i64>,
+    ) -> Result<Vec<ChatEventRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT turn, at_ms, kind, detail FROM chat_events
+             WHERE conversation_id = ?1 AND (?2 IS NULL OR turn = ?2) ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![conversation_id, turn], |r| {
+            Ok(ChatEventRow {
+                turn: r.get(0)?,
+                at_ms: r.get(1)?,
+                kind: r.get(2)?,
+                detail: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+/// Marks, in the caller's transaction, that a qualifying pipeline completed in a conversation.
+pub(crate) fn mark_conversation_qualified(tx: &Transaction<'_>, id: &str) -> Result<()> {
+    tx.execute("UPDATE conversations SET qualified = 1 WHERE id = ?1", [id])?;
+    Ok(())
+}
+
+/// The JSON of the evidence item already admitted for `chunk_id` in a conversation, if any.
+pub(crate) fn chat_evidence_for_chunk(
+    tx: &Transaction<'_>,
+    conversation_id: &str,
+    chunk_id: i64,
+) -> Result<Option<String>> {
+    Ok(tx
+        .query_row(
+            "SELECT item FROM chat_evidence WHERE conversation_id = ?1 AND chunk_id = ?2",
+            params![conversation_id, chunk_id],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// The next evidence number of a conversation (1 when its ledger is empty).
+pub(crate) fn next_chat_evidence_number(
+    tx: &Transaction<'_>,
+    conversation_id: &str,
+) -> Result<i64> {
+    Ok(tx.query_row(
+        "SELECT COALESCE(MAX(n), 0) + 1 FROM chat_evidence WHERE conversation_id = ?1",
+        [conversation_id],
+        |r| r.get(0),
+    )?)
+}
+
+/// Inserts an evidence item (`item` as JSON text) into a conversation's ledger, in the
+/// caller's transaction.
+pub(crate) fn insert_chat_evidence(
+    tx: &Transaction<'_>,
+    conversation_id: &str,
+    n: i64,
+    chunk_id: i64,
+    turn: i64,
+    item: &str,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO chat_evidence(conversation_id, n, chunk_id, turn, item) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![conversation_id, n, chunk_id, turn, item],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! The library's public API on real SQLite files and tantivy directories, without the binary:
+//! previews resolved by the chunk's own document, and stored source settings that fail closed.
+
+use quarry_core::{IndexOptions, Library, SearchMode, SearchRequest};
+
+/// One folder, indexed into two collections.
+fn one_folder_in_two_collections() -> (tempfile::TempDir, tempfile::TempDir, Library) {
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("pump.md"),
+        "# Pump\n\nThe bilge pump is serviced every spring.\n\n## Seals\n\nReplace the seals.\n",
+    )
+    .unwrap();
+    std::fs::write(docs.path().join("keep.md"), "# Keep\n\nkeep this file\n").unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut library = Library::open(data.path()).unwrap();
+    library.add_source(docs.path(), "first", &[], &[]).unwrap();
+    library.add_source(docs.path(), "second", &[], &[]).unwrap();
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+    (docs, data, library)
+}
+
+#[test]
+fn a_preview_shows_the_hit_s_own_document_when_a_folder_is_in_two_collections() {
+    let (_docs, _data, library) = one_folder_in_two_collections();
+    let mut request = SearchRequest::new("bilge pump serviced").with_mode(SearchMode::Lexical);
+    request.collections = vec!["second".into()];
+    let hits = library.search(&request).unwrap().hits;
+    let hit = hits.first().expect("a hit in the second collection");
+    assert_eq!(hit.collection, "second");
+
+    let preview = library
+        .chunk_in_context(hit.chunk_id, 3)
+        .unwrap()
+        .expect("the chunk is indexed");
+    assert_eq!(preview.document.collection, "second");
+    assert_eq!(preview.document.id, hit.document_id);
+    assert!(preview.chunks.iter().any(|c| c.id == hit.chunk_id));
+    assert!(preview
+        .chunks
+        .iter()
+        .all(|c| c.document_id == hit.document_id));
+
+    // The same path's document in the first collection is another row.
+    let first = library.document(&hit.path).unwrap().document;
+    assert_ne!(first.id, preview.document.id);
+    assert_eq!(
+        library
+            .document_by_id(hit.document_id)
+            .unwrap()
+            .unwrap()
+            .collection,
+        "second"
+    );
+    assert!(library.chunk_in_context(i64::MAX, 3).unwrap().is_none());
+    assert!(library.document_by_id(i64::MAX).unwrap().is_none());
+}
+
+#[test]
+fn unreadable_globs_fail_closed_naming_the_source_and_keep_the_index() {
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("public.md"),
+        "# Public\n\nlighthouse keeper\n",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.path().join("secret.md"),
+        "# Secret\n\nlighthouse vault code\n",
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut library = Library::open(data.path()).unwrap();
+    let source = library
+        .add_source(docs.path(), "notes", &[], &["secret.md".to_string()])
+        .unwrap();
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+    let indexed_before = library.store().stats().unwrap().documents_indexed;
+    assert_eq!(indexed_before, 1);
+    drop(library);
+
+    // Damage the stored exclude list, as a bad hand edit or a torn write would.
+    let db = rusqlite::Connection::open(data.path().join("quarry.db")).unwrap();
+    db.execute(
+        "UPDATE sources SET exclude_globs = '[\"secret.md\"' WHERE id = ?1",
+        [source.id],
+    )
+    .unwrap();
+    drop(db);
+
+    let mut library = Library::open(data.path()).unwrap();
+    let error = library.sources().unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("source {}", source.id)) && message.contains("exclude"),
+        "{message}"
+    );
+    // Indexing refuses rather than reading the excluded file.
+    assert!(library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .is_err());
+    let hits = library
+        .search(&SearchRequest::new("vault").with_mode(SearchMode::Lexical))
+        .unwrap()
+        .hits;
+    assert!(hits.is_empty(), "the excluded file was indexed");
+    let lighthouse = library
+        .search(&SearchRequest::new("lighthouse keeper").with_mode(SearchMode::Lexical))
+        .unwrap()
+        .hits;
+    assert_eq!(lighthouse.len(), 1, "what was indexed is kept");
+    assert_eq!(
+        library.store().stats().unwrap().documents_indexed,
+        indexed_before
+    );
+}
