@@ -656,7 +656,7 @@ fn chat_bench(
         .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))?;
     let model = model
         .map(str::to_string)
-        .unwrap_or_else(|| quarry_core::embed::default_llm_model().to_string());
+        .unwrap_or_else(|| quarry_core::models::default_llm_model().to_string());
     let mut config = EmbeddedConfig::named(library.models(), &model)?;
     config.threads = threads;
     let rss_before = current_rss();

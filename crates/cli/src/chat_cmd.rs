@@ -110,7 +110,7 @@ fn backend_override(args: &ChatArgs) -> Result<Option<BackendConfig>> {
             model: args
                 .model
                 .clone()
-                .unwrap_or_else(|| quarry_core::embed::default_llm_model().to_string()),
+                .unwrap_or_else(|| quarry_core::models::default_llm_model().to_string()),
             threads: None,
         },
         "openai" => BackendConfig::Openai {

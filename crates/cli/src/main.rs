@@ -282,7 +282,7 @@ fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettin
             models
                 .installed()
                 .into_iter()
-                .find(|m| m.kind == quarry_core::embed::ModelKind::Reranker)
+                .find(|m| m.kind == quarry_core::models::ModelKind::Reranker)
                 .map(|m| m.id)
                 .unwrap_or_else(|| RerankSettings::default().model)
         } else {

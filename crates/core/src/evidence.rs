@@ -21,7 +21,7 @@ use sha2::Sha256;
 
 use crate::auth::{random_hex, Principal};
 use crate::error::{Error, Result};
-use crate::store::{now_unix, writes, ChunkLocation, ChunkRecord, Store};
+use crate::store::{now_unix, ChunkLocation, ChunkRecord, Store};
 
 /// How long a reference stays valid by default: long enough for a conversation, short
 /// enough that a leaked one soon dies.
@@ -38,10 +38,9 @@ impl EvidenceKey {
         let hex = match store.meta("evidence_key")? {
             Some(hex) => hex,
             None => {
-                let tx = store.write()?;
-                // Another process may have created it meanwhile: keep theirs.
-                writes::insert_meta_if_absent(&tx, "evidence_key", &random_hex(32)?)?;
-                tx.commit()?;
+                // Another process may have created it meanwhile: keep theirs (one atomic
+                // insert-or-ignore).
+                store.insert_meta_if_absent("evidence_key", &random_hex(32)?)?;
                 store
                     .meta("evidence_key")?
                     .ok_or_else(|| Error::Internal("evidence key vanished".into()))?

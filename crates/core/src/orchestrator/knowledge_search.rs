@@ -408,7 +408,7 @@ impl KnowledgeSearch {
             .iter()
             .filter_map(|n| readable(n))
             .find_map(|c| c.embedding_model.clone())
-            .unwrap_or_else(|| crate::embed::default_embedding_model().to_string());
+            .unwrap_or_else(|| crate::models::default_embedding_model().to_string());
         let vector = match library.embedder(&model).and_then(|e| e.embed_query(query)) {
             Ok(v) => v,
             Err(e) => {

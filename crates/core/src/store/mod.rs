@@ -42,8 +42,8 @@ pub use records::{
 };
 pub use sign_index::{SharedSignIndex, SignIndex};
 pub(crate) use tools::{
-    clear_seeds_underived, delete_tool, insert_tool, replace_tool_definition,
-    seeded_tool_definition, set_derived_seed_definition, tool_definition, tool_type_of,
+    delete_tool, insert_tool, replace_tool_definition, seeded_tool_definition,
+    set_derived_seed_definition, tool_definition, tool_type_of,
 };
 pub use vectors::{dot, EmbeddingCoverage, PendingChunk, VectorTable};
 
@@ -556,6 +556,22 @@ impl Store {
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             params![key, value],
         )?;
+        Ok(())
+    }
+
+    /// Sets a `meta` value unless one is there already (the first writer wins).
+    pub(crate) fn insert_meta_if_absent(&self, key: &str, value: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES (?1, ?2)",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    /// Removes a `meta` value.
+    pub(crate) fn delete_meta(&self, key: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM meta WHERE key = ?1", [key])?;
         Ok(())
     }
 }

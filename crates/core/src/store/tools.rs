@@ -148,9 +148,3 @@ pub(crate) fn set_derived_seed_definition(
     )?;
     Ok(())
 }
-
-/// Forgets that seeded code tools await their derived shapes, in the caller's transaction.
-pub(crate) fn clear_seeds_underived(tx: &Transaction<'_>) -> Result<()> {
-    tx.execute("DELETE FROM meta WHERE key = 'seeds_underived'", [])?;
-    Ok(())
-}

@@ -265,16 +265,6 @@ pub(crate) fn delete_document(tx: &Transaction<'_>, id: i64) -> Result<()> {
     Ok(())
 }
 
-/// Sets a `meta` key unless it is already set (another process may have set it meanwhile:
-/// theirs is kept).
-pub(crate) fn insert_meta_if_absent(tx: &Transaction<'_>, key: &str, value: &str) -> Result<()> {
-    tx.execute(
-        "INSERT OR IGNORE INTO meta(key, value) VALUES (?1, ?2)",
-        params![key, value],
-    )?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,7 +130,7 @@ fn derive_late(store: &Store, executor: &Executor) -> Result<()> {
         }
     }
     crate::pipeline::refresh_underived_snapshots(&tx)?;
-    crate::store::clear_seeds_underived(&tx)?;
+    store.delete_meta("seeds_underived")?;
     tx.commit()?;
     Ok(())
 }
