@@ -7,8 +7,12 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use std::sync::Arc;
+
 use crate::audit::{self, AuditRecord};
 use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
+use crate::context::{EngineContext, Retrieval};
+use crate::embed::Embedder;
 use crate::error::Result;
 use crate::evidence::EvidenceKey;
 use crate::pipeline::{
@@ -16,10 +20,33 @@ use crate::pipeline::{
     SavedPipeline,
 };
 use crate::pipeline::{TestInput, ToolTestReport};
+use crate::retrieve::{SearchRequest, SearchResults};
 use crate::tools::{self, Executor, ToolDefinition, ToolSummary, ToolType};
 use crate::Library;
 
+impl Retrieval for Library {
+    fn search(&self, request: &SearchRequest) -> Result<SearchResults> {
+        Library::search(self, request)
+    }
+
+    fn embedder(&self, model: &str) -> Result<Arc<Embedder>> {
+        Library::embedder(self, model)
+    }
+}
+
 impl Library {
+    /// The narrow context pipelines, tool tests, turns and evaluations run in, over this
+    /// library and the evidence key it holds (see [`Library::evidence_key`]).
+    pub fn engine_context<'a>(&'a self, evidence_key: &'a EvidenceKey) -> EngineContext<'a> {
+        EngineContext {
+            store: self.store(),
+            models: self.models(),
+            executor: self.executor(),
+            evidence_key,
+            retrieval: self,
+        }
+    }
+
     /// The code-tool executor.
     pub fn executor(&self) -> &Executor {
         &self.executor

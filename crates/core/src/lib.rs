@@ -25,6 +25,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod context;
 pub mod embed;
 pub mod environment;
 mod error;

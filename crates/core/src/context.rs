@@ -1,0 +1,41 @@
+//! The narrow context that pipelines, tool tests, chat turns and evaluations take instead of
+//! the whole [`crate::Library`].
+//!
+//! The library builds it ([`crate::Library::engine_context`]), so the library stays the one
+//! module that knows every subsystem and nothing below it imports it back. Tests build one
+//! from a real [`Store`] and a stub [`Retrieval`], so a pipeline or a turn can be tested
+//! without models or a full-text index.
+
+use std::sync::Arc;
+
+use crate::embed::Embedder;
+use crate::error::Result;
+use crate::evidence::EvidenceKey;
+use crate::models::Models;
+use crate::retrieve::{SearchRequest, SearchResults};
+use crate::store::Store;
+use crate::tools::Executor;
+
+/// What retrieval offers the layers above it: the two calls that need the library's indexes
+/// and model caches.
+pub trait Retrieval {
+    /// Runs one search, as the request says (lexical, vector or hybrid, reranked or not).
+    fn search(&self, request: &SearchRequest) -> Result<SearchResults>;
+    /// The query embedder for a model id, loaded once per process.
+    fn embedder(&self, model: &str) -> Result<Arc<Embedder>>;
+}
+
+/// Everything a pipeline run, a tool test or a chat turn reads or calls.
+#[derive(Clone, Copy)]
+pub struct EngineContext<'a> {
+    /// The library's database.
+    pub store: &'a Store,
+    /// Where models are installed.
+    pub models: &'a Models,
+    /// Runs code tools.
+    pub executor: &'a Executor,
+    /// Signs and checks evidence references.
+    pub evidence_key: &'a EvidenceKey,
+    /// Searches and embeds.
+    pub retrieval: &'a dyn Retrieval,
+}
