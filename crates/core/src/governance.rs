@@ -3,11 +3,10 @@
 //! and the desktop shell call one API. Test runs and pipeline runs are audited here.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-
-use std::sync::Arc;
 
 use crate::audit::{self, AuditRecord};
 use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
