@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::error::CommandError;
 
 /// The indexer as a whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, specta::Type)]
 #[serde(rename_all = "snake_case")]
 pub enum IndexerState {
     /// Opening the library.
@@ -23,7 +23,7 @@ pub enum IndexerState {
 }
 
 /// Where one source stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, specta::Type)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Waiting for its first scan of this session.
@@ -39,7 +39,7 @@ pub enum Phase {
 }
 
 /// How changes to a source are noticed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, specta::Type)]
 #[serde(rename_all = "snake_case")]
 pub enum WatchMode {
     /// OS file events.
@@ -49,7 +49,7 @@ pub enum WatchMode {
 }
 
 /// One source's activity.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct SourceActivity {
     pub source_id: i64,
     pub phase: Phase,
@@ -60,14 +60,14 @@ pub struct SourceActivity {
 }
 
 /// The last change the watcher indexed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct LastChange {
     pub paths: Vec<String>,
     pub at_ms: u64,
 }
 
 /// Everything the UI shows about indexing (the `quarry://activity` event).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct Activity {
     /// Grows with every change: the UI ignores a snapshot older than the one it shows.
     pub seq: u64,

@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use quarry_core::models::{
-    default_embedding_model, fix_command, ModelKind, ModelListing, RUNTIME_ID,
-};
+use quarry_core::models::{ModelKind, ModelListing, RuntimeStatus, SetupProblem};
 use quarry_core::store::EmbeddingCoverage;
 use quarry_core::{
     ChunkInContext, Collection, DocumentRecord, SearchMode, SearchRequest, SearchResults, Source,
@@ -36,84 +34,43 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| CommandError::internal(format!("the command failed: {e}")))?
 }
 
-/// Something missing, with the command that fixes it.
-#[derive(Serialize)]
-pub struct Problem {
-    component: &'static str,
-    message: String,
-    /// The command that fixes it.
-    fix: String,
-}
-
-#[derive(Serialize)]
-pub struct RuntimeStatus {
-    ok: bool,
-    detail: String,
-}
-
-#[derive(Serialize)]
+/// Everything the Status view shows.
+#[derive(Serialize, specta::Type)]
 pub struct AppStatus {
     data_dir: String,
     disk_bytes: u64,
     stats: Stats,
     embeddings: Vec<EmbeddingCoverage>,
     collections: Vec<Collection>,
+    /// Embedding models and rerankers, and the chat models that are installed.
     models: Vec<ModelListing>,
+    /// ONNX Runtime: where it was found, or what is wrong.
     runtime: RuntimeStatus,
-    problems: Vec<Problem>,
+    /// What is missing, each with the command that fixes it.
+    problems: Vec<SetupProblem>,
     activity: Activity,
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
     blocking(&engine, |engine| {
         let library = engine.library();
         let status = library.status()?;
-        let models = library.models().list();
-        let runtime = match library.models().runtime_library() {
-            Ok(path) => RuntimeStatus {
-                ok: true,
-                detail: path.display().to_string(),
-            },
-            Err(e) => RuntimeStatus {
-                ok: false,
-                detail: e.to_string(),
-            },
-        };
-        let mut problems = Vec::new();
-        if !runtime.ok {
-            problems.push(Problem {
-                component: "runtime",
-                message: runtime.detail.clone(),
-                fix: fix_command(RUNTIME_ID),
-            });
-        }
-        let embedding_model = default_embedding_model();
-        if !models
-            .iter()
-            .any(|m| m.id == embedding_model && m.installed_at.is_some())
-        {
-            problems.push(Problem {
-                component: "embedding_model",
-                message: format!(
-                    "The embedding model {embedding_model} is not installed, so vector and \
-                     hybrid search fall back to keywords."
-                ),
-                fix: fix_command(embedding_model),
-            });
-        }
+        let setup = library.models().setup_report();
         Ok(AppStatus {
             data_dir: status.data_dir.display().to_string(),
             disk_bytes: status.disk_bytes,
             stats: status.stats,
             embeddings: status.embeddings,
             collections: library.collections()?,
-            models: models
+            models: setup
+                .models
                 .into_iter()
                 .filter(|m| m.kind != ModelKind::Llm || m.installed_at.is_some())
                 .collect(),
-            runtime,
-            problems,
+            runtime: setup.runtime,
+            problems: setup.problems,
             activity: engine.activity(),
         })
     })
@@ -121,16 +78,19 @@ pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn list_collections(engine: EngineState<'_>) -> CommandResult<Vec<Collection>> {
     blocking(&engine, |engine| Ok(engine.library().collections()?)).await
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn list_sources(engine: EngineState<'_>) -> CommandResult<Vec<Source>> {
     blocking(&engine, |engine| Ok(engine.library().sources()?)).await
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn add_source(
     engine: EngineState<'_>,
     path: String,
@@ -179,6 +139,7 @@ fn expand_home(path: &str) -> PathBuf {
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn remove_source(engine: EngineState<'_>, id: i64) -> CommandResult<()> {
     blocking(&engine, move |engine| {
         engine.library().remove_source(id)?;
@@ -190,6 +151,7 @@ pub async fn remove_source(engine: EngineState<'_>, id: i64) -> CommandResult<()
 
 /// The native folder dialog; `None` when cancelled.
 #[tauri::command]
+#[specta::specta]
 pub async fn pick_folder(app: AppHandle) -> CommandResult<Option<String>> {
     tauri::async_runtime::spawn_blocking(move || {
         app.dialog()
@@ -204,11 +166,13 @@ pub async fn pick_folder(app: AppHandle) -> CommandResult<Option<String>> {
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn activity(engine: EngineState<'_>) -> CommandResult<Activity> {
     Ok(engine.activity())
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn set_indexing_paused(engine: EngineState<'_>, paused: bool) -> CommandResult<Activity> {
     blocking(&engine, move |engine| {
         if paused {
@@ -222,6 +186,7 @@ pub async fn set_indexing_paused(engine: EngineState<'_>, paused: bool) -> Comma
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn list_problems(
     engine: EngineState<'_>,
     source_id: Option<i64>,
@@ -236,11 +201,13 @@ pub async fn list_problems(
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn retry_file(engine: EngineState<'_>, document_id: i64) -> CommandResult<()> {
     blocking(&engine, move |engine| Ok(engine.retry(document_id)?)).await
 }
 
-#[derive(Deserialize)]
+/// A search from the Search view.
+#[derive(Deserialize, specta::Type)]
 pub struct SearchArgs {
     query: String,
     mode: SearchMode,
@@ -249,6 +216,7 @@ pub struct SearchArgs {
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn search(engine: EngineState<'_>, args: SearchArgs) -> CommandResult<SearchResults> {
     blocking(&engine, move |engine| {
         let mut request = SearchRequest::new(args.query.trim()).with_mode(args.mode);
@@ -273,6 +241,7 @@ const PREVIEW_CONTEXT: usize = 3;
 
 /// The chunk among its neighbours in its own document.
 #[tauri::command]
+#[specta::specta]
 pub async fn preview(engine: EngineState<'_>, chunk_id: i64) -> CommandResult<ChunkInContext> {
     blocking(&engine, move |engine| {
         engine
@@ -303,6 +272,7 @@ fn find_chunk(
 /// Opens the file of an indexed chunk at its page or line. Only indexed files can be opened:
 /// the page names a chunk, never a path.
 #[tauri::command]
+#[specta::specta]
 pub async fn open_result(
     app: AppHandle,
     engine: EngineState<'_>,
@@ -340,11 +310,13 @@ pub async fn open_result(
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn get_settings(engine: EngineState<'_>) -> CommandResult<Settings> {
     blocking(&engine, |engine| settings::load(engine.data_dir())).await
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn save_settings(
     app: AppHandle,
     engine: EngineState<'_>,

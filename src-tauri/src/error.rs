@@ -6,7 +6,7 @@ use quarry_core::ErrorKind;
 use serde::Serialize;
 
 /// A failed command, serialised as `{code, kind, message}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct CommandError {
     pub code: String,
     pub kind: ErrorKind,

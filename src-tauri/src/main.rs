@@ -6,6 +6,9 @@
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
 mod activity;
+mod bindings;
+#[cfg(test)]
+mod command_names;
 mod commands;
 mod engine;
 mod error;
@@ -50,23 +53,7 @@ fn main() {
             app.manage(engine);
             Ok(())
         })
-        .invoke_handler(tauri::generate_handler![
-            commands::app_status,
-            commands::list_collections,
-            commands::list_sources,
-            commands::add_source,
-            commands::remove_source,
-            commands::pick_folder,
-            commands::activity,
-            commands::set_indexing_paused,
-            commands::list_problems,
-            commands::retry_file,
-            commands::search,
-            commands::preview,
-            commands::open_result,
-            commands::get_settings,
-            commands::save_settings,
-        ])
+        .invoke_handler(bindings::builder().invoke_handler())
         .build(tauri::generate_context!())
         .expect("error while building Quarry")
         .run(|app, event| {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CommandResult, ShellError};
 
 /// Light, dark, or whatever the desktop uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, specta::Type)]
 #[serde(rename_all = "snake_case")]
 pub enum Theme {
     #[default]
@@ -18,7 +18,7 @@ pub enum Theme {
 }
 
 /// What the user chose.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, specta::Type)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     pub theme: Theme,

@@ -14,6 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Who can fix an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum ErrorKind {
     /// The request itself is wrong (bad name, bad glob, bad path).
     InvalidInput,

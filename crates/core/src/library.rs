@@ -89,6 +89,7 @@ pub struct LibraryOptions {
 
 /// A chunk with its neighbours, as a result preview shows it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChunkInContext {
     /// The chunk's own document.
     pub document: DocumentRecord,

@@ -46,8 +46,9 @@ export function formatMicros(us: number): string {
 }
 
 /** A per-second rate: "5.1 files/s", "240 chunks/s". */
-export function formatRate(perSec: number, unit: string): string {
-  if (!Number.isFinite(perSec) || perSec <= 0) return `0 ${unit}/s`;
+/** A rate; `null` is how JSON carries a rate that is not a number yet (no time elapsed). */
+export function formatRate(perSec: number | null, unit: string): string {
+  if (perSec === null || !Number.isFinite(perSec) || perSec <= 0) return `0 ${unit}/s`;
   return `${perSec < 100 ? nf1.format(perSec) : nf0.format(perSec)} ${unit}/s`;
 }
 

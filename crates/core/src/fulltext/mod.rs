@@ -46,6 +46,7 @@ pub struct FulltextHit {
 
 /// A highlighted excerpt.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Snippet {
     /// Plain text excerpt.
     pub text: String,

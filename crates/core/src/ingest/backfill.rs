@@ -20,6 +20,7 @@ pub const DEFAULT_EMBED_BATCH: usize = 32;
 
 /// Progress of the embedding lane, per collection.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EmbedProgress {
     /// The collection being filled.
     pub collection: String,

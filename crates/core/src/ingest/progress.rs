@@ -7,6 +7,7 @@ use serde::Serialize;
 
 /// Running totals of one indexing run.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct IndexProgress {
     /// Files found by the walk so far.
     pub files_discovered: u64,

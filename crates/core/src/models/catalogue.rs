@@ -82,6 +82,7 @@ impl InstalledModel {
 
 /// One row of `quarry models list`.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ModelListing {
     /// Id.
     pub id: String,
@@ -89,6 +90,7 @@ pub struct ModelListing {
     pub kind: ModelKind,
     /// Installed here (folder), if it is.
     #[serde(serialize_with = "crate::store::serialize_opt_path")]
+    #[cfg_attr(feature = "specta", specta(type = Option<String>))]
     pub installed_at: Option<PathBuf>,
     /// In the built-in catalogue.
     pub in_catalogue: bool,

@@ -32,6 +32,7 @@ pub struct RuntimeSpec {
 /// What a model is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum ModelKind {
     /// Turns text into a vector.
     Embedding,

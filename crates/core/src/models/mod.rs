@@ -15,6 +15,7 @@
 mod catalogue;
 mod install;
 mod manifest;
+mod setup;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ pub use install::FetchProgress;
 pub use manifest::{
     default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec,
 };
+pub use setup::{RuntimeStatus, SetupProblem, SetupReport};
 pub use verify::sha256_file;
 
 use crate::error::{Error, Result};

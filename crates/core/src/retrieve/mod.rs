@@ -89,6 +89,7 @@ impl SearchRequest {
 
 /// What each stage gave a hit.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct StageScores {
     /// Best 1-based rank in a lexical stream.
     pub lexical_rank: Option<usize>,
@@ -108,6 +109,7 @@ pub struct StageScores {
 
 /// One result.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Hit {
     /// 1-based rank.
     pub rank: usize,
@@ -121,6 +123,7 @@ pub struct Hit {
     pub document_id: i64,
     /// The file.
     #[serde(serialize_with = "crate::store::serialize_path")]
+    #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// Document title.
     pub title: Option<String>,
@@ -138,6 +141,7 @@ pub struct Hit {
 
 /// What one stage did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct StageTrace {
     /// `lexical`, `vector`, `fusion`, `freshness`, `fold`, `rerank`.
     pub stage: &'static str,
@@ -153,6 +157,7 @@ pub struct StageTrace {
 
 /// Something that keeps a search from being all it was configured to be.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ReadinessIssue {
     /// `embedding_model`, `vectors_incomplete`, `reranker`.
     pub component: &'static str,
@@ -162,6 +167,7 @@ pub struct ReadinessIssue {
 
 /// Results with timing and the per-stage trace.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct SearchResults {
     /// Best first.
     pub hits: Vec<Hit>,

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 /// Which candidate streams a search uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum SearchMode {
     /// BM25 only.
     Lexical,

@@ -598,6 +598,7 @@ pub(crate) struct FulltextRow {
 
 /// Library-wide counts.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Stats {
     /// Collections.
     pub collections: i64,
@@ -623,6 +624,7 @@ pub struct Stats {
 
 /// How many files share a status and reason.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ReasonCount {
     /// `skipped` or `failed`.
     pub status: String,

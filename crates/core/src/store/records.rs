@@ -31,6 +31,7 @@ pub(crate) fn bytes_to_path(bytes: &[u8]) -> PathBuf {
 
 /// A named set of sources: the `namespace` of `knowledge_search`.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Collection {
     /// Never reused.
     pub id: i64,
@@ -69,6 +70,7 @@ impl Collection {
 /// Whether a source's folder was reachable at the last scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum SourceStatus {
     /// Scanned normally.
     Ok,
@@ -88,6 +90,7 @@ impl SourceStatus {
 
 /// A folder indexed into a collection.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Source {
     /// Never reused.
     pub id: i64,
@@ -97,6 +100,7 @@ pub struct Source {
     pub collection: String,
     /// Absolute folder.
     #[serde(serialize_with = "crate::store::serialize_path")]
+    #[cfg_attr(feature = "specta", specta(type = String))]
     pub root: PathBuf,
     /// Globs a file must match (relative to `root`); empty means all.
     pub include: Vec<String>,
@@ -158,6 +162,7 @@ impl Source {
 /// Where a document stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum DocumentStatus {
     /// Extracted, chunked, searchable.
     Indexed,
@@ -187,6 +192,7 @@ impl DocumentStatus {
 
 /// One file known to the library.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DocumentRecord {
     /// Never reused.
     pub id: i64,
@@ -196,6 +202,7 @@ pub struct DocumentRecord {
     pub collection: String,
     /// Absolute path.
     #[serde(serialize_with = "crate::store::serialize_path")]
+    #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// Bytes on disk at the last scan.
     pub size: Option<i64>,
@@ -249,6 +256,7 @@ impl DocumentRecord {
 /// Where a chunk came from. Lines are 1-based and inclusive; byte ranges are into the file for
 /// text formats and into the extracted text for containers (PDF, DOCX, ...). Pages are 1-based.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChunkLocation {
     /// PDF page.
     pub page: Option<u32>,
@@ -277,6 +285,7 @@ pub struct NewChunk {
 
 /// A stored chunk with what a hit needs to show it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChunkRecord {
     /// Never reused; equals the vector rowid and the full-text `chunk_id`.
     pub id: i64,
@@ -296,6 +305,7 @@ pub struct ChunkRecord {
     pub token_count: i64,
     /// The document's path.
     #[serde(serialize_with = "crate::store::serialize_path")]
+    #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// The document's title.
     pub title: Option<String>,

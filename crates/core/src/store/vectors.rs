@@ -49,6 +49,7 @@ pub struct PendingChunk {
 
 /// How far a collection's vectors are.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EmbeddingCoverage {
     /// The collection.
     pub collection: String,
