@@ -1,11 +1,9 @@
 //! Fail points inside the engine: moments no outside process can hit reliably.
-//! Fail points are process-global, so these tests run one at a time.
+//! Fail points are process-global: each test holds a `FailScenario`, which runs the tests one
+//! at a time and clears every point when the test ends, even when it panics.
 
-use std::sync::Mutex;
-
+use fail::FailScenario;
 use quarry_core::{DocumentStatus, IndexOptions, Library, SearchRequest};
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn library_with(files: &[(&str, &str)]) -> (tempfile::TempDir, tempfile::TempDir, Library) {
     let data = tempfile::tempdir().unwrap();
@@ -20,7 +18,7 @@ fn library_with(files: &[(&str, &str)]) -> (tempfile::TempDir, tempfile::TempDir
 
 #[test]
 fn a_file_deleted_between_walk_and_read_is_recorded_and_healed() {
-    let _serial = SERIAL.lock().unwrap();
+    let _scenario = FailScenario::setup();
     let (_data, docs, mut library) = library_with(&[
         ("stays.md", "The gecko climbs."),
         ("goes.md", "The tern migrates."),
@@ -62,7 +60,7 @@ fn a_file_deleted_between_walk_and_read_is_recorded_and_healed() {
 
 #[test]
 fn a_failed_fulltext_commit_is_replayed_from_the_outbox() {
-    let _serial = SERIAL.lock().unwrap();
+    let _scenario = FailScenario::setup();
     let (data, _docs, mut library) = library_with(&[("a.md", "The dormouse sleeps all winter.")]);
     fail::cfg("fulltext_before_commit", "return").unwrap();
     let result = library
@@ -91,7 +89,7 @@ fn a_failed_fulltext_commit_is_replayed_from_the_outbox() {
 
 #[test]
 fn a_deleted_fulltext_folder_is_rebuilt_from_sqlite() {
-    let _serial = SERIAL.lock().unwrap();
+    let _scenario = FailScenario::setup();
     let (data, _docs, mut library) =
         library_with(&[("a.md", "The wren sings."), ("b.md", "The lynx stalks.")]);
     library

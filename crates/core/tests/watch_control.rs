@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use quarry_core::{
@@ -15,15 +15,8 @@ use quarry_core::{
     WatchRequests,
 };
 
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("timed out waiting for {what}");
+fn wait_for(what: &str, check: impl FnMut() -> bool) {
+    eventually(60, what, check);
 }
 
 fn status_of(library: &Library, path: &Path) -> DocumentStatus {
@@ -32,7 +25,7 @@ fn status_of(library: &Library, path: &Path) -> DocumentStatus {
 
 #[test]
 fn a_requested_retry_reads_a_failed_file_that_has_not_changed() {
-    let env = TestEnv::new();
+    let env = TestDirs::new();
     let good = pdf(&["Ptarmigans turn white in winter"], false);
     let mut broken = b"%PDF-1.4\nthis file was cut short\n".to_vec();
     broken.resize(good.len(), b' ');
@@ -94,7 +87,7 @@ fn a_requested_retry_reads_a_failed_file_that_has_not_changed() {
 
 #[test]
 fn a_cancelled_scan_reads_nothing_more_and_deletes_nothing() {
-    let env = TestEnv::new();
+    let env = TestDirs::new();
     for i in 0..20 {
         write(
             &env.docs().join(format!("note-{i}.md")),
@@ -140,7 +133,7 @@ fn a_cancelled_scan_reads_nothing_more_and_deletes_nothing() {
 
 #[test]
 fn a_second_writer_in_the_same_process_is_told_who_writes() {
-    let env = TestEnv::new();
+    let env = TestDirs::new();
     let mut first = Library::open(env.data.path()).unwrap();
     let mut second = Library::open(env.data.path()).unwrap();
     let _writing = first.writer().unwrap();
@@ -159,7 +152,7 @@ fn a_second_writer_in_the_same_process_is_told_who_writes() {
 
 #[test]
 fn removing_a_source_in_the_middle_of_its_scan_does_not_stop_the_watcher() {
-    let env = TestEnv::new();
+    let env = TestDirs::new();
     for i in 0..300 {
         write(
             &env.docs().join(format!("n{i:03}.md")),
