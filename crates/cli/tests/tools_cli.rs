@@ -933,8 +933,16 @@ fn chunk_tool_cannot_introduce_content_or_forge_references() {
     assert_eq!(entries(&saved).len(), 1);
 }
 
-#[test]
-fn keys_scope_and_audit() {
+/// Two collections, `pub` (public) and `secret` (confidential), both mentioning zebras, a
+/// lexical pipeline `lex`, and alice's personal key (both collections, ceiling internal).
+struct KeyedLibrary {
+    env: TestEnv,
+    alice: Value,
+    /// Alice's secret, shown once at creation.
+    secret: String,
+}
+
+fn keyed_library() -> KeyedLibrary {
     let env = TestEnv::new();
     env.ok(&["collection", "add", "pub", "--sensitivity", "public"]);
     env.ok(&[
@@ -960,7 +968,6 @@ fn keys_scope_and_audit() {
         )],
     );
     lexical_pipeline(&env, "lex", "noop_chunk", None);
-
     let alice = ok_json(
         &env,
         &[
@@ -974,46 +981,13 @@ fn keys_scope_and_audit() {
         ],
     );
     let secret = alice["secret"].as_str().unwrap().to_string();
-    assert!(secret.starts_with("qk_"), "{alice:#}");
-    assert_eq!(alice["key"]["name"], "alice");
-    assert_eq!(alice["key"]["user"], "alice");
-    assert!(secret.starts_with(alice["key"]["prefix"].as_str().unwrap()));
-    let tail = secret.rsplit('_').next().unwrap().to_string();
-    let listed = env.ok(&["keys", "list", "--json"]);
-    assert!(
-        !listed.contains(&secret) && !listed.contains(&tail),
-        "keys list shows no secret"
-    );
+    KeyedLibrary { env, alice, secret }
+}
 
-    let collections_of = |run: &Value| {
-        let mut c: Vec<String> = entries(run)
-            .iter()
-            .map(|e| e["collection"].as_str().unwrap().to_string())
-            .collect();
-        c.sort();
-        c.dedup();
-        c
-    };
-    let as_alice = ok_json(
-        &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            &secret,
-        ],
-    );
-    assert_eq!(as_alice["principal"], "alice");
-    assert_eq!(collections_of(&as_alice), ["pub"], "{as_alice:#}");
-    let as_admin = ok_json(&env, &["pipeline", "run", "zebra", "--pipeline", "lex"]);
-    assert_eq!(as_admin["principal"], "administrator");
-    assert_eq!(collections_of(&as_admin), ["pub", "secret"], "{as_admin:#}");
-
+/// A service key with ceiling `restricted`; returns its secret.
+fn service_key(env: &TestEnv) -> String {
     let svc = ok_json(
-        &env,
+        env,
         &[
             "keys",
             "create",
@@ -1024,20 +998,66 @@ fn keys_scope_and_audit() {
             "restricted",
         ],
     );
-    let svc_secret = svc["secret"].as_str().unwrap().to_string();
+    svc["secret"].as_str().unwrap().to_string()
+}
+
+/// `pipeline run zebra --pipeline lex` with extra arguments (`--as`, `--user`).
+fn run_lex(extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["pipeline", "run", "zebra", "--pipeline", "lex"]
+        .map(String::from)
+        .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The collections a run's evidence came from, sorted.
+fn collections_of(run: &Value) -> Vec<String> {
+    let mut c: Vec<String> = entries(run)
+        .iter()
+        .map(|e| e["collection"].as_str().unwrap().to_string())
+        .collect();
+    c.sort();
+    c.dedup();
+    c
+}
+
+#[test]
+fn a_new_key_shows_its_secret_once_and_the_list_never_does() {
+    let KeyedLibrary { env, alice, secret } = keyed_library();
+    assert!(secret.starts_with("qk_"), "{alice:#}");
+    assert_eq!(alice["key"]["name"], "alice");
+    assert_eq!(alice["key"]["user"], "alice");
+    assert!(secret.starts_with(alice["key"]["prefix"].as_str().unwrap()));
+    let tail = secret.rsplit('_').next().unwrap();
+    let listed = env.ok(&["keys", "list", "--json"]);
+    assert!(
+        !listed.contains(&secret) && !listed.contains(tail),
+        "keys list shows no secret"
+    );
+}
+
+#[test]
+fn a_personal_key_sees_only_what_its_ceiling_allows() {
+    let KeyedLibrary { env, secret, .. } = keyed_library();
+    let as_alice = ok_json(&env, &as_strs(&run_lex(&["--as", &secret])));
+    assert_eq!(as_alice["principal"], "alice");
+    assert_eq!(collections_of(&as_alice), ["pub"], "{as_alice:#}");
+    let as_admin = ok_json(&env, &as_strs(&run_lex(&[])));
+    assert_eq!(as_admin["principal"], "administrator");
+    assert_eq!(collections_of(&as_admin), ["pub", "secret"], "{as_admin:#}");
+}
+
+#[test]
+fn a_service_key_acts_for_a_user_and_never_sees_more_than_they_do() {
+    let KeyedLibrary { env, secret, .. } = keyed_library();
+    let svc_secret = service_key(&env);
     let for_alice = ok_json(
         &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            &svc_secret,
-            "--user",
-            "alice",
-        ],
+        &as_strs(&run_lex(&["--as", &svc_secret, "--user", "alice"])),
     );
     assert_eq!(for_alice["principal"], "svc for alice");
     assert_eq!(
@@ -1045,48 +1065,23 @@ fn keys_scope_and_audit() {
         ["pub"],
         "a service key never sees more than its user"
     );
-    let (code, message) = fails(
-        &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            &svc_secret,
-        ],
+    let (code, message) = fails(&env, &as_strs(&run_lex(&["--as", &svc_secret])));
+    assert_eq!(
+        code, "unauthorized",
+        "a service key acts for a user: {message}"
     );
-    assert_eq!(code, "unauthorized", "{message}");
     let (code, _) = fails(
         &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            &secret,
-            "--user",
-            "bob",
-        ],
+        &as_strs(&run_lex(&["--as", &secret, "--user", "bob"])),
     );
     assert_eq!(code, "unauthorized", "a personal key acts for nobody else");
-    let (code, _) = fails(
-        &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            "qk_00000000_deadbeef",
-        ],
-    );
-    assert_eq!(code, "unauthorized");
+    let (code, _) = fails(&env, &as_strs(&run_lex(&["--as", "qk_00000000_deadbeef"])));
+    assert_eq!(code, "unauthorized", "an unknown key");
+}
 
+#[test]
+fn a_tool_test_runs_as_the_key_and_both_outcomes_are_audited() {
+    let KeyedLibrary { env, secret, .. } = keyed_library();
     let test = ok_json(
         &env,
         &[
@@ -1106,7 +1101,6 @@ fn keys_scope_and_audit() {
         test_entries.iter().all(|e| e["collection"] == "pub"),
         "{test:#}"
     );
-    // An audited failure.
     let (code, _) = fails(
         &env,
         &[
@@ -1120,35 +1114,28 @@ fn keys_scope_and_audit() {
         ],
     );
     assert_eq!(code, "invalid_setting");
+    let audit = ok_json(&env, &["audit", "-n", "100"]);
+    let records = audit.as_array().unwrap();
+    let has = |outcome: &str| {
+        records.iter().any(|r| {
+            r["principal"] == "alice" && r["action"] == "tool.test" && r["outcome"] == outcome
+        })
+    };
+    assert!(has("ok"), "{audit:#}");
+    assert!(has("error: invalid_setting"), "{audit:#}");
+}
 
+#[test]
+fn a_revoked_key_is_refused_and_nobody_acts_for_its_user() {
+    let KeyedLibrary { env, secret, .. } = keyed_library();
+    let svc_secret = service_key(&env);
     env.ok(&["keys", "revoke", "alice"]);
-    let (code, message) = fails(
-        &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            &secret,
-        ],
-    );
+    let (code, message) = fails(&env, &as_strs(&run_lex(&["--as", &secret])));
     assert_eq!(code, "unauthorized", "{message}");
     assert!(message.contains("revoked"), "{message}");
     let (code, _) = fails(
         &env,
-        &[
-            "pipeline",
-            "run",
-            "zebra",
-            "--pipeline",
-            "lex",
-            "--as",
-            &svc_secret,
-            "--user",
-            "alice",
-        ],
+        &as_strs(&run_lex(&["--as", &svc_secret, "--user", "alice"])),
     );
     assert_eq!(
         code, "unauthorized",
@@ -1162,8 +1149,14 @@ fn keys_scope_and_audit() {
         .find(|k| k["name"] == "alice")
         .unwrap();
     assert!(alice_row["revoked_at"].is_i64(), "{keys:#}");
+}
 
-    // The secret is stored nowhere in the library, not even in the WAL.
+#[test]
+fn key_secrets_are_stored_nowhere_in_the_library_not_even_the_wal() {
+    let KeyedLibrary { env, secret, .. } = keyed_library();
+    let svc_secret = service_key(&env);
+    ok_json(&env, &as_strs(&run_lex(&["--as", &secret])));
+    let tail = secret.rsplit('_').next().unwrap();
     for name in ["quarry.db", "quarry.db-wal"] {
         let path = env.data.path().join(name);
         if let Ok(bytes) = std::fs::read(&path) {
@@ -1182,22 +1175,28 @@ fn keys_scope_and_audit() {
             );
         }
     }
+}
 
+#[test]
+fn the_audit_log_says_who_ran_what_newest_first_without_the_question() {
+    let KeyedLibrary { env, secret, .. } = keyed_library();
+    let svc_secret = service_key(&env);
+    ok_json(&env, &as_strs(&run_lex(&["--as", &secret])));
+    ok_json(&env, &as_strs(&run_lex(&[])));
+    ok_json(
+        &env,
+        &as_strs(&run_lex(&["--as", &svc_secret, "--user", "alice"])),
+    );
     let audit = ok_json(&env, &["audit", "-n", "100"]);
     let records = audit.as_array().unwrap();
-    let has = |principal: &str, action: &str, outcome: &str| {
-        records.iter().any(|r| {
-            r["principal"] == principal && r["action"] == action && r["outcome"] == outcome
-        })
-    };
-    assert!(has("alice", "pipeline.run", "ok"), "{audit:#}");
-    assert!(has("administrator", "pipeline.run", "ok"), "{audit:#}");
-    assert!(has("svc for alice", "pipeline.run", "ok"), "{audit:#}");
-    assert!(has("alice", "tool.test", "ok"), "{audit:#}");
-    assert!(
-        has("alice", "tool.test", "error: invalid_setting"),
-        "{audit:#}"
-    );
+    for principal in ["alice", "administrator", "svc for alice"] {
+        assert!(
+            records.iter().any(|r| r["principal"] == principal
+                && r["action"] == "pipeline.run"
+                && r["outcome"] == "ok"),
+            "{principal}: {audit:#}"
+        );
+    }
     for r in records {
         assert!(
             r["input_hash"].as_str().unwrap().starts_with("sha256:"),
