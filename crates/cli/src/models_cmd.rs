@@ -146,7 +146,8 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
 /// An intact copy (every file matches its recorded sha256) is already there.
 fn already_installed(models: &Models, id: &str) -> bool {
     if id == RUNTIME_ID {
-        return std::env::var_os("ORT_DYLIB_PATH").is_none() && models.runtime_library().is_ok();
+        return quarry_core::environment::ort_dylib_path().is_none()
+            && models.runtime_library().is_ok();
     }
     models
         .find(id)
