@@ -576,7 +576,6 @@ fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
 
 fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
     use quarry_core::evidence::EvidenceSession;
-    use quarry_core::pipeline::{call_code_tool, ToolEnvironment};
     use serde_json::json;
 
     let (_temp, library) = indexed_library(path)?;
@@ -585,13 +584,6 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
         quarry_core::Principal::administrator(),
     )?;
     let lexical = library.tool("retrieve-lexical-focused")?;
-    let env = ToolEnvironment {
-        library: &library,
-        session: &session,
-        retrieval: Some(&lexical),
-        capabilities: Vec::new(),
-        collections: Vec::new(),
-    };
     let chunk = library
         .store()
         .chunks_by_id(&library.store().all_chunk_ids()?[..1])?;
@@ -615,7 +607,12 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
     ];
     library.executor().stop_idle();
     let cold = Instant::now();
-    call_code_tool(&env, &library.tool("noop_chunk")?, &cases[0].1)?;
+    library.call_code_tool(
+        &library.tool("noop_chunk")?,
+        &cases[0].1,
+        &session,
+        Some(&lexical),
+    )?;
     println!(
         "cold call (starts a Python worker): {:.1} ms",
         cold.elapsed().as_secs_f64() * 1e3
@@ -626,7 +623,7 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
         let mut times = Vec::with_capacity(calls);
         for _ in 0..calls {
             let t = Instant::now();
-            call_code_tool(&env, &tool, input)?;
+            library.call_code_tool(&tool, input, &session, Some(&lexical))?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;

@@ -9,8 +9,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::auth::Principal;
+use crate::context::{EngineContext, Retrieval};
 use crate::error::{Error, Result};
-use crate::library::Library;
+use crate::pipeline::{run_resolved, ResolvedPipeline};
 use crate::retrieve::{RetrievalSettings, SearchRequest};
 
 /// A loaded BEIR-layout set.
@@ -252,10 +254,11 @@ fn evaluate_with(
     })
 }
 
-/// Scores retrieval settings on `set`, already indexed into `library`. Pools are widened to
-/// rank 100 documents, so Recall@100 measures the settings' ranking, not their limit.
+/// Scores retrieval settings on `set`, already indexed into the library `retrieval` searches.
+/// Pools are widened to rank 100 documents, so Recall@100 measures the settings' ranking, not
+/// their limit.
 pub fn evaluate(
-    library: &Library,
+    retrieval: &dyn Retrieval,
     set: &BeirSet,
     name: &str,
     settings: &RetrievalSettings,
@@ -268,7 +271,7 @@ pub fn evaluate(
     evaluate_with(set, name, |text| {
         let mut request = SearchRequest::new(text);
         request.settings = settings.clone();
-        Ok(library
+        Ok(retrieval
             .search(&request)?
             .hits
             .into_iter()
@@ -278,20 +281,19 @@ pub fn evaluate(
 }
 
 /// Scores a whole pipeline (query tools, retrieval, chunk tools) on `set`, already indexed into
-/// `library`, by the order of the evidence it admits. Its own limits apply, so Recall@100 is
-/// bounded by its evidence budget.
+/// the engine's library, by the order of the evidence it admits. Its own limits apply, so
+/// Recall@100 is bounded by its evidence budget.
 pub fn evaluate_pipeline(
-    library: &Library,
+    engine: &EngineContext<'_>,
     set: &BeirSet,
-    pipeline: &crate::pipeline::ResolvedPipeline,
+    pipeline: &ResolvedPipeline,
 ) -> Result<EvalScores> {
-    let admin = crate::Principal::administrator();
+    let admin = Principal::administrator();
     // The evaluation library has one collection; the pipeline's own names mean nothing here.
     let mut pipeline = pipeline.clone();
     pipeline.pipeline.collections.clear();
     evaluate_with(set, &format!("pipeline {}", pipeline.name), |text| {
-        let run =
-            crate::pipeline::run_resolved(library, &pipeline, text, &admin, &Default::default())?;
+        let run = run_resolved(engine, &pipeline, text, &admin, &Default::default())?;
         Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
     })
 }

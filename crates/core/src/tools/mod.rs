@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 use crate::retrieve::RetrievalSettings;
 use crate::store::Store;
 pub use executor::{python_command, CallError, CallOutcome, Executor, NetworkIsolation};
-pub use seeds::{install_seeds, SEEDED_TOOLS};
+pub use seeds::SEEDED_TOOLS;
+pub(crate) use seeds::{insert_seeded, seeded_definitions, store_late_derivations};
 
 /// The export format's name and the newest version this build reads and writes.
 pub const EXPORT_FORMAT: &str = "quarry-tool";
@@ -498,24 +499,6 @@ pub fn duplicate(
     tool.slug = new_slug.into();
     tool.name = new_name.map_or_else(|| format!("{} (copy)", tool.name), String::from);
     create(store, executor, tool)
-}
-
-/// Deletes a tool that no pipeline uses.
-pub fn delete(store: &Store, slug: &str) -> Result<()> {
-    // The check and the delete in one write transaction: no pipeline can start using the
-    // tool in between.
-    let tx = store.write()?;
-    get(store, slug)?;
-    let users = crate::pipeline::pipelines_using(store, slug)?;
-    if !users.is_empty() {
-        return Err(Error::ToolInUse {
-            tool: slug.into(),
-            pipelines: users,
-        });
-    }
-    crate::store::delete_tool(&tx, slug)?;
-    tx.commit()?;
-    Ok(())
 }
 
 /// The export file for some tools (pretty, deterministic, ending in a newline).
