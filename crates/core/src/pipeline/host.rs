@@ -146,11 +146,26 @@ pub fn call_code_tool(
             &mut handler,
         )?
     };
+    let outcome = outcome.map_err(|e| call_failure(tool, e))?;
+    schema::validate(&outcome.output, &derived.output_schema).map_err(|e| Error::ToolFailed {
+        tool: tool.slug.clone(),
+        reason: format!("its output does not fit its output schema: {e}"),
+    })?;
+    Ok(ToolCallReport {
+        output: outcome.output,
+        logs: outcome.logs,
+        ctx_calls,
+        took_us: started.elapsed().as_micros() as u64,
+    })
+}
+
+/// A failed call as the engine's error, in words a tool author can act on.
+fn call_failure(tool: &ToolDefinition, e: CallError) -> Error {
     let failed = |reason: String| Error::ToolFailed {
         tool: tool.slug.clone(),
         reason,
     };
-    let outcome = outcome.map_err(|e| match e {
+    match e {
         CallError::Sandbox(m) => failed(format!(
             "refused by the sandbox: {}",
             m.trim_start_matches("sandbox: ")
@@ -164,15 +179,7 @@ pub fn call_code_tool(
             tool: tool.slug.clone(),
             timeout_ms: ms,
         },
-    })?;
-    schema::validate(&outcome.output, &derived.output_schema)
-        .map_err(|e| failed(format!("its output does not fit its output schema: {e}")))?;
-    Ok(ToolCallReport {
-        output: outcome.output,
-        logs: outcome.logs,
-        ctx_calls,
-        took_us: started.elapsed().as_micros() as u64,
-    })
+    }
 }
 
 /// Revalidates every reference an action tool returned and admits its chunks to `ledger`.

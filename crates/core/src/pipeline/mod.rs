@@ -12,6 +12,8 @@
 mod host;
 pub mod run;
 mod seeds;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
