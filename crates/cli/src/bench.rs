@@ -200,7 +200,7 @@ fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<(
         let step = (stats.chunks.max(1) as usize / 200).max(1);
         (1..=200).map(|i| (i * step) as i64).collect()
     };
-    let chunks = library.store().chunks_by_id(&ids)?;
+    let chunks = library.chunks_by_id(&ids)?;
     let words: Vec<String> = chunks
         .iter()
         .flat_map(|c| {
@@ -470,6 +470,7 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
         .embedding_model
         .clone()
         .context("the bench collection has no embedding model")?;
+    // The embedding lane's own queue, read from the store, so raw and lane embed the same chunks.
     let texts: Vec<String> = library
         .store()
         .pending_chunks(collection.id, &model, chunks)?
@@ -536,13 +537,14 @@ fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
         .clone()
         .context("no embedding model")?;
     let dim = library.embedder(&model)?.dimension();
-    let ids = library.store().all_chunk_ids()?;
+    let ids = library.chunk_ids()?;
     let mut rng = Rng(0x9E3779B97F4A7C15);
     let centres: Vec<Vec<f32>> = (0..(ids.len() / 100).clamp(10, 5000))
         .map(|_| (0..dim).map(|_| rng.gaussian()).collect())
         .collect();
     let started = Instant::now();
     {
+        // Synthetic vectors go straight into the store: this bench measures the vector store.
         let db = library.store().path().to_path_buf();
         let mut store = quarry_core::store::Store::open(&db)?;
         let table = store.ensure_vector_table(&model, dim)?;
@@ -584,9 +586,7 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
         quarry_core::Principal::administrator(),
     )?;
     let lexical = library.tool("retrieve-lexical-focused")?;
-    let chunk = library
-        .store()
-        .chunks_by_id(&library.store().all_chunk_ids()?[..1])?;
+    let chunk = library.chunks_by_id(&library.chunk_ids()?[..1])?;
     let reference = session.issue_chunk(chunk.first().context("the folder gave no chunks")?);
     let candidates: Vec<_> = (0..10)
         .map(|i| json!({"evidence_ref": reference, "score": 1.0 - i as f64 / 10.0, "rank": i + 1}))

@@ -1,7 +1,7 @@
-//! The library's face for tools, pipelines, evaluation, keys and the audit log: thin methods
-//! over [`crate::tools`], [`crate::pipeline`], [`crate::eval`], [`crate::auth`] and
-//! [`crate::audit`], so the CLI and the desktop shell call one API. Test runs and pipeline
-//! runs are audited here. Those modules take an [`EngineContext`] (or less), never the library.
+//! The library's face for tools, pipelines, keys and the audit log: thin methods over
+//! [`crate::tools`], [`crate::pipeline`], [`crate::auth`] and [`crate::audit`], so the CLI
+//! and the desktop shell call one API. Test runs and pipeline runs are audited here. Those
+//! modules take an [`EngineContext`] (or less), never the library.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,14 +14,12 @@ use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
 use crate::error::Result;
-use crate::eval::{self, BeirSet, EvalScores};
 use crate::evidence::{EvidenceKey, EvidenceSession};
 use crate::pipeline::{
     self, PipelineDefinition, PipelineRun, PipelineView, ReadinessProblem, ResolvedPipeline,
     RunOptions, SavedPipeline, ToolCallReport, ToolEnvironment,
 };
 use crate::pipeline::{TestInput, ToolTestReport};
-use crate::retrieve::RetrievalSettings;
 use crate::retrieve::{SearchRequest, SearchResults};
 use crate::tools::{self, Executor, ToolDefinition, ToolSummary, ToolType};
 use crate::Library;
@@ -259,30 +257,6 @@ impl Library {
             collections: Vec::new(),
         };
         pipeline::call_code_tool(&env, tool, input)
-    }
-
-    // ---- evaluation ----------------------------------------------------------------------
-
-    /// Scores retrieval settings on a labelled set already indexed into this library (see
-    /// [`eval::evaluate`]).
-    pub fn evaluate(
-        &self,
-        set: &BeirSet,
-        name: &str,
-        settings: &RetrievalSettings,
-    ) -> Result<EvalScores> {
-        eval::evaluate(self, set, name, settings)
-    }
-
-    /// Scores a pipeline (resolved from any library) on a labelled set already indexed into
-    /// this library (see [`eval::evaluate_pipeline`]).
-    pub fn evaluate_pipeline(
-        &self,
-        set: &BeirSet,
-        pipeline: &ResolvedPipeline,
-    ) -> Result<EvalScores> {
-        let key = self.evidence_key()?;
-        eval::evaluate_pipeline(&self.engine_context(&key), set, pipeline)
     }
 
     // ---- keys and audit ------------------------------------------------------------------
