@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::host::{
     admit_returned_refs, call_code_tool, candidate_json, CtxCall, ToolCallReport, ToolEnvironment,
 };
-use super::{check, resolve, ReadinessProblem, ResolvedPipeline, Severity};
+use super::{check, resolve, Budget, ReadinessProblem, ResolvedPipeline, Severity};
 use crate::auth::Principal;
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
@@ -409,7 +409,7 @@ fn non_empty(query: &str) -> Result<&str> {
 }
 
 /// The pipeline's budget, under the caller's tighter cap on query streams.
-fn run_budget(resolved: &ResolvedPipeline, options: &RunOptions) -> super::Budget {
+fn run_budget(resolved: &ResolvedPipeline, options: &RunOptions) -> Budget {
     let mut budget = resolved.pipeline.budget;
     if let Some(cap) = options.max_query_variants {
         budget.max_query_variants = budget.max_query_variants.min(cap.max(1));
@@ -431,7 +431,7 @@ fn query_stage(
     resolved: &ResolvedPipeline,
     query: &str,
     options: &RunOptions,
-    budget: super::Budget,
+    budget: Budget,
     stages: &mut Vec<StageReport>,
 ) -> Result<Vec<WeightedQuery>> {
     let mut variants = single_variant(query);
