@@ -301,6 +301,7 @@ pub fn evaluate_pipeline(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::tests::{lexical_pipeline, Fixture};
     use std::path::PathBuf;
 
     #[test]
@@ -323,6 +324,55 @@ mod tests {
             let p = PathBuf::from(format!("/c/{}.md", file_stem_for(id)));
             assert_eq!(id_from_path(&p).as_deref(), Some(id));
         }
+    }
+
+    /// Documents `note` and `secret` (the stub fixture's files), one query judging `secret`.
+    fn two_document_set() -> BeirSet {
+        BeirSet {
+            corpus: vec![
+                ("note".into(), String::new(), "note".into()),
+                ("secret".into(), String::new(), "secret".into()),
+            ],
+            queries: vec![("q1".into(), "turbine".into())],
+            qrels: HashMap::from([("q1".to_string(), HashMap::from([("secret".to_string(), 1)]))]),
+        }
+    }
+
+    #[test]
+    fn settings_are_scored_with_pools_widened_to_a_hundred_documents() {
+        let f = Fixture::new();
+        let stub = f.stub(&[f.notes[0], f.notes[1], f.secret]);
+        let mut settings = RetrievalSettings::default();
+        settings.limit = 10;
+        let scores = evaluate(&stub, &two_document_set(), "lexical", &settings).unwrap();
+        let request = &stub.requests.borrow()[0];
+        assert_eq!(request.query, "turbine");
+        assert_eq!(request.settings.limit, 100);
+        assert_eq!(request.settings.max_per_document, 1);
+        assert!(request.settings.lexical_candidates >= 300);
+        assert!(request.settings.vector_candidates >= 300);
+        // Ranking note, note, secret counts `note` once: `secret` is second.
+        assert_eq!(scores.name, "lexical");
+        assert_eq!(scores.queries, 1);
+        assert_eq!(scores.mrr_at_10, 0.5);
+        assert_eq!(scores.recall_at_100, 1.0);
+        assert!((scores.ndcg_at_10 - 1.0 / 3f64.log2()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_pipeline_is_scored_by_its_admitted_evidence_over_the_evaluation_library() {
+        let f = Fixture::new();
+        let stub = f.stub(&[f.secret, f.notes[0]]);
+        // Its own collections name the user's library, not the evaluation one: ignored.
+        let pipeline = lexical_pipeline(&["nowhere"], 1);
+        let scores = evaluate_pipeline(&f.engine(&stub), &two_document_set(), &pipeline).unwrap();
+        assert!(stub.requests.borrow()[0].collections.is_empty());
+        assert_eq!(scores.name, "pipeline lex");
+        // A budget of one admits `secret` alone, the judged document, first.
+        assert_eq!(
+            (scores.ndcg_at_10, scores.recall_at_100, scores.mrr_at_10),
+            (1.0, 1.0, 1.0)
+        );
     }
 
     #[test]

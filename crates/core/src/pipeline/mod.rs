@@ -13,7 +13,7 @@ mod host;
 pub mod run;
 mod seeds;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 

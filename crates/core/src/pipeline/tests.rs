@@ -1,9 +1,9 @@
 //! Pipeline runs and tool tests over a stub context: a real store in a temp dir, a stub
 //! retrieval that returns canned hits and records what it was asked, no models, no Python,
-//! no full-text index.
+//! no full-text index. The fixture serves `eval`'s tests too.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -23,9 +23,9 @@ use crate::store::{ChunkLocation, NewChunk, Store};
 use crate::tools::{self, Executor, ToolDefinition, ToolType};
 
 /// Returns its hits for any request, and keeps every request.
-struct StubRetrieval {
-    hits: Vec<Hit>,
-    requests: RefCell<Vec<SearchRequest>>,
+pub(crate) struct StubRetrieval {
+    pub hits: Vec<Hit>,
+    pub requests: RefCell<Vec<SearchRequest>>,
 }
 
 impl Retrieval for StubRetrieval {
@@ -48,21 +48,21 @@ impl Retrieval for StubRetrieval {
 }
 
 /// A store with collections `notes` (internal) and `secret` (restricted), one document in
-/// each: `notes` has chunks "note 0" … "note 3", `secret` has "secret 0".
-struct Fixture {
+/// each: `/notes/note.md` has chunks "note 0" … "note 3", `/secret/secret.md` has "secret 0".
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    store: Store,
+    pub store: Store,
     models: Models,
-    executor: Executor,
+    pub executor: Executor,
     key: EvidenceKey,
     /// Chunk ids of `notes`, in document order.
-    notes: Vec<i64>,
+    pub notes: Vec<i64>,
     /// The chunk id of `secret`.
-    secret: i64,
+    pub secret: i64,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    pub fn new() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("q.db")).unwrap();
         let notes = write_document(&mut store, "notes", "internal", "note", 4);
@@ -80,7 +80,7 @@ impl Fixture {
         }
     }
 
-    fn engine<'a>(&'a self, retrieval: &'a StubRetrieval) -> EngineContext<'a> {
+    pub fn engine<'a>(&'a self, retrieval: &'a StubRetrieval) -> EngineContext<'a> {
         EngineContext {
             store: &self.store,
             models: &self.models,
@@ -90,14 +90,37 @@ impl Fixture {
         }
     }
 
-    fn stub(&self, chunk_ids: &[i64]) -> StubRetrieval {
+    /// A retrieval that finds these chunks, best first, scored 1.0, 0.75, 0.5, …
+    pub fn stub(&self, chunk_ids: &[i64]) -> StubRetrieval {
         StubRetrieval {
             hits: chunk_ids
                 .iter()
                 .enumerate()
-                .map(|(i, &id)| hit(i + 1, id, 1.0 - i as f32 * 0.25))
+                .map(|(i, &id)| self.hit(i + 1, id, 1.0 - i as f32 * 0.25))
                 .collect(),
             requests: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A hit on a chunk, with the chunk's own path (`/gone.md` for one not in the store).
+    fn hit(&self, rank: usize, chunk_id: i64, score: f32) -> Hit {
+        let chunk = self.store.chunks_by_id(&[chunk_id]).unwrap().pop();
+        Hit {
+            rank,
+            score,
+            scores: StageScores::default(),
+            chunk_id,
+            document_id: chunk.as_ref().map_or(0, |c| c.document_id),
+            path: chunk.map_or_else(|| PathBuf::from("/gone.md"), |c| c.path),
+            title: None,
+            collection: String::new(),
+            heading_path: String::new(),
+            location: ChunkLocation::default(),
+            snippet: Snippet {
+                text: format!("snippet of {chunk_id}"),
+                highlights: Vec::new(),
+            },
+            mtime_ns: None,
         }
     }
 }
@@ -123,7 +146,7 @@ fn write_document(
             token_count: 2,
         })
         .collect();
-    let path = root.join("doc.md");
+    let path = root.join(format!("{word}.md"));
     let tx = store.write().unwrap();
     let document = write_revision(
         &tx,
@@ -152,26 +175,6 @@ fn write_document(
         .collect()
 }
 
-fn hit(rank: usize, chunk_id: i64, score: f32) -> Hit {
-    Hit {
-        rank,
-        score,
-        scores: StageScores::default(),
-        chunk_id,
-        document_id: 0,
-        path: Path::new("/stub").into(),
-        title: None,
-        collection: String::new(),
-        heading_path: String::new(),
-        location: ChunkLocation::default(),
-        snippet: Snippet {
-            text: format!("snippet of {chunk_id}"),
-            highlights: Vec::new(),
-        },
-        mtime_ns: None,
-    }
-}
-
 fn retrieval_tool(slug: &str) -> ToolDefinition {
     ToolDefinition {
         slug: slug.into(),
@@ -188,7 +191,7 @@ fn retrieval_tool(slug: &str) -> ToolDefinition {
 }
 
 /// Retrieval `lex` over `collections`, admitting at most `max_evidence` chunks.
-fn lexical_pipeline(collections: &[&str], max_evidence: usize) -> ResolvedPipeline {
+pub(crate) fn lexical_pipeline(collections: &[&str], max_evidence: usize) -> ResolvedPipeline {
     ResolvedPipeline {
         name: "lex".into(),
         version: None,
