@@ -342,8 +342,10 @@ mod tests {
     fn settings_are_scored_with_pools_widened_to_a_hundred_documents() {
         let f = Fixture::new();
         let stub = f.stub(&[f.notes[0], f.notes[1], f.secret]);
-        let mut settings = RetrievalSettings::default();
-        settings.limit = 10;
+        let settings = RetrievalSettings {
+            limit: 10,
+            ..Default::default()
+        };
         let scores = evaluate(&stub, &two_document_set(), "lexical", &settings).unwrap();
         let request = &stub.requests.borrow()[0];
         assert_eq!(request.query, "turbine");
