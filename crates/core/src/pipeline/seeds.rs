@@ -114,3 +114,52 @@ fn refresh_underived_snapshots(tx: &Transaction<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::pipeline::show;
+
+    fn default_versions(store: &Store) -> (Vec<i64>, SavedPipeline) {
+        let view = show(store, DEFAULT_PIPELINE).unwrap();
+        (
+            view.versions,
+            view.saved.expect("the default pipeline is saved"),
+        )
+    }
+
+    #[test]
+    fn a_library_seeded_without_python_is_derived_once_python_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("q.db")).unwrap();
+        let no_python = Executor::new(PathBuf::from("/nonexistent/python3"));
+        install_seeds(&store, &no_python).unwrap();
+        assert_eq!(tools::list(&store, None, None).unwrap().len(), 12);
+        let (versions, saved) = default_versions(&store);
+        assert_eq!(versions, [1]);
+        assert_eq!(saved.saved_by, "seed");
+        assert!(saved.tools["expand_multi_query"].derived.is_none());
+        assert!(store.meta("seeds_underived").unwrap().is_some());
+
+        // Still no Python: nothing changes.
+        install_seeds(&store, &no_python).unwrap();
+        assert_eq!(default_versions(&store).0, [1]);
+
+        install_seeds(&store, &Executor::default()).unwrap();
+        let (versions, saved) = default_versions(&store);
+        assert_eq!(versions, [1, 2]);
+        assert_eq!(
+            saved.saved_by,
+            "quarry (tools derived once Python was found)"
+        );
+        assert!(saved.tools["expand_multi_query"].derived.is_some());
+        assert!(saved.tools["iterative-context-chunk"].derived.is_some());
+        assert!(tools::get(&store, "expand_multi_query")
+            .unwrap()
+            .derived
+            .is_some());
+        assert!(store.meta("seeds_underived").unwrap().is_none());
+    }
+}
