@@ -200,7 +200,7 @@ fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<(
         let step = (stats.chunks.max(1) as usize / 200).max(1);
         (1..=200).map(|i| (i * step) as i64).collect()
     };
-    let chunks = library.store().chunks_by_id(&ids)?;
+    let chunks = library.chunks_by_id(&ids)?;
     let words: Vec<String> = chunks
         .iter()
         .flat_map(|c| {
@@ -470,6 +470,7 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
         .embedding_model
         .clone()
         .context("the bench collection has no embedding model")?;
+    // The embedding lane's own queue, read from the store, so raw and lane embed the same chunks.
     let texts: Vec<String> = library
         .store()
         .pending_chunks(collection.id, &model, chunks)?
@@ -536,13 +537,14 @@ fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
         .clone()
         .context("no embedding model")?;
     let dim = library.embedder(&model)?.dimension();
-    let ids = library.store().all_chunk_ids()?;
+    let ids = library.chunk_ids()?;
     let mut rng = Rng(0x9E3779B97F4A7C15);
     let centres: Vec<Vec<f32>> = (0..(ids.len() / 100).clamp(10, 5000))
         .map(|_| (0..dim).map(|_| rng.gaussian()).collect())
         .collect();
     let started = Instant::now();
     {
+        // Synthetic vectors go straight into the store: this bench measures the vector store.
         let db = library.store().path().to_path_buf();
         let mut store = quarry_core::store::Store::open(&db)?;
         let table = store.ensure_vector_table(&model, dim)?;
@@ -576,7 +578,6 @@ fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
 
 fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
     use quarry_core::evidence::EvidenceSession;
-    use quarry_core::pipeline::{call_code_tool, ToolEnvironment};
     use serde_json::json;
 
     let (_temp, library) = indexed_library(path)?;
@@ -585,16 +586,7 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
         quarry_core::Principal::administrator(),
     )?;
     let lexical = library.tool("retrieve-lexical-focused")?;
-    let env = ToolEnvironment {
-        library: &library,
-        session: &session,
-        retrieval: Some(&lexical),
-        capabilities: Vec::new(),
-        collections: Vec::new(),
-    };
-    let chunk = library
-        .store()
-        .chunks_by_id(&library.store().all_chunk_ids()?[..1])?;
+    let chunk = library.chunks_by_id(&library.chunk_ids()?[..1])?;
     let reference = session.issue_chunk(chunk.first().context("the folder gave no chunks")?);
     let candidates: Vec<_> = (0..10)
         .map(|i| json!({"evidence_ref": reference, "score": 1.0 - i as f64 / 10.0, "rank": i + 1}))
@@ -615,7 +607,12 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
     ];
     library.executor().stop_idle();
     let cold = Instant::now();
-    call_code_tool(&env, &library.tool("noop_chunk")?, &cases[0].1)?;
+    library.call_code_tool(
+        &library.tool("noop_chunk")?,
+        &cases[0].1,
+        &session,
+        Some(&lexical),
+    )?;
     println!(
         "cold call (starts a Python worker): {:.1} ms",
         cold.elapsed().as_secs_f64() * 1e3
@@ -626,7 +623,7 @@ fn tool_bench(path: &std::path::Path, calls: usize) -> Result<ExitCode> {
         let mut times = Vec::with_capacity(calls);
         for _ in 0..calls {
             let t = Instant::now();
-            call_code_tool(&env, &tool, input)?;
+            library.call_code_tool(&tool, input, &session, Some(&lexical))?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;

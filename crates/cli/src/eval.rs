@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use quarry_core::eval::{evaluate, BeirSet, EvalScores};
+use quarry_core::eval::{BeirSet, EvalScores};
 use quarry_core::{IndexOptions, Library, RetrievalSettings, SearchMode};
 
 #[derive(Args)]
@@ -44,7 +44,7 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         let user_library = Library::open(data_dir)?;
         args.pipeline
             .iter()
-            .map(|name| quarry_core::pipeline::resolve(user_library.store(), name, false))
+            .map(|name| user_library.resolve_pipeline(name, false))
             .collect::<quarry_core::Result<Vec<_>>>()?
     };
     let set = BeirSet::load(&args.beir)?;
@@ -80,23 +80,16 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
     for mode in &args.mode {
         let mut settings = base.clone();
         settings.mode = SearchMode::parse(mode)?;
-        rows.push(evaluate(&library, &set, mode, &settings)?);
+        rows.push(library.evaluate(&set, mode, &settings)?);
     }
     for w in &args.sweep_lexical_weight {
         let mut settings = base.clone();
         settings.mode = SearchMode::Hybrid;
         settings.fusion = quarry_core::Fusion::Weighted { lexical_weight: *w };
-        rows.push(evaluate(
-            &library,
-            &set,
-            &format!("hybrid w={w}"),
-            &settings,
-        )?);
+        rows.push(library.evaluate(&set, &format!("hybrid w={w}"), &settings)?);
     }
     for pipeline in &pipelines {
-        rows.push(quarry_core::eval::evaluate_pipeline(
-            &library, &set, pipeline,
-        )?);
+        rows.push(library.evaluate_pipeline(&set, pipeline)?);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

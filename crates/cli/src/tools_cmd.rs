@@ -258,7 +258,7 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
                     serde_json::to_string(&d.output_schema)?
                 );
             }
-            let users = quarry_core::pipeline::pipelines_using(library.store(), &slug)?;
+            let users = library.pipelines_using_tool(&slug)?;
             if !users.is_empty() {
                 println!("used by pipeline(s): {}", users.join(", "));
             }

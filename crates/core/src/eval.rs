@@ -9,8 +9,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::auth::Principal;
+use crate::context::{EngineContext, Retrieval};
 use crate::error::{Error, Result};
-use crate::library::Library;
+use crate::pipeline::{run_resolved, ResolvedPipeline};
 use crate::retrieve::{RetrievalSettings, SearchRequest};
 
 /// A loaded BEIR-layout set.
@@ -252,10 +254,11 @@ fn evaluate_with(
     })
 }
 
-/// Scores retrieval settings on `set`, already indexed into `library`. Pools are widened to
-/// rank 100 documents, so Recall@100 measures the settings' ranking, not their limit.
+/// Scores retrieval settings on `set`, already indexed into the library `retrieval` searches.
+/// Pools are widened to rank 100 documents, so Recall@100 measures the settings' ranking, not
+/// their limit.
 pub fn evaluate(
-    library: &Library,
+    retrieval: &dyn Retrieval,
     set: &BeirSet,
     name: &str,
     settings: &RetrievalSettings,
@@ -268,7 +271,7 @@ pub fn evaluate(
     evaluate_with(set, name, |text| {
         let mut request = SearchRequest::new(text);
         request.settings = settings.clone();
-        Ok(library
+        Ok(retrieval
             .search(&request)?
             .hits
             .into_iter()
@@ -278,20 +281,19 @@ pub fn evaluate(
 }
 
 /// Scores a whole pipeline (query tools, retrieval, chunk tools) on `set`, already indexed into
-/// `library`, by the order of the evidence it admits. Its own limits apply, so Recall@100 is
-/// bounded by its evidence budget.
+/// the engine's library, by the order of the evidence it admits. Its own limits apply, so
+/// Recall@100 is bounded by its evidence budget.
 pub fn evaluate_pipeline(
-    library: &Library,
+    engine: &EngineContext<'_>,
     set: &BeirSet,
-    pipeline: &crate::pipeline::ResolvedPipeline,
+    pipeline: &ResolvedPipeline,
 ) -> Result<EvalScores> {
-    let admin = crate::Principal::administrator();
+    let admin = Principal::administrator();
     // The evaluation library has one collection; the pipeline's own names mean nothing here.
     let mut pipeline = pipeline.clone();
     pipeline.pipeline.collections.clear();
     evaluate_with(set, &format!("pipeline {}", pipeline.name), |text| {
-        let run =
-            crate::pipeline::run_resolved(library, &pipeline, text, &admin, &Default::default())?;
+        let run = run_resolved(engine, &pipeline, text, &admin, &Default::default())?;
         Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
     })
 }
@@ -299,6 +301,7 @@ pub fn evaluate_pipeline(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::tests::{lexical_pipeline, Fixture};
     use std::path::PathBuf;
 
     #[test]
@@ -321,6 +324,57 @@ mod tests {
             let p = PathBuf::from(format!("/c/{}.md", file_stem_for(id)));
             assert_eq!(id_from_path(&p).as_deref(), Some(id));
         }
+    }
+
+    /// Documents `note` and `secret` (the stub fixture's files), one query judging `secret`.
+    fn two_document_set() -> BeirSet {
+        BeirSet {
+            corpus: vec![
+                ("note".into(), String::new(), "note".into()),
+                ("secret".into(), String::new(), "secret".into()),
+            ],
+            queries: vec![("q1".into(), "turbine".into())],
+            qrels: HashMap::from([("q1".to_string(), HashMap::from([("secret".to_string(), 1)]))]),
+        }
+    }
+
+    #[test]
+    fn settings_are_scored_with_pools_widened_to_a_hundred_documents() {
+        let f = Fixture::new();
+        let stub = f.stub(&[f.notes[0], f.notes[1], f.secret]);
+        let settings = RetrievalSettings {
+            limit: 10,
+            ..Default::default()
+        };
+        let scores = evaluate(&stub, &two_document_set(), "lexical", &settings).unwrap();
+        let request = &stub.requests.borrow()[0];
+        assert_eq!(request.query, "turbine");
+        assert_eq!(request.settings.limit, 100);
+        assert_eq!(request.settings.max_per_document, 1);
+        assert!(request.settings.lexical_candidates >= 300);
+        assert!(request.settings.vector_candidates >= 300);
+        // Ranking note, note, secret counts `note` once: `secret` is second.
+        assert_eq!(scores.name, "lexical");
+        assert_eq!(scores.queries, 1);
+        assert_eq!(scores.mrr_at_10, 0.5);
+        assert_eq!(scores.recall_at_100, 1.0);
+        assert!((scores.ndcg_at_10 - 1.0 / 3f64.log2()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_pipeline_is_scored_by_its_admitted_evidence_over_the_evaluation_library() {
+        let f = Fixture::new();
+        let stub = f.stub(&[f.secret, f.notes[0]]);
+        // Its own collections name the user's library, not the evaluation one: ignored.
+        let pipeline = lexical_pipeline(&["nowhere"], 1);
+        let scores = evaluate_pipeline(&f.engine(&stub), &two_document_set(), &pipeline).unwrap();
+        assert!(stub.requests.borrow()[0].collections.is_empty());
+        assert_eq!(scores.name, "pipeline lex");
+        // A budget of one admits `secret` alone, the judged document, first.
+        assert_eq!(
+            (scores.ndcg_at_10, scores.recall_at_100, scores.mrr_at_10),
+            (1.0, 1.0, 1.0)
+        );
     }
 
     #[test]

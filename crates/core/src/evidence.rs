@@ -400,6 +400,43 @@ impl EvidenceSession {
         Ok(self.entry(reference.to_string(), chunk, score, admitted_by))
     }
 
+    /// Revalidates a chunk reference; a refusal is recorded in `ledger` with its reason, so a
+    /// refused reference never silently vanishes. The entry is returned, not admitted (a chunk
+    /// tool's output is a selection, admitted later).
+    pub fn revalidate_or_refuse(
+        &self,
+        store: &Store,
+        reference: &str,
+        score: Option<f32>,
+        by: &str,
+        ledger: &mut EvidenceLedger,
+    ) -> Option<LedgerEntry> {
+        match self.revalidate_chunk(store, reference, score, by) {
+            Ok(entry) => Some(entry),
+            Err(e) => {
+                ledger.reject(reference, by, e.to_string());
+                None
+            }
+        }
+    }
+
+    /// The one way a reference enters a ledger: revalidated, then admitted (each chunk once) or
+    /// refused with its reason. Returns the ledger's entry for the chunk when admitted (the
+    /// earlier one if the chunk was already there).
+    pub fn admit_chunk<'l>(
+        &self,
+        store: &Store,
+        reference: &str,
+        score: Option<f32>,
+        by: &str,
+        ledger: &'l mut EvidenceLedger,
+    ) -> Option<&'l LedgerEntry> {
+        let entry = self.revalidate_or_refuse(store, reference, score, by, ledger)?;
+        let chunk_id = entry.chunk_id;
+        ledger.admit(entry);
+        ledger.entries.iter().rev().find(|e| e.chunk_id == chunk_id)
+    }
+
     /// The ledger entry for a chunk this session is issuing now.
     pub fn entry(
         &self,

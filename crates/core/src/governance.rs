@@ -1,22 +1,23 @@
 //! The library's face for tools, pipelines, keys and the audit log: thin methods over
 //! [`crate::tools`], [`crate::pipeline`], [`crate::auth`] and [`crate::audit`], so the CLI
-//! and the desktop shell call one API. Test runs and pipeline runs are audited here.
+//! and the desktop shell call one API. Test runs and pipeline runs are audited here. Those
+//! modules take an [`EngineContext`] (or less), never the library.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::audit::{self, AuditRecord};
 use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
 use crate::error::Result;
-use crate::evidence::EvidenceKey;
+use crate::evidence::{EvidenceKey, EvidenceSession};
 use crate::pipeline::{
-    self, PipelineDefinition, PipelineRun, PipelineView, ReadinessProblem, RunOptions,
-    SavedPipeline,
+    self, PipelineDefinition, PipelineRun, PipelineView, ReadinessProblem, ResolvedPipeline,
+    RunOptions, SavedPipeline, ToolCallReport, ToolEnvironment,
 };
 use crate::pipeline::{TestInput, ToolTestReport};
 use crate::retrieve::{SearchRequest, SearchResults};
@@ -98,7 +99,7 @@ impl Library {
 
     /// Deletes a tool no pipeline uses.
     pub fn delete_tool(&self, slug: &str) -> Result<()> {
-        tools::delete(self.store(), slug)
+        pipeline::delete_tool(self.store(), slug)
     }
 
     /// The export file for some tools.
@@ -127,7 +128,10 @@ impl Library {
         conversation: Option<&str>,
     ) -> Result<ToolTestReport> {
         let started = Instant::now();
-        let result = pipeline::run::test_tool(self, slug, input, principal, pipeline, conversation);
+        let result = self.evidence_key().and_then(|key| {
+            let engine = self.engine_context(&key);
+            pipeline::run::test_tool(&engine, slug, input, principal, pipeline, conversation)
+        });
         let input_json = match input {
             TestInput::Query(q) => json!({"query": q}),
             TestInput::Json(v) => v.clone(),
@@ -186,7 +190,23 @@ impl Library {
     /// Readiness problems of a pipeline's saved version (or its draft).
     pub fn check_pipeline(&self, name: &str, draft: bool) -> Result<Vec<ReadinessProblem>> {
         let resolved = pipeline::resolve(self.store(), name, draft)?;
-        Ok(pipeline::check(self, &resolved))
+        Ok(pipeline::check(
+            self.store(),
+            self.models(),
+            &self.executor,
+            &resolved,
+        ))
+    }
+
+    /// The pipeline a run would use: its newest saved version, or the draft with the live
+    /// tools.
+    pub fn resolve_pipeline(&self, name: &str, draft: bool) -> Result<ResolvedPipeline> {
+        pipeline::resolve(self.store(), name, draft)
+    }
+
+    /// The pipelines whose draft or newest saved version use a tool.
+    pub fn pipelines_using_tool(&self, slug: &str) -> Result<Vec<String>> {
+        pipeline::pipelines_using(self.store(), slug)
     }
 
     /// Runs a pipeline as `principal` and writes an audit record.
@@ -198,7 +218,9 @@ impl Library {
         options: &RunOptions,
     ) -> Result<PipelineRun> {
         let started = Instant::now();
-        let result = pipeline::run(self, name, query, principal, options);
+        let result = self.evidence_key().and_then(|key| {
+            pipeline::run(&self.engine_context(&key), name, query, principal, options)
+        });
         let detail = result
             .as_ref()
             .ok()
@@ -214,6 +236,27 @@ impl Library {
             started.elapsed().as_millis() as i64,
         )?;
         result
+    }
+
+    /// One code-tool call outside any pipeline, as `session`'s caller, with `retrieval` as the
+    /// tool's default retrieval (`ctx.search`) over every collection the caller may read. Not
+    /// audited: it is for benchmarks and tests of the call itself.
+    pub fn call_code_tool(
+        &self,
+        tool: &ToolDefinition,
+        input: &Value,
+        session: &EvidenceSession,
+        retrieval: Option<&ToolDefinition>,
+    ) -> Result<ToolCallReport> {
+        let key = self.evidence_key()?;
+        let env = ToolEnvironment {
+            engine: self.engine_context(&key),
+            session,
+            retrieval,
+            capabilities: Vec::new(),
+            collections: Vec::new(),
+        };
+        pipeline::call_code_tool(&env, tool, input)
     }
 
     // ---- keys and audit ------------------------------------------------------------------

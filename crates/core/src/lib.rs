@@ -30,6 +30,7 @@ pub mod embed;
 pub mod environment;
 mod error;
 pub mod eval;
+mod evaluation;
 pub mod evidence;
 pub mod fulltext;
 mod governance;

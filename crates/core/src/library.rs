@@ -167,7 +167,7 @@ impl Library {
                 Err(e) => return Err(e),
             }
         }
-        crate::tools::install_seeds(&library.store, &library.executor)?;
+        crate::pipeline::install_seeds(&library.store, &library.executor)?;
         Ok(library)
     }
 

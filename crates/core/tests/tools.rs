@@ -8,7 +8,7 @@ use std::path::Path;
 
 use quarry_core::auth::{NewKey, PrincipalKind, Scope};
 use quarry_core::evidence::EvidenceSession;
-use quarry_core::pipeline::{call_code_tool, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
+use quarry_core::pipeline::MAX_NEIGHBOR_RADIUS;
 use quarry_core::tools::{Executor, Limits, NetworkIsolation, ToolDefinition, ToolType};
 use quarry_core::{
     IndexOptions, Library, LibraryOptions, Principal, RunOptions, SearchMode, SearchRequest,
@@ -76,14 +76,9 @@ fn call(
     input: Value,
 ) -> quarry_core::Result<Value> {
     let lexical = library.tool("retrieve-lexical-focused").unwrap();
-    let env = ToolEnvironment {
-        library,
-        session,
-        retrieval: Some(&lexical),
-        capabilities: Vec::new(),
-        collections: Vec::new(),
-    };
-    call_code_tool(&env, tool, &input).map(|r| r.output)
+    library
+        .call_code_tool(tool, &input, session, Some(&lexical))
+        .map(|r| r.output)
 }
 
 fn action(library: &Library, slug: &str, source_body: &str) -> ToolDefinition {

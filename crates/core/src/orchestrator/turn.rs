@@ -653,13 +653,10 @@ impl Turn<'_> {
                 ..Default::default()
             };
             return Ok(
-                match pipeline::run_resolved(
-                    self.library,
-                    resolved,
-                    &query,
-                    self.principal,
-                    &options,
-                ) {
+                match self.library.evidence_key().and_then(|key| {
+                    let engine = self.library.engine_context(&key);
+                    pipeline::run_resolved(&engine, resolved, &query, self.principal, &options)
+                }) {
                     Ok(run) => RawResult {
                         ledger: run.evidence,
                         shape: Shape::Evidence,
@@ -711,14 +708,17 @@ impl Turn<'_> {
             .as_deref()
             .and_then(|p| self.revision.pipelines.get(p));
         Ok(
-            match pipeline::call_action(
-                self.library,
-                tool,
-                arguments,
-                self.principal,
-                resolved,
-                &self.conversation.id,
-            ) {
+            match self.library.evidence_key().and_then(|key| {
+                let engine = self.library.engine_context(&key);
+                pipeline::call_action(
+                    &engine,
+                    tool,
+                    arguments,
+                    self.principal,
+                    resolved,
+                    &self.conversation.id,
+                )
+            }) {
                 Ok(call) => RawResult {
                     ledger: call.evidence,
                     shape: Shape::Output(call.output),

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
 use crate::retrieve::SearchRequest;
 use crate::store::ChunkRecord;
 use crate::tools::{schema, CallError, ToolDefinition};
-use crate::Library;
 
 /// Largest page any fetch operation returns, whatever a tool asks for.
 const MAX_PAGE_CHUNKS: i64 = 32;
@@ -20,11 +20,11 @@ const MAX_PAGE_CHUNKS: i64 = 32;
 pub const MAX_NEIGHBOR_RADIUS: i64 = 4;
 const MAX_HTTP_BODY: u64 = 1024 * 1024;
 
-/// What a tool call may reach: the library, the caller's evidence session, the pipeline's
+/// What a tool call may reach: the engine, the caller's evidence session, the pipeline's
 /// retrieval tools and collections.
 pub struct ToolEnvironment<'a> {
-    /// The library.
-    pub library: &'a Library,
+    /// The store, executor, models and retrieval the call runs over.
+    pub engine: EngineContext<'a>,
     /// The caller and run.
     pub session: &'a EvidenceSession,
     /// The default retrieval tool (`ctx.search` without `retrieval=`).
@@ -135,7 +135,7 @@ pub fn call_code_tool(
         };
         // One pool of workers per tool and caller: nothing a call leaves behind reaches another.
         let owner = format!("{}#{}", derived.source_hash, env.session.principal.id);
-        env.library.executor().call(
+        env.engine.executor.call(
             &owner,
             source,
             &derived.source_hash,
@@ -146,11 +146,26 @@ pub fn call_code_tool(
             &mut handler,
         )?
     };
+    let outcome = outcome.map_err(|e| call_failure(tool, e))?;
+    schema::validate(&outcome.output, &derived.output_schema).map_err(|e| Error::ToolFailed {
+        tool: tool.slug.clone(),
+        reason: format!("its output does not fit its output schema: {e}"),
+    })?;
+    Ok(ToolCallReport {
+        output: outcome.output,
+        logs: outcome.logs,
+        ctx_calls,
+        took_us: started.elapsed().as_micros() as u64,
+    })
+}
+
+/// A failed call as the engine's error, in words a tool author can act on.
+fn call_failure(tool: &ToolDefinition, e: CallError) -> Error {
     let failed = |reason: String| Error::ToolFailed {
         tool: tool.slug.clone(),
         reason,
     };
-    let outcome = outcome.map_err(|e| match e {
+    match e {
         CallError::Sandbox(m) => failed(format!(
             "refused by the sandbox: {}",
             m.trim_start_matches("sandbox: ")
@@ -164,15 +179,7 @@ pub fn call_code_tool(
             tool: tool.slug.clone(),
             timeout_ms: ms,
         },
-    })?;
-    schema::validate(&outcome.output, &derived.output_schema)
-        .map_err(|e| failed(format!("its output does not fit its output schema: {e}")))?;
-    Ok(ToolCallReport {
-        output: outcome.output,
-        logs: outcome.logs,
-        ctx_calls,
-        took_us: started.elapsed().as_micros() as u64,
-    })
+    }
 }
 
 /// Revalidates every reference an action tool returned and admits its chunks to `ledger`.
@@ -184,19 +191,11 @@ pub(crate) fn admit_returned_refs(
     value: &mut Value,
     ledger: &mut EvidenceLedger,
 ) {
-    let store = env.library.store();
+    let store = env.engine.store;
     let admit = |reference: &str, ledger: &mut EvidenceLedger| -> Option<String> {
-        match env.session.revalidate_chunk(store, reference, None, tool) {
-            Ok(entry) => {
-                let text = entry.text.clone();
-                ledger.admit(entry);
-                Some(text)
-            }
-            Err(e) => {
-                ledger.reject(reference, tool, e.to_string());
-                None
-            }
-        }
+        env.session
+            .admit_chunk(store, reference, None, tool, ledger)
+            .map(|entry| entry.text.clone())
     };
     match value {
         Value::Object(map) => {
@@ -340,11 +339,15 @@ fn search_as_caller(
     request.settings = settings;
     request.collections = env.collections.clone();
     request.scope = Some(env.session.principal.scope.clone());
-    let results = env.library.search(&request).map_err(|e| e.to_string())?;
+    let results = env
+        .engine
+        .retrieval
+        .search(&request)
+        .map_err(|e| e.to_string())?;
     let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
     let chunks: HashMap<i64, ChunkRecord> = env
-        .library
-        .store()
+        .engine
+        .store
         .chunks_by_id(&ids)
         .map_err(|e| e.to_string())?
         .into_iter()
@@ -413,8 +416,8 @@ fn chunks_from(
     start: i64,
     limit: i64,
 ) -> std::result::Result<Vec<ChunkRecord>, String> {
-    env.library
-        .store()
+    env.engine
+        .store
         .chunks_of_revision_from(document_id, revision_id, start, limit)
         // The tool sees SQLite's own message, without the "database error: " prefix.
         .map_err(|e| match e {
@@ -431,7 +434,7 @@ fn open_page(
     let source_ref = str_arg(args, kwargs, 0, "source_ref")?;
     let source = env
         .session
-        .open_source(env.library.store(), &source_ref)
+        .open_source(env.engine.store, &source_ref)
         .map_err(|e| e.to_string())?;
     let start = match arg(args, kwargs, 1, "cursor").and_then(Value::as_str) {
         None => 0,
@@ -527,7 +530,7 @@ fn op_fetch_neighbors(
     let radius = int_arg(args, kwargs, 1, "radius", 1)?.clamp(1, MAX_NEIGHBOR_RADIUS);
     let entry = env
         .session
-        .revalidate_chunk(env.library.store(), &reference, None, "fetch_neighbors")
+        .revalidate_chunk(env.engine.store, &reference, None, "fetch_neighbors")
         .map_err(|e| e.to_string())?;
     let start = (entry.ordinal - radius).max(0);
     let chunks = chunks_from(
@@ -626,7 +629,7 @@ fn op_llm(
         .model
         .as_deref()
         .ok_or("this tool has no model selected (set `model` on the tool)")?;
-    let config = EmbeddedConfig::named(env.library.models(), model).map_err(|e| e.to_string())?;
+    let config = EmbeddedConfig::named(env.engine.models, model).map_err(|e| e.to_string())?;
     let backend = EmbeddedBackend::shared(config).map_err(|e| e.to_string())?;
     let mut messages = Vec::new();
     if let Some(system) = kwargs.get("system").and_then(Value::as_str) {

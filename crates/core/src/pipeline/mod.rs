@@ -11,6 +11,9 @@
 
 mod host;
 pub mod run;
+mod seeds;
+#[cfg(test)]
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 
@@ -18,14 +21,16 @@ use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::store::{now_unix, Store};
-use crate::tools::{self, ToolDefinition, ToolType};
-use crate::Library;
+use crate::models::Models;
+use crate::retrieve::{RetrievalSettings, SearchMode};
+use crate::store::{now_unix, Collection, Store};
+use crate::tools::{self, Executor, NetworkIsolation, ToolDefinition, ToolType};
 pub use host::{call_code_tool, CtxCall, ToolCallReport, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
 pub use run::{
     call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageReport, TestInput,
     ToolTestReport,
 };
+pub(crate) use seeds::install_seeds;
 
 /// The seeded pipeline's name.
 pub const DEFAULT_PIPELINE: &str = "default";
@@ -161,6 +166,19 @@ pub struct ResolvedPipeline {
     pub tools: BTreeMap<String, ToolDefinition>,
 }
 
+impl ResolvedPipeline {
+    /// No tools and no collections: the context of a tool tested or called outside any
+    /// pipeline.
+    pub(crate) fn empty() -> ResolvedPipeline {
+        ResolvedPipeline {
+            name: String::new(),
+            version: None,
+            pipeline: Default::default(),
+            tools: Default::default(),
+        }
+    }
+}
+
 fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
@@ -180,36 +198,6 @@ fn validate_name(name: &str) -> Result<()> {
 fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
     serde_json::from_str(json)
         .map_err(|e| Error::Internal(format!("stored {what} is unreadable: {e}")))
-}
-
-/// Installs the seeded default pipeline (inside the seeding transaction) and saves version 1.
-pub(crate) fn install_default_pipeline(
-    tx: &Transaction<'_>,
-    tools: &[ToolDefinition],
-) -> Result<()> {
-    let pipeline = PipelineDefinition {
-        query_tools: vec!["expand_multi_query".into()],
-        retrieval: Some("retrieve-hybrid-coverage".into()),
-        retrieval_capabilities: vec![
-            "retrieve-lexical-focused".into(),
-            "retrieve-high-recall".into(),
-        ],
-        chunk_tools: vec!["iterative-context-chunk".into()],
-        collections: Vec::new(),
-        budget: Budget::default(),
-    };
-    let id = crate::store::insert_pipeline(
-        tx,
-        DEFAULT_PIPELINE,
-        &serde_json::to_string(&pipeline).expect("json"),
-    )?;
-    let snapshot: BTreeMap<String, ToolDefinition> = tools
-        .iter()
-        .filter(|t| pipeline.uses(&t.slug))
-        .map(|t| (t.slug.clone(), t.clone()))
-        .collect();
-    insert_version(tx, id, 1, &pipeline, snapshot, "seed")?;
-    Ok(())
 }
 
 fn insert_version(
@@ -236,39 +224,6 @@ fn insert_version(
         saved.saved_at,
     )?;
     Ok(saved)
-}
-
-/// Gives every pipeline whose newest saved version holds an underived code tool (saved before
-/// Python was available) a new version with the now-derived definition of that tool.
-pub(crate) fn refresh_underived_snapshots(tx: &Transaction<'_>) -> Result<()> {
-    for latest in crate::store::latest_pipeline_versions(tx)? {
-        let saved: SavedPipeline = parse(&latest.definition, "pipeline version")?;
-        let mut tools = saved.tools.clone();
-        let mut changed = false;
-        for (slug, tool) in tools.iter_mut() {
-            if tool.tool_type.is_code() && tool.derived.is_none() {
-                let current = crate::store::tool_definition(tx, slug)?;
-                if let Some(current) = current {
-                    let current: ToolDefinition = parse(&current, "tool")?;
-                    if current.derived.is_some() && current.source == tool.source {
-                        *tool = current;
-                        changed = true;
-                    }
-                }
-            }
-        }
-        if changed {
-            insert_version(
-                tx,
-                latest.pipeline_id,
-                latest.version + 1,
-                &saved.pipeline,
-                tools,
-                "quarry (tools derived once Python was found)",
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// Every pipeline's name.
@@ -388,6 +343,25 @@ pub fn pipelines_using(store: &Store, slug: &str) -> Result<Vec<String>> {
     Ok(users)
 }
 
+/// Deletes a tool that no pipeline uses. (Here, not in `tools`, because only pipelines know
+/// who uses a tool.)
+pub fn delete_tool(store: &Store, slug: &str) -> Result<()> {
+    // The check and the delete in one write transaction: no pipeline can start using the
+    // tool in between.
+    let tx = store.write()?;
+    tools::get(store, slug)?;
+    let users = pipelines_using(store, slug)?;
+    if !users.is_empty() {
+        return Err(Error::ToolInUse {
+            tool: slug.into(),
+            pipelines: users,
+        });
+    }
+    crate::store::delete_tool(&tx, slug)?;
+    tx.commit()?;
+    Ok(())
+}
+
 fn resolve_live(
     store: &Store,
     name: &str,
@@ -466,24 +440,18 @@ fn structural_problems(resolved: &ResolvedPipeline) -> Vec<ReadinessProblem> {
     problems
 }
 
-/// Everything that keeps a pipeline from running as configured, blocking problems first.
-pub fn check(library: &Library, resolved: &ResolvedPipeline) -> Vec<ReadinessProblem> {
+/// Everything that keeps a pipeline from running as configured, blocking problems first:
+/// its structure, its collections, Python and the sandbox for code tools, and the models its
+/// retrieval tools use.
+pub fn check(
+    store: &Store,
+    models: &Models,
+    executor: &Executor,
+    resolved: &ResolvedPipeline,
+) -> Vec<ReadinessProblem> {
+    let collections = store.collections().unwrap_or_default();
     let mut problems = structural_problems(resolved);
-    let known: Vec<String> = library
-        .collections()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
-    for name in &resolved.pipeline.collections {
-        if !known.contains(name) {
-            problems.push(ReadinessProblem {
-                severity: Severity::Blocking,
-                component: name.clone(),
-                message: format!("the pipeline searches collection `{name}`, which does not exist"),
-            });
-        }
-    }
+    problems.extend(collection_problems(&collections, resolved));
     let mut python_checked = false;
     for (_, slug, _) in resolved.pipeline.tool_slots() {
         let Some(tool) = resolved.tools.get(slug) else {
@@ -492,39 +460,9 @@ pub fn check(library: &Library, resolved: &ResolvedPipeline) -> Vec<ReadinessPro
         if tool.tool_type.is_code() {
             if !python_checked {
                 python_checked = true;
-                match library.executor().check() {
-                    Err(e) => problems.push(ReadinessProblem {
-                        severity: Severity::Blocking,
-                        component: "python".into(),
-                        message: e.to_string(),
-                    }),
-                    Ok(crate::tools::NetworkIsolation::Sandbox) => {}
-                    Ok(weaker) => problems.push(ReadinessProblem {
-                        severity: Severity::Degraded,
-                        component: "sandbox".into(),
-                        message: format!(
-                            "code tools run with weaker isolation ({weaker:?}): install bubblewrap \
-                             (`bwrap`) for the full sandbox"
-                        ),
-                    }),
-                }
+                problems.extend(python_problem(executor));
             }
-            if tool.derived.is_none() {
-                problems.push(ReadinessProblem {
-                    severity: Severity::Blocking,
-                    component: slug.into(),
-                    message: format!(
-                        "tool `{slug}` has not been validated (it was saved without Python)"
-                    ),
-                });
-            }
-            if tool.uses_llm() && tool.model.is_none() {
-                problems.push(ReadinessProblem {
-                    severity: Severity::Blocking,
-                    component: slug.into(),
-                    message: format!("tool `{slug}` calls ctx.llm but no model is chosen"),
-                });
-            }
+            problems.extend(code_tool_problems(slug, tool));
             continue;
         }
         match tool.retrieval_settings() {
@@ -533,7 +471,7 @@ pub fn check(library: &Library, resolved: &ResolvedPipeline) -> Vec<ReadinessPro
                 component: slug.into(),
                 message: e.to_string(),
             }),
-            Ok(settings) => problems.extend(model_problems(library, slug, &settings)),
+            Ok(settings) => problems.extend(model_problems(&collections, models, slug, &settings)),
         }
     }
     problems.sort_by_key(|p| p.severity != Severity::Blocking);
@@ -543,23 +481,77 @@ pub fn check(library: &Library, resolved: &ResolvedPipeline) -> Vec<ReadinessPro
     problems
 }
 
+fn collection_problems(
+    collections: &[Collection],
+    resolved: &ResolvedPipeline,
+) -> Vec<ReadinessProblem> {
+    resolved
+        .pipeline
+        .collections
+        .iter()
+        .filter(|name| !collections.iter().any(|c| &c.name == *name))
+        .map(|name| ReadinessProblem {
+            severity: Severity::Blocking,
+            component: name.clone(),
+            message: format!("the pipeline searches collection `{name}`, which does not exist"),
+        })
+        .collect()
+}
+
+/// No Python blocks code tools; a weaker sandbox than bubblewrap degrades them.
+fn python_problem(executor: &Executor) -> Option<ReadinessProblem> {
+    match executor.check() {
+        Err(e) => Some(ReadinessProblem {
+            severity: Severity::Blocking,
+            component: "python".into(),
+            message: e.to_string(),
+        }),
+        Ok(NetworkIsolation::Sandbox) => None,
+        Ok(weaker) => Some(ReadinessProblem {
+            severity: Severity::Degraded,
+            component: "sandbox".into(),
+            message: format!(
+                "code tools run with weaker isolation ({weaker:?}): install bubblewrap \
+                 (`bwrap`) for the full sandbox"
+            ),
+        }),
+    }
+}
+
+fn code_tool_problems(slug: &str, tool: &ToolDefinition) -> Vec<ReadinessProblem> {
+    let mut problems = Vec::new();
+    if tool.derived.is_none() {
+        problems.push(ReadinessProblem {
+            severity: Severity::Blocking,
+            component: slug.into(),
+            message: format!("tool `{slug}` has not been validated (it was saved without Python)"),
+        });
+    }
+    if tool.uses_llm() && tool.model.is_none() {
+        problems.push(ReadinessProblem {
+            severity: Severity::Blocking,
+            component: slug.into(),
+            message: format!("tool `{slug}` calls ctx.llm but no model is chosen"),
+        });
+    }
+    problems
+}
+
 fn model_problems(
-    library: &Library,
+    collections: &[Collection],
+    models: &Models,
     slug: &str,
-    settings: &crate::RetrievalSettings,
+    settings: &RetrievalSettings,
 ) -> Vec<ReadinessProblem> {
     let mut problems = Vec::new();
     if settings.mode.uses_vector() {
-        let models: Vec<String> = library
-            .collections()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|c| c.embedding_model)
-            .collect();
-        for model in models {
-            if let Err(e) = library.models().find(&model) {
+        for model in collections
+            .iter()
+            .filter_map(|c| c.embedding_model.as_ref())
+        {
+            if let Err(e) = models.find(model) {
                 problems.push(ReadinessProblem {
-                    severity: if settings.mode == crate::SearchMode::Vector {
+                    severity: if settings.mode == SearchMode::Vector {
                         Severity::Blocking
                     } else {
                         Severity::Degraded
@@ -571,7 +563,7 @@ fn model_problems(
         }
     }
     if let Some(rerank) = &settings.rerank {
-        if let Err(e) = library.models().find(&rerank.model) {
+        if let Err(e) = models.find(&rerank.model) {
             problems.push(ReadinessProblem {
                 severity: Severity::Degraded,
                 component: rerank.model.clone(),

@@ -9,13 +9,14 @@ use serde_json::{json, Value};
 use super::host::{
     admit_returned_refs, call_code_tool, candidate_json, CtxCall, ToolCallReport, ToolEnvironment,
 };
-use super::{check, resolve, ReadinessProblem, ResolvedPipeline, Severity};
+use super::{check, resolve, Budget, ReadinessProblem, ResolvedPipeline, Severity};
 use crate::auth::Principal;
+use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
 use crate::retrieve::{SearchRequest, StageTrace, WeightedQuery};
+use crate::store::{ChunkRecord, Store};
 use crate::tools::{ToolDefinition, ToolType};
-use crate::Library;
 
 /// How to run.
 #[derive(Debug, Clone, Default)]
@@ -33,11 +34,11 @@ pub struct RunOptions {
 
 /// The evidence session of a run: its own, or its conversation's.
 fn session_for(
-    library: &Library,
+    engine: &EngineContext<'_>,
     principal: &Principal,
     conversation: Option<&str>,
 ) -> Result<EvidenceSession> {
-    let key = library.evidence_key()?;
+    let key = engine.evidence_key.clone();
     match conversation {
         Some(id) => EvidenceSession::in_conversation(key, principal.clone(), id),
         None => EvidenceSession::new(key, principal.clone()),
@@ -119,13 +120,13 @@ fn us(since: Instant) -> u64 {
 }
 
 fn environment<'a>(
-    library: &'a Library,
+    engine: EngineContext<'a>,
     session: &'a EvidenceSession,
     resolved: &'a ResolvedPipeline,
 ) -> ToolEnvironment<'a> {
     let p = &resolved.pipeline;
     ToolEnvironment {
-        library,
+        engine,
         session,
         retrieval: p.retrieval.as_ref().and_then(|s| resolved.tools.get(s)),
         capabilities: p
@@ -151,11 +152,11 @@ fn retrieve_candidates(
     request.variants = variants.to_vec();
     request.collections = env.collections.clone();
     request.scope = Some(env.session.principal.scope.clone());
-    let results = env.library.search(&request)?;
+    let results = env.engine.retrieval.search(&request)?;
     let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
-    let chunks: HashMap<i64, crate::ChunkRecord> = env
-        .library
-        .store()
+    let chunks: HashMap<i64, ChunkRecord> = env
+        .engine
+        .store
         .chunks_by_id(&ids)?
         .into_iter()
         .map(|c| (c.id, c))
@@ -280,22 +281,22 @@ fn run_chunk_tool(
     let mut refused = 0;
     for item in report.output["chunks"].as_array().into_iter().flatten() {
         let reference = item["evidence_ref"].as_str().unwrap_or_default();
-        match env
-            .session
-            .revalidate_chunk(env.library.store(), reference, None, &tool.slug)
-        {
-            // A chunk returned twice counts once against the evidence budget.
-            Ok(entry) if !kept_chunks.insert(entry.chunk_id) => {}
-            Ok(entry) => kept.push(match by_ref.get(reference) {
-                Some(candidate) => (*candidate).clone(),
-                // Issued to this run by a ctx fetch the tool declared: a candidate without a score.
-                None => candidate_json(env.session, &entry_chunk(env, entry.chunk_id)?, 0, 0.0, ""),
-            }),
-            Err(e) => {
-                refused += 1;
-                ledger.reject(reference, &tool.slug, e.to_string());
-            }
+        let Some(entry) =
+            env.session
+                .revalidate_or_refuse(env.engine.store, reference, None, &tool.slug, ledger)
+        else {
+            refused += 1;
+            continue;
+        };
+        // A chunk returned twice counts once against the evidence budget.
+        if !kept_chunks.insert(entry.chunk_id) {
+            continue;
         }
+        kept.push(match by_ref.get(reference) {
+            Some(candidate) => (*candidate).clone(),
+            // Issued to this run by a ctx fetch the tool declared: a candidate without a score.
+            None => candidate_json(env.session, &entry_chunk(env, entry.chunk_id)?, 0, 0.0, ""),
+        });
     }
     let detail = format!(
         "{} of {} candidate(s) kept{}",
@@ -313,38 +314,75 @@ fn run_chunk_tool(
     ))
 }
 
-fn entry_chunk(env: &ToolEnvironment<'_>, chunk_id: i64) -> Result<crate::ChunkRecord> {
-    env.library
-        .store()
+fn entry_chunk(env: &ToolEnvironment<'_>, chunk_id: i64) -> Result<ChunkRecord> {
+    env.engine
+        .store
         .chunks_by_id(&[chunk_id])?
         .pop()
         .ok_or_else(|| Error::EvidenceRejected("the chunk is no longer indexed".into()))
 }
 
-/// Runs a pipeline of `library` as `principal`.
+/// Runs a pipeline of the engine's library as `principal`.
 pub fn run(
-    library: &Library,
+    engine: &EngineContext<'_>,
     name: &str,
     query: &str,
     principal: &Principal,
     options: &RunOptions,
 ) -> Result<PipelineRun> {
-    let resolved = resolve(library.store(), name, options.draft)?;
-    run_resolved(library, &resolved, query, principal, options)
+    let resolved = resolve(engine.store, name, options.draft)?;
+    run_resolved(engine, &resolved, query, principal, options)
 }
 
 /// Runs a resolved pipeline (possibly from another library: `quarry eval --pipeline` runs the
-/// user's pipeline over the evaluation corpus) against `library`.
+/// user's pipeline over the evaluation corpus) against the engine's library.
 pub fn run_resolved(
-    library: &Library,
+    engine: &EngineContext<'_>,
     resolved: &ResolvedPipeline,
     query: &str,
     principal: &Principal,
     options: &RunOptions,
 ) -> Result<PipelineRun> {
     let started = Instant::now();
-    let name = resolved.name.as_str();
-    let problems = check(library, resolved);
+    let readiness = ready_to_run(engine, resolved)?;
+    let query = non_empty(query)?;
+    let session = session_for(engine, principal, options.conversation.as_deref())?;
+    let env = environment(*engine, &session, resolved);
+    let budget = run_budget(resolved, options);
+    let mut stages = Vec::new();
+    let mut ledger = EvidenceLedger::default();
+
+    let variants = query_stage(&env, resolved, query, options, budget, &mut stages)?;
+    let retrieval = env.retrieval.expect("checked: ready pipelines have one");
+    let (report, candidates) = retrieve_candidates(&env, retrieval, query, &variants)?;
+    stages.push(report);
+    let candidates = chunk_stage(&env, resolved, query, candidates, &mut ledger, &mut stages)?;
+    stages.push(evidence_stage(
+        &session,
+        engine.store,
+        &candidates,
+        budget.max_evidence,
+        &mut ledger,
+    ));
+    Ok(PipelineRun {
+        pipeline: resolved.name.clone(),
+        version: resolved.version,
+        principal: principal.label.clone(),
+        query: query.into(),
+        stages,
+        evidence: ledger,
+        readiness,
+        took_us: us(started),
+    })
+}
+
+/// The readiness notes of a pipeline that may run; an error naming every blocking problem
+/// otherwise.
+fn ready_to_run(
+    engine: &EngineContext<'_>,
+    resolved: &ResolvedPipeline,
+) -> Result<Vec<ReadinessProblem>> {
+    let problems = check(engine.store, engine.models, engine.executor, resolved);
     let blocking: Vec<String> = problems
         .iter()
         .filter(|p| p.severity == Severity::Blocking)
@@ -352,10 +390,14 @@ pub fn run_resolved(
         .collect();
     if !blocking.is_empty() {
         return Err(Error::PipelineNotReady {
-            pipeline: name.into(),
+            pipeline: resolved.name.clone(),
             problems: blocking,
         });
     }
+    Ok(problems)
+}
+
+fn non_empty(query: &str) -> Result<&str> {
     let query = query.trim();
     if query.is_empty() {
         return Err(Error::InvalidSetting {
@@ -363,61 +405,89 @@ pub fn run_resolved(
             reason: "is empty".into(),
         });
     }
-    let session = session_for(library, principal, options.conversation.as_deref())?;
-    let env = environment(library, &session, resolved);
+    Ok(query)
+}
+
+/// The pipeline's budget, under the caller's tighter cap on query streams.
+fn run_budget(resolved: &ResolvedPipeline, options: &RunOptions) -> Budget {
     let mut budget = resolved.pipeline.budget;
     if let Some(cap) = options.max_query_variants {
         budget.max_query_variants = budget.max_query_variants.min(cap.max(1));
     }
-    let mut stages = Vec::new();
-    let mut ledger = EvidenceLedger::default();
+    budget
+}
 
-    let mut variants = vec![WeightedQuery {
+fn single_variant(query: &str) -> Vec<WeightedQuery> {
+    vec![WeightedQuery {
         text: query.to_string(),
         weight: 1.0,
-    }];
+    }]
+}
+
+/// The Query stage: each query tool in order over the previous tool's streams (a tool that
+/// produces none keeps the previous ones).
+fn query_stage(
+    env: &ToolEnvironment<'_>,
+    resolved: &ResolvedPipeline,
+    query: &str,
+    options: &RunOptions,
+    budget: Budget,
+    stages: &mut Vec<StageReport>,
+) -> Result<Vec<WeightedQuery>> {
+    let mut variants = single_variant(query);
     for slug in &resolved.pipeline.query_tools {
         let tool = &resolved.tools[slug];
-        let (report, produced) = run_query_tool(
-            &env,
+        let (mut report, produced) = run_query_tool(
+            env,
             tool,
             query,
             &options.history,
             &variants,
             budget.max_query_variants,
         )?;
-        stages.push(report);
         if produced.is_empty() {
-            stages.last_mut().expect("just pushed").detail +=
-                "; no streams produced, so the previous ones are kept";
+            report.detail += "; no streams produced, so the previous ones are kept";
         } else {
             variants = produced;
         }
+        stages.push(report);
     }
+    Ok(variants)
+}
 
-    let retrieval = env.retrieval.expect("checked: ready pipelines have one");
-    let (report, mut candidates) = retrieve_candidates(&env, retrieval, query, &variants)?;
-    stages.push(report);
-
+/// The Chunk stage: each chunk tool in order over the previous tool's selection.
+fn chunk_stage(
+    env: &ToolEnvironment<'_>,
+    resolved: &ResolvedPipeline,
+    query: &str,
+    mut candidates: Vec<Value>,
+    ledger: &mut EvidenceLedger,
+    stages: &mut Vec<StageReport>,
+) -> Result<Vec<Value>> {
     for slug in &resolved.pipeline.chunk_tools {
         let tool = &resolved.tools[slug];
-        let (report, kept) = run_chunk_tool(&env, tool, query, &candidates, &mut ledger)?;
+        let (report, kept) = run_chunk_tool(env, tool, query, &candidates, ledger)?;
         stages.push(report);
         candidates = kept;
     }
+    Ok(candidates)
+}
 
+/// The evidence stage: the best candidates, up to the budget, revalidated and admitted.
+fn evidence_stage(
+    session: &EvidenceSession,
+    store: &Store,
+    candidates: &[Value],
+    max_evidence: usize,
+    ledger: &mut EvidenceLedger,
+) -> StageReport {
     let t = Instant::now();
-    for candidate in candidates.iter().take(budget.max_evidence) {
+    for candidate in candidates.iter().take(max_evidence) {
         let reference = candidate["evidence_ref"].as_str().unwrap_or_default();
         let score = candidate["score"].as_f64().map(|s| s as f32);
-        match session.revalidate_chunk(library.store(), reference, score, "pipeline") {
-            Ok(entry) => {
-                ledger.admit(entry);
-            }
-            Err(e) => ledger.reject(reference, "pipeline", e.to_string()),
-        }
+        session.admit_chunk(store, reference, score, "pipeline", ledger);
     }
-    stages.push(StageReport {
+    StageReport {
         stage: "evidence",
         tool: None,
         input: json!({"selected": candidates.len()}),
@@ -432,20 +502,10 @@ pub fn run_resolved(
         detail: format!(
             "{} chunk(s) admitted to the ledger (budget {}), {} reference(s) refused",
             ledger.entries.len(),
-            budget.max_evidence,
+            max_evidence,
             ledger.rejected.len()
         ),
-    });
-    Ok(PipelineRun {
-        pipeline: name.into(),
-        version: resolved.version,
-        principal: principal.label.clone(),
-        query: query.into(),
-        stages,
-        evidence: ledger,
-        readiness: problems,
-        took_us: us(started),
-    })
+    }
 }
 
 /// What a tool test takes.
@@ -472,7 +532,7 @@ pub struct ToolTestReport {
     pub stages: Vec<StageReport>,
     /// The tool's output.
     pub output: Value,
-    /// Admitted and refused references.
+    /// Admitted references, and refused ones with the reason (`evidence.rejected`).
     pub evidence: EvidenceLedger,
     /// Microseconds.
     pub took_us: u64,
@@ -482,7 +542,7 @@ pub struct ToolTestReport {
 /// collections); the live tool definition is used, so an edit can be tried before any pipeline
 /// is saved.
 pub fn test_tool(
-    library: &Library,
+    engine: &EngineContext<'_>,
     slug: &str,
     input: &TestInput,
     principal: &Principal,
@@ -490,148 +550,27 @@ pub fn test_tool(
     conversation: Option<&str>,
 ) -> Result<ToolTestReport> {
     let started = Instant::now();
-    let tool = crate::tools::get(library.store(), slug)?;
-    let context = match pipeline {
-        Some(name) => Some(resolve(library.store(), name, true)?),
-        None => resolve(library.store(), super::DEFAULT_PIPELINE, true).ok(),
-    };
-    let mut resolved = context.clone().unwrap_or(ResolvedPipeline {
-        name: String::new(),
-        version: None,
-        pipeline: Default::default(),
-        tools: Default::default(),
-    });
-    if tool.tool_type == ToolType::Retrieval {
-        // The tool under test is the retrieval of this test.
-        resolved.pipeline.retrieval = Some(tool.slug.clone());
-        resolved.tools.insert(tool.slug.clone(), tool.clone());
-    }
-    let session = session_for(library, principal, conversation)?;
-    let env = environment(library, &session, &resolved);
-    let mut ledger = EvidenceLedger::default();
-    let mut stages = Vec::new();
-    let need_query = |what: &str| Error::InvalidSetting {
-        field: "input".into(),
-        reason: format!("a {what} tool test takes a query (--query)"),
+    let tool = crate::tools::get(engine.store, slug)?;
+    let context = test_context(engine.store, pipeline)?;
+    let resolved = context_with_tool(context.as_ref(), &tool);
+    let session = session_for(engine, principal, conversation)?;
+    let mut test = ToolTest {
+        env: environment(*engine, &session, &resolved),
+        tool: &tool,
+        stages: Vec::new(),
+        ledger: EvidenceLedger::default(),
     };
     let output = match (tool.tool_type, input) {
-        (ToolType::Retrieval, TestInput::Query(q)) => {
-            let (report, candidates) = retrieve_candidates(
-                &env,
-                &tool,
-                q,
-                &[WeightedQuery {
-                    text: q.clone(),
-                    weight: 1.0,
-                }],
-            )?;
-            stages.push(report);
-            for c in &candidates {
-                let reference = c["evidence_ref"].as_str().unwrap_or_default();
-                if let Ok(entry) = session.revalidate_chunk(
-                    library.store(),
-                    reference,
-                    c["score"].as_f64().map(|s| s as f32),
-                    &tool.slug,
-                ) {
-                    ledger.admit(entry);
-                }
-            }
-            json!({"candidates": candidates.iter().map(|c| json!({
-                "rank": c["rank"], "score": c["score"], "title": c["title"], "path": c["path"], "snippet": c["snippet"],
-            })).collect::<Vec<_>>()})
-        }
-        (ToolType::Retrieval, TestInput::Json(_)) => return Err(need_query("retrieval")),
+        (ToolType::Retrieval, TestInput::Query(q)) => test.retrieval(q)?,
+        (ToolType::Retrieval, TestInput::Json(_)) => return Err(needs_query("retrieval")),
         (ToolType::Query, input) => {
-            let (q, variants) = match input {
-                TestInput::Query(q) => (
-                    q.clone(),
-                    vec![WeightedQuery {
-                        text: q.clone(),
-                        weight: 1.0,
-                    }],
-                ),
-                TestInput::Json(v) => (
-                    v["query"].as_str().unwrap_or_default().to_string(),
-                    serde_json::from_value::<Vec<Value>>(v["variants"].clone())
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|x| {
-                            Some(WeightedQuery {
-                                text: x["query"].as_str()?.into(),
-                                weight: x["weight"].as_f64()? as f32,
-                            })
-                        })
-                        .collect(),
-                ),
-            };
-            let (report, _) = run_query_tool(
-                &env,
-                &tool,
-                &q,
-                &[],
-                &variants,
-                resolved.pipeline.budget.max_query_variants,
-            )?;
-            let output = report.output.clone();
-            stages.push(report);
-            output
+            test.query(input, resolved.pipeline.budget.max_query_variants)?
         }
-        (ToolType::Chunk, TestInput::Query(q)) => {
-            let retrieval = env.retrieval.ok_or_else(|| Error::InvalidSetting {
-                field: "pipeline".into(),
-                reason: "testing a chunk tool with a query needs a pipeline context with a default retrieval tool".into(),
-            })?;
-            let (report, candidates) = retrieve_candidates(
-                &env,
-                retrieval,
-                q,
-                &[WeightedQuery {
-                    text: q.clone(),
-                    weight: 1.0,
-                }],
-            )?;
-            stages.push(report);
-            let (report, kept) = run_chunk_tool(&env, &tool, q, &candidates, &mut ledger)?;
-            let output = report.output.clone();
-            stages.push(report);
-            for c in kept {
-                let reference = c["evidence_ref"].as_str().unwrap_or_default();
-                if let Ok(entry) = session.revalidate_chunk(
-                    library.store(),
-                    reference,
-                    c["score"].as_f64().map(|s| s as f32),
-                    &tool.slug,
-                ) {
-                    ledger.admit(entry);
-                }
-            }
-            output
-        }
-        (ToolType::Chunk, TestInput::Json(v)) => {
-            // Candidates given by hand carry references this run never issued: each is refused.
-            let candidates: Vec<Value> = v["candidates"].as_array().cloned().unwrap_or_default();
-            let (report, _) = run_chunk_tool(
-                &env,
-                &tool,
-                v["query"].as_str().unwrap_or_default(),
-                &candidates,
-                &mut ledger,
-            )?;
-            let output = report.output.clone();
-            stages.push(report);
-            output
-        }
-        (ToolType::Action, input) => {
-            let value = match input {
-                TestInput::Json(v) => v.clone(),
-                TestInput::Query(q) => json!({"query": q}),
-            };
-            let (stage, output) = action_call(&env, &tool, value, &mut ledger)?;
-            stages.push(stage);
-            output
-        }
+        (ToolType::Chunk, TestInput::Query(q)) => test.chunk_after_retrieval(q)?,
+        (ToolType::Chunk, TestInput::Json(v)) => test.chunk_on_candidates(v)?,
+        (ToolType::Action, input) => test.action(input)?,
     };
+    let ToolTest { stages, ledger, .. } = test;
     Ok(ToolTestReport {
         tool: tool.slug.clone(),
         tool_type: tool.tool_type,
@@ -642,6 +581,136 @@ pub fn test_tool(
         evidence: ledger,
         took_us: us(started),
     })
+}
+
+/// The pipeline a test runs in: the one named, else the default pipeline's draft if there is
+/// one.
+fn test_context(store: &Store, pipeline: Option<&str>) -> Result<Option<ResolvedPipeline>> {
+    Ok(match pipeline {
+        Some(name) => Some(resolve(store, name, true)?),
+        None => resolve(store, super::DEFAULT_PIPELINE, true).ok(),
+    })
+}
+
+/// The test's context, with a retrieval tool under test as its retrieval.
+fn context_with_tool(
+    context: Option<&ResolvedPipeline>,
+    tool: &ToolDefinition,
+) -> ResolvedPipeline {
+    let mut resolved = context.cloned().unwrap_or_else(ResolvedPipeline::empty);
+    if tool.tool_type == ToolType::Retrieval {
+        resolved.pipeline.retrieval = Some(tool.slug.clone());
+        resolved.tools.insert(tool.slug.clone(), tool.clone());
+    }
+    resolved
+}
+
+fn needs_query(what: &str) -> Error {
+    Error::InvalidSetting {
+        field: "input".into(),
+        reason: format!("a {what} tool test takes a query (--query)"),
+    }
+}
+
+/// One tool test in progress: one method per kind of test, each adding its stages.
+struct ToolTest<'a> {
+    env: ToolEnvironment<'a>,
+    tool: &'a ToolDefinition,
+    stages: Vec<StageReport>,
+    ledger: EvidenceLedger,
+}
+
+impl ToolTest<'_> {
+    /// Admits candidates as the tool under test; refused ones are listed with their reason.
+    fn admit(&mut self, candidates: &[Value]) {
+        for c in candidates {
+            let reference = c["evidence_ref"].as_str().unwrap_or_default();
+            self.env.session.admit_chunk(
+                self.env.engine.store,
+                reference,
+                c["score"].as_f64().map(|s| s as f32),
+                &self.tool.slug,
+                &mut self.ledger,
+            );
+        }
+    }
+
+    fn retrieval(&mut self, query: &str) -> Result<Value> {
+        let (report, candidates) =
+            retrieve_candidates(&self.env, self.tool, query, &single_variant(query))?;
+        self.stages.push(report);
+        self.admit(&candidates);
+        Ok(json!({"candidates": candidates.iter().map(|c| json!({
+            "rank": c["rank"], "score": c["score"], "title": c["title"], "path": c["path"], "snippet": c["snippet"],
+        })).collect::<Vec<_>>()}))
+    }
+
+    fn query(&mut self, input: &TestInput, budget: usize) -> Result<Value> {
+        let (query, variants) = match input {
+            TestInput::Query(q) => (q.clone(), single_variant(q)),
+            TestInput::Json(v) => (
+                v["query"].as_str().unwrap_or_default().to_string(),
+                given_variants(&v["variants"]),
+            ),
+        };
+        let (report, _) = run_query_tool(&self.env, self.tool, &query, &[], &variants, budget)?;
+        let output = report.output.clone();
+        self.stages.push(report);
+        Ok(output)
+    }
+
+    /// A chunk tool over what the context's retrieval finds for `query`.
+    fn chunk_after_retrieval(&mut self, query: &str) -> Result<Value> {
+        let retrieval = self.env.retrieval.ok_or_else(|| Error::InvalidSetting {
+            field: "pipeline".into(),
+            reason: "testing a chunk tool with a query needs a pipeline context with a default retrieval tool".into(),
+        })?;
+        let (report, candidates) =
+            retrieve_candidates(&self.env, retrieval, query, &single_variant(query))?;
+        self.stages.push(report);
+        let (report, kept) =
+            run_chunk_tool(&self.env, self.tool, query, &candidates, &mut self.ledger)?;
+        let output = report.output.clone();
+        self.stages.push(report);
+        self.admit(&kept);
+        Ok(output)
+    }
+
+    /// A chunk tool over candidates given by hand: they carry references this run never
+    /// issued, so each is refused.
+    fn chunk_on_candidates(&mut self, input: &Value) -> Result<Value> {
+        let candidates: Vec<Value> = input["candidates"].as_array().cloned().unwrap_or_default();
+        let query = input["query"].as_str().unwrap_or_default();
+        let (report, _) =
+            run_chunk_tool(&self.env, self.tool, query, &candidates, &mut self.ledger)?;
+        let output = report.output.clone();
+        self.stages.push(report);
+        Ok(output)
+    }
+
+    fn action(&mut self, input: &TestInput) -> Result<Value> {
+        let value = match input {
+            TestInput::Json(v) => v.clone(),
+            TestInput::Query(q) => json!({"query": q}),
+        };
+        let (stage, output) = action_call(&self.env, self.tool, value, &mut self.ledger)?;
+        self.stages.push(stage);
+        Ok(output)
+    }
+}
+
+/// Query streams given as JSON (`[{"query", "weight"}]`); malformed ones are skipped.
+fn given_variants(value: &Value) -> Vec<WeightedQuery> {
+    serde_json::from_value::<Vec<Value>>(value.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|x| {
+            Some(WeightedQuery {
+                text: x["query"].as_str()?.into(),
+                weight: x["weight"].as_f64()? as f32,
+            })
+        })
+        .collect()
 }
 
 /// One action-tool call: input checked, the call governed, every reference it returns
@@ -681,7 +750,7 @@ pub struct ActionCall {
 /// Calls an action tool (a snapshot from an applied orchestrator revision) as `principal` in
 /// `conversation`, with the retrieval tools and collections of `pipeline` as its context.
 pub fn call_action(
-    library: &Library,
+    engine: &EngineContext<'_>,
     tool: &ToolDefinition,
     input: &Value,
     principal: &Principal,
@@ -698,15 +767,10 @@ pub fn call_action(
             ),
         });
     }
-    let empty = ResolvedPipeline {
-        name: String::new(),
-        version: None,
-        pipeline: Default::default(),
-        tools: Default::default(),
-    };
+    let empty = ResolvedPipeline::empty();
     let resolved = pipeline.unwrap_or(&empty);
-    let session = session_for(library, principal, Some(conversation))?;
-    let env = environment(library, &session, resolved);
+    let session = session_for(engine, principal, Some(conversation))?;
+    let env = environment(*engine, &session, resolved);
     let mut evidence = EvidenceLedger::default();
     let (stage, output) = action_call(&env, tool, input.clone(), &mut evidence)?;
     Ok(ActionCall {

@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 use crate::retrieve::RetrievalSettings;
 use crate::store::Store;
 pub use executor::{python_command, CallError, CallOutcome, Executor, NetworkIsolation};
-pub use seeds::{install_seeds, SEEDED_TOOLS};
+pub use seeds::SEEDED_TOOLS;
+pub(crate) use seeds::{insert_seeded, seeded_definitions, store_late_derivations};
 
 /// The export format's name and the newest version this build reads and writes.
 pub const EXPORT_FORMAT: &str = "quarry-tool";
@@ -271,49 +272,67 @@ fn validate_origin(tool: &str, origin: &str) -> Result<()> {
 }
 
 /// Validates a definition and derives what its source implies. The result is what gets stored.
-pub fn prepare(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDefinition> {
+pub fn prepare(tool: ToolDefinition, executor: &Executor) -> Result<ToolDefinition> {
+    validate_common(&tool)?;
+    if tool.tool_type.is_code() {
+        prepare_code(tool, executor)
+    } else {
+        prepare_retrieval(tool)
+    }
+}
+
+/// Slug, name, description and the settings' shape, which every type shares.
+fn validate_common(tool: &ToolDefinition) -> Result<()> {
     validate_slug(&tool.slug)?;
-    let slug = tool.slug.clone();
+    let slug = &tool.slug;
     if tool.name.trim().is_empty() || tool.name.chars().count() > 120 {
-        return Err(invalid(&slug, "name", "must be 1 to 120 characters"));
+        return Err(invalid(slug, "name", "must be 1 to 120 characters"));
     }
     if tool.description.chars().count() > 2000 {
         return Err(invalid(
-            &slug,
+            slug,
             "description",
             "must be at most 2000 characters",
         ));
     }
     if !tool.settings.is_object() {
-        return Err(invalid(&slug, "settings", "must be a JSON object"));
+        return Err(invalid(slug, "settings", "must be a JSON object"));
     }
-    if !tool.tool_type.is_code() {
-        for (field, present) in [
-            ("source", tool.source.is_some()),
-            ("limits", tool.limits.is_some()),
-            ("egress", tool.egress.is_some()),
-            ("model", tool.model.is_some()),
-            ("derived", tool.derived.is_some()),
-        ] {
-            if present {
-                return Err(invalid(
-                    &slug,
-                    field,
-                    "does not apply: a retrieval tool is settings only",
-                ));
-            }
+    Ok(())
+}
+
+/// A retrieval tool is settings only, stored in full.
+fn prepare_retrieval(mut tool: ToolDefinition) -> Result<ToolDefinition> {
+    let slug = tool.slug.clone();
+    for (field, present) in [
+        ("source", tool.source.is_some()),
+        ("limits", tool.limits.is_some()),
+        ("egress", tool.egress.is_some()),
+        ("model", tool.model.is_some()),
+        ("derived", tool.derived.is_some()),
+    ] {
+        if present {
+            return Err(invalid(
+                &slug,
+                field,
+                "does not apply: a retrieval tool is settings only",
+            ));
         }
-        let settings = tool.retrieval_settings()?;
-        settings
-            .validate()
-            .map_err(|e| invalid(&slug, "settings", e.to_string()))?;
-        // Stored in full, so every field is visible and export is canonical.
-        // Through text, so f32 fields keep their short form (0.3, not 0.30000001192092896).
-        tool.settings =
-            serde_json::from_str(&serde_json::to_string(&settings).expect("serializes"))
-                .expect("round-trips");
-        return Ok(tool);
     }
+    let settings = tool.retrieval_settings()?;
+    settings
+        .validate()
+        .map_err(|e| invalid(&slug, "settings", e.to_string()))?;
+    // Stored in full, so every field is visible and export is canonical.
+    // Through text, so f32 fields keep their short form (0.3, not 0.30000001192092896).
+    tool.settings = serde_json::from_str(&serde_json::to_string(&settings).expect("serializes"))
+        .expect("round-trips");
+    Ok(tool)
+}
+
+/// A code tool: source, limits and egress checked, then its shapes derived by a worker.
+fn prepare_code(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDefinition> {
+    let slug = tool.slug.clone();
     let source = tool
         .source
         .clone()
@@ -335,32 +354,7 @@ pub fn prepare(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDefi
     }
     tool.egress = Some(egress);
 
-    let analysis = executor
-        .analyze(&source, tool.tool_type.as_str())?
-        .map_err(|(message, line, column)| Error::ToolSource {
-            tool: slug.clone(),
-            line,
-            column,
-            message,
-        })?;
-    let manifest: Vec<String> = serde_json::from_value(analysis["manifest"].clone())
-        .map_err(|e| Error::Internal(format!("worker manifest: {e}")))?;
-    let output_schema = match tool.tool_type {
-        ToolType::Query => schema::query_output_schema(),
-        ToolType::Chunk => schema::chunk_output_schema(),
-        _ => analysis["output_schema"].clone(),
-    };
-    let input_schema = match tool.tool_type {
-        ToolType::Action => Some(analysis["input_schema"].clone()),
-        _ => None,
-    };
-    let derived = Derived {
-        settings_schema: analysis["settings_schema"].clone(),
-        input_schema,
-        output_schema,
-        source_hash: format!("sha256:{:x}", Sha256::digest(source.as_bytes())),
-        manifest,
-    };
+    let derived = derive(&slug, tool.tool_type, &source, executor)?;
     schema::validate(&tool.settings, &derived.settings_schema)
         .map_err(|e| invalid(&slug, "settings", e))?;
     tool.derived = Some(derived);
@@ -372,6 +366,37 @@ pub fn prepare(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDefi
         ));
     }
     Ok(tool)
+}
+
+/// What a worker's analysis of the source implies: schemas, manifest and source hash.
+fn derive(slug: &str, tool_type: ToolType, source: &str, executor: &Executor) -> Result<Derived> {
+    let analysis =
+        executor
+            .analyze(source, tool_type.as_str())?
+            .map_err(|(message, line, column)| Error::ToolSource {
+                tool: slug.into(),
+                line,
+                column,
+                message,
+            })?;
+    let manifest: Vec<String> = serde_json::from_value(analysis["manifest"].clone())
+        .map_err(|e| Error::Internal(format!("worker manifest: {e}")))?;
+    let output_schema = match tool_type {
+        ToolType::Query => schema::query_output_schema(),
+        ToolType::Chunk => schema::chunk_output_schema(),
+        _ => analysis["output_schema"].clone(),
+    };
+    let input_schema = match tool_type {
+        ToolType::Action => Some(analysis["input_schema"].clone()),
+        _ => None,
+    };
+    Ok(Derived {
+        settings_schema: analysis["settings_schema"].clone(),
+        input_schema,
+        output_schema,
+        source_hash: format!("sha256:{:x}", Sha256::digest(source.as_bytes())),
+        manifest,
+    })
 }
 
 /// The tools, optionally of one type and matching a search (slug, name or description).
@@ -498,24 +523,6 @@ pub fn duplicate(
     tool.slug = new_slug.into();
     tool.name = new_name.map_or_else(|| format!("{} (copy)", tool.name), String::from);
     create(store, executor, tool)
-}
-
-/// Deletes a tool that no pipeline uses.
-pub fn delete(store: &Store, slug: &str) -> Result<()> {
-    // The check and the delete in one write transaction: no pipeline can start using the
-    // tool in between.
-    let tx = store.write()?;
-    get(store, slug)?;
-    let users = crate::pipeline::pipelines_using(store, slug)?;
-    if !users.is_empty() {
-        return Err(Error::ToolInUse {
-            tool: slug.into(),
-            pipelines: users,
-        });
-    }
-    crate::store::delete_tool(&tx, slug)?;
-    tx.commit()?;
-    Ok(())
 }
 
 /// The export file for some tools (pretty, deterministic, ending in a newline).

@@ -1,9 +1,11 @@
-//! The 12 tool definitions every fresh library starts with (`seeds/tools/` in the repository),
-//! and the default pipeline that uses them.
+//! The 12 tool definitions every fresh library starts with (`seeds/tools/` in the repository).
+//! Installing them with the default pipeline that uses them is `pipeline`'s job (one
+//! transaction for both), so this module never reaches up to pipelines.
+
+use rusqlite::Transaction;
 
 use super::{insert, prepare, Executor, ToolDefinition};
 use crate::error::{Error, Result};
-use crate::store::Store;
 
 macro_rules! seed {
     ($slug:literal) => {
@@ -81,56 +83,28 @@ pub(crate) fn seeded_definitions(executor: &Executor) -> Result<Vec<ToolDefiniti
         .collect()
 }
 
-/// Installs the seeded tools and the default pipeline into a library that has never had them.
-pub fn install_seeds(store: &Store, executor: &Executor) -> Result<()> {
-    if store.meta("seeded")?.is_some() {
-        if store.meta("seeds_underived")?.is_some() {
-            derive_late(store, executor)?;
-        }
-        return Ok(());
+/// Inserts the seeded tools in the caller's transaction.
+pub(crate) fn insert_seeded(tx: &Transaction<'_>, tools: &[ToolDefinition]) -> Result<()> {
+    for tool in tools {
+        insert(tx, tool, true)?;
     }
-    let tools = seeded_definitions(executor)?;
-    let tx = store.write()?;
-    // Another process may have seeded while we derived (read inside the write transaction).
-    if store.meta("seeded")?.is_some() {
-        return Ok(());
-    }
-    for tool in &tools {
-        insert(&tx, tool, true)?;
-    }
-    crate::pipeline::install_default_pipeline(&tx, &tools)?;
-    // `Store::set_meta` runs on the connection `tx` holds, so inside this transaction.
-    store.set_meta("seeded", "1")?;
-    if tools
-        .iter()
-        .any(|t| t.tool_type.is_code() && t.derived.is_none())
-    {
-        store.set_meta("seeds_underived", "1")?;
-    }
-    tx.commit()?;
     Ok(())
 }
 
-/// A library seeded without Python: once Python is here, derive the seeded code tools that
-/// are still as seeded, and give pipelines whose saved snapshot holds underived tools a new
-/// version with the derived ones.
-fn derive_late(store: &Store, executor: &Executor) -> Result<()> {
-    if executor.check().is_err() {
-        return Ok(()); // still no Python: the readiness check says so
-    }
-    let derived = seeded_definitions(executor)?;
-    let tx = store.write()?;
+/// Stores the derived definition of each seeded code tool that is still as seeded and
+/// underived (a library seeded before Python was available), in the caller's transaction.
+pub(crate) fn store_late_derivations(
+    tx: &Transaction<'_>,
+    derived: &[ToolDefinition],
+) -> Result<()> {
     for tool in derived.iter().filter(|t| t.derived.is_some()) {
-        let stored = crate::store::seeded_tool_definition(&tx, &tool.slug)?;
+        let stored = crate::store::seeded_tool_definition(tx, &tool.slug)?;
         let Some(stored) = stored else { continue };
         let stored: ToolDefinition = serde_json::from_str(&stored)
             .map_err(|e| Error::Internal(format!("stored tool is unreadable: {e}")))?;
         if stored.derived.is_none() && stored.source == tool.source {
-            crate::store::set_derived_seed_definition(&tx, &tool.slug, &super::canonical(tool))?;
+            crate::store::set_derived_seed_definition(tx, &tool.slug, &super::canonical(tool))?;
         }
     }
-    crate::pipeline::refresh_underived_snapshots(&tx)?;
-    store.delete_meta("seeds_underived")?;
-    tx.commit()?;
     Ok(())
 }
