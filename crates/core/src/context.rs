@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::evidence::EvidenceKey;
 use crate::models::Models;
 use crate::retrieve::{SearchRequest, SearchResults};
-use crate::store::Store;
+use crate::store::{SharedSignIndex, Store, VectorTable};
 use crate::tools::Executor;
 
 /// What retrieval offers the layers above it: the two calls that need the library's indexes
@@ -23,6 +23,22 @@ pub trait Retrieval {
     fn search(&self, request: &SearchRequest) -> Result<SearchResults>;
     /// The query embedder for a model id, loaded once per process.
     fn embedder(&self, model: &str) -> Result<Arc<Embedder>>;
+
+    /// A query's vector under `model`. A stub overrides this to answer without a model.
+    fn embed_query(&self, model: &str, query: &str) -> Result<Arc<[f32]>> {
+        self.embedder(model)?.embed_query(query)
+    }
+
+    /// The cached sign bits of a collection's vectors, for the approximate first pass of a
+    /// nearest-neighbour query; `None` (the default) scans the vectors exactly.
+    fn sign_index(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+    ) -> Result<Option<SharedSignIndex>> {
+        let _ = (table, collection_id);
+        Ok(None)
+    }
 }
 
 /// Everything a pipeline run, a tool test or a chat turn reads or calls.

@@ -21,12 +21,12 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceSession, LedgerEntry};
 use crate::llm::ToolSpec;
 use crate::retrieve::RetrievalSettings;
-use crate::store::Collection;
-use crate::Library;
+use crate::store::{Collection, Store};
 
 /// The allow-list entry that stands for every collection (a Quarry departure; see the module doc).
 pub const ALL_NAMESPACES: &str = "*";
@@ -348,7 +348,7 @@ impl KnowledgeSearch {
     /// or an embedding failure is an error result, a collection that cannot answer a warning.
     pub fn call(
         &self,
-        library: &Library,
+        ctx: &EngineContext<'_>,
         session: &EvidenceSession,
         arguments: &Value,
     ) -> KnowledgeSearchOutcome {
@@ -366,7 +366,7 @@ impl KnowledgeSearch {
 
         // 2. Resolve the namespace set.
         let scope = &session.principal.scope;
-        let collections = match library.collections() {
+        let collections = match ctx.store.collections() {
             Ok(c) => c,
             Err(e) => {
                 // Not the LLM's fault and nothing to search: say so rather than pretend.
@@ -409,7 +409,7 @@ impl KnowledgeSearch {
             .filter_map(|n| readable(n))
             .find_map(|c| c.embedding_model.clone())
             .unwrap_or_else(|| crate::models::default_embedding_model().to_string());
-        let vector = match library.embedder(&model).and_then(|e| e.embed_query(query)) {
+        let vector = match ctx.retrieval.embed_query(&model, query) {
             Ok(v) => v,
             Err(e) => {
                 let message = format!("embed query: {e}");
@@ -423,7 +423,7 @@ impl KnowledgeSearch {
         let k = self.config.top_k;
         let mut candidates = Vec::new();
         for name in &namespaces {
-            match self.query_namespace(library, readable(name), name, &model, &vector, k) {
+            match nearest_in_namespace(ctx, readable(name), name, &model, &vector, k) {
                 Ok(NamespaceAnswer { hits, note }) => {
                     if let Some(note) = note {
                         warnings.push(note);
@@ -451,7 +451,7 @@ impl KnowledgeSearch {
                 .total_cmp(&a.similarity)
                 .then(a.chunk_id.cmp(&b.chunk_id))
         });
-        let (results, entries) = self.admit(library, session, &candidates, k, &mut warnings);
+        let (results, entries) = self.admit(ctx.store, session, &candidates, k, &mut warnings);
 
         // 6. Format as JSON.
         self.finish(query, results, entries, warnings, namespaces)
@@ -542,71 +542,17 @@ impl KnowledgeSearch {
         }
     }
 
-    /// One namespace's nearest chunks, or why it cannot answer.
-    fn query_namespace(
-        &self,
-        library: &Library,
-        collection: Option<&Collection>,
-        name: &str,
-        model: &str,
-        vector: &[f32],
-        k: usize,
-    ) -> std::result::Result<NamespaceAnswer, String> {
-        let collection =
-            collection.ok_or_else(|| Error::CollectionNotFound(name.to_string()).to_string())?;
-        let Some(embedded_with) = collection.embedding_model.as_deref() else {
-            return Err(format!(
-                "collection `{name}` has no embedding model (`quarry models use <model> -c {name}`)"
-            ));
-        };
-        // The manual: the model used to ingest must match the model used to query.
-        if embedded_with != model {
-            return Err(Error::ModelMismatch {
-                collection: name.to_string(),
-                embedded_with: embedded_with.to_string(),
-                requested: model.to_string(),
-            }
-            .to_string());
-        }
-        let store = library.store();
-        let table = store
-            .vector_table(model)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
-                format!("collection `{name}` has no vectors yet (run `quarry index` to embed it)")
-            })?;
-        // The same approximate pass as search (sign bits, then exact rescoring), so a large
-        // collection answers as fast here as in the search box.
-        let breadth = RetrievalSettings::default().ann_breadth;
-        let index = library
-            .sign_index(&table, collection.id)
-            .map_err(|e| e.to_string())?;
-        let mut guard = index.lock().unwrap_or_else(|e| e.into_inner());
-        let hits = store
-            .nearest_chunks(&table, collection.id, vector, k, breadth, Some(&mut guard))
-            .map_err(|e| e.to_string())?;
-        drop(guard);
-        let note = match store.pending_chunks(collection.id, model, 1) {
-            Ok(p) if !p.is_empty() && collection.pending_model.is_none() => Some(format!(
-                "namespace `{name}`: still being embedded; results cover only the chunks embedded so far"
-            )),
-            _ => None,
-        };
-        Ok(NamespaceAnswer { hits, note })
-    }
-
     /// Takes the merged candidates in order, admits each as evidence (a reference issued to
     /// this session, then revalidated against SQLite, whose text becomes `content`), and stops
     /// at `k` results. A candidate that cannot be admitted is dropped with a warning.
     fn admit(
         &self,
-        library: &Library,
+        store: &Store,
         session: &EvidenceSession,
         candidates: &[Candidate],
         k: usize,
         warnings: &mut Vec<String>,
     ) -> (Vec<ResultItem>, Vec<LedgerEntry>) {
-        let store = library.store();
         let mut results = Vec::new();
         let mut entries: Vec<LedgerEntry> = Vec::new();
         for candidate in candidates {
@@ -662,6 +608,70 @@ impl KnowledgeSearch {
         }
         (results, entries)
     }
+}
+
+/// The manual's `vector.query` for one namespace: its nearest chunks to `vector`, or why it
+/// cannot answer. The whole vector-search path of the tool is here, so it can later share one
+/// path with [`crate::retrieve`].
+fn nearest_in_namespace(
+    ctx: &EngineContext<'_>,
+    collection: Option<&Collection>,
+    name: &str,
+    model: &str,
+    vector: &[f32],
+    k: usize,
+) -> std::result::Result<NamespaceAnswer, String> {
+    let collection =
+        collection.ok_or_else(|| Error::CollectionNotFound(name.to_string()).to_string())?;
+    let Some(embedded_with) = collection.embedding_model.as_deref() else {
+        return Err(format!(
+            "collection `{name}` has no embedding model (`quarry models use <model> -c {name}`)"
+        ));
+    };
+    // The manual: the model used to ingest must match the model used to query.
+    if embedded_with != model {
+        return Err(Error::ModelMismatch {
+            collection: name.to_string(),
+            embedded_with: embedded_with.to_string(),
+            requested: model.to_string(),
+        }
+        .to_string());
+    }
+    let store = ctx.store;
+    let table = store
+        .vector_table(model)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!("collection `{name}` has no vectors yet (run `quarry index` to embed it)")
+        })?;
+    // The same approximate pass as search (sign bits, then exact rescoring), so a large
+    // collection answers as fast here as in the search box.
+    let breadth = RetrievalSettings::default().ann_breadth;
+    let index = ctx
+        .retrieval
+        .sign_index(&table, collection.id)
+        .map_err(|e| e.to_string())?;
+    let mut guard = index
+        .as_ref()
+        .map(|i| i.lock().unwrap_or_else(|e| e.into_inner()));
+    let hits = store
+        .nearest_chunks(
+            &table,
+            collection.id,
+            vector,
+            k,
+            breadth,
+            guard.as_deref_mut(),
+        )
+        .map_err(|e| e.to_string())?;
+    drop(guard);
+    let note = match store.pending_chunks(collection.id, model, 1) {
+        Ok(p) if !p.is_empty() && collection.pending_model.is_none() => Some(format!(
+            "namespace `{name}`: still being embedded; results cover only the chunks embedded so far"
+        )),
+        _ => None,
+    };
+    Ok(NamespaceAnswer { hits, note })
 }
 
 /// What one namespace's vector query found.
