@@ -375,17 +375,10 @@ impl KnowledgeSearch {
                 return KnowledgeSearchOutcome::error(message, warnings, Vec::new());
             }
         };
-        let resolved = self.resolve(arguments.get("namespaces"), &collections, scope);
-        // Host-side only: the manual drops such names without telling the LLM.
-        for name in &resolved.dropped {
-            warnings.push(format!(
-                "namespace `{name}` is not in the allow-list; dropped"
-            ));
-        }
-        if resolved.all_filtered {
-            return KnowledgeSearchOutcome::error(NO_VALID_NAMESPACES.into(), warnings, Vec::new());
-        }
-        let namespaces = resolved.names;
+        let namespaces = match self.namespaces(arguments, &collections, scope, &mut warnings) {
+            Ok(names) => names,
+            Err(message) => return KnowledgeSearchOutcome::error(message, warnings, Vec::new()),
+        };
         if namespaces.is_empty() {
             // Only an allow-list of "*" gets here, for a caller who may read no collection:
             // nothing to search, and no reason to load a model.
@@ -393,6 +386,60 @@ impl KnowledgeSearch {
             return self.finish(query, Vec::new(), Vec::new(), warnings, namespaces);
         }
 
+        // 3 to 5. Embed, query each namespace, merge.
+        let candidates =
+            match self.nearest(ctx, query, &namespaces, &collections, scope, &mut warnings) {
+                Ok(candidates) => candidates,
+                Err(message) => {
+                    return KnowledgeSearchOutcome::error(message, warnings, namespaces)
+                }
+            };
+        let (results, entries) = self.admit(
+            ctx.store,
+            session,
+            &candidates,
+            self.config.top_k,
+            &mut warnings,
+        );
+
+        // 6. Format as JSON.
+        self.finish(query, results, entries, warnings, namespaces)
+    }
+
+    /// The manual's step 2 with its host-side warnings: the namespaces to search, or the
+    /// manual's error when the allow-list filtered out every name the LLM passed.
+    fn namespaces(
+        &self,
+        arguments: &Value,
+        collections: &[Collection],
+        scope: &crate::auth::Scope,
+        warnings: &mut Vec<String>,
+    ) -> std::result::Result<Vec<String>, String> {
+        let resolved = self.resolve(arguments.get("namespaces"), collections, scope);
+        // Host-side only: the manual drops such names without telling the LLM.
+        for name in &resolved.dropped {
+            warnings.push(format!(
+                "namespace `{name}` is not in the allow-list; dropped"
+            ));
+        }
+        if resolved.all_filtered {
+            return Err(NO_VALID_NAMESPACES.into());
+        }
+        Ok(resolved.names)
+    }
+
+    /// The manual's steps 3 to 5, the tool's vector search: the query embedded once, one
+    /// nearest-neighbour query per namespace ([`nearest_in_namespace`]), the hits merged best
+    /// first. Only a failed embedding is an error; a namespace that cannot answer is a warning.
+    fn nearest(
+        &self,
+        ctx: &EngineContext<'_>,
+        query: &str,
+        namespaces: &[String],
+        collections: &[Collection],
+        scope: &crate::auth::Scope,
+        warnings: &mut Vec<String>,
+    ) -> std::result::Result<Vec<Candidate>, String> {
         // The collections that can be searched at all, by name: a missing collection and one
         // the caller may not read get the same words, so a warning does not tell which exist.
         let readable = |name: &str| {
@@ -409,20 +456,17 @@ impl KnowledgeSearch {
             .filter_map(|n| readable(n))
             .find_map(|c| c.embedding_model.clone())
             .unwrap_or_else(|| crate::models::default_embedding_model().to_string());
-        let vector = match ctx.retrieval.embed_query(&model, query) {
-            Ok(v) => v,
-            Err(e) => {
-                let message = format!("embed query: {e}");
-                tracing::warn!(tool = %self.name(), model = %model, "knowledge_search: {message}");
-                return KnowledgeSearchOutcome::error(message, warnings, namespaces);
-            }
-        };
+        let vector = ctx.retrieval.embed_query(&model, query).map_err(|e| {
+            let message = format!("embed query: {e}");
+            tracing::warn!(tool = %self.name(), model = %model, "knowledge_search: {message}");
+            message
+        })?;
 
         // 4. One vector query per namespace, the same vector and K for each. Per-namespace
         // failures are warnings: partial results are better than zero.
         let k = self.config.top_k;
         let mut candidates = Vec::new();
-        for name in &namespaces {
+        for name in namespaces {
             match nearest_in_namespace(ctx, readable(name), name, &model, &vector, k) {
                 Ok(NamespaceAnswer { hits, note }) => {
                     if let Some(note) = note {
@@ -445,16 +489,13 @@ impl KnowledgeSearch {
             }
         }
 
-        // 5. Merge, best first (ties by chunk id, so the order is stable), truncate to k.
+        // 5. Merge, best first (ties by chunk id, so the order is stable); `admit` stops at k.
         candidates.sort_by(|a, b| {
             b.similarity
                 .total_cmp(&a.similarity)
                 .then(a.chunk_id.cmp(&b.chunk_id))
         });
-        let (results, entries) = self.admit(ctx.store, session, &candidates, k, &mut warnings);
-
-        // 6. Format as JSON.
-        self.finish(query, results, entries, warnings, namespaces)
+        Ok(candidates)
     }
 
     /// The manual's step 6: the output as a value and as the text the LLM reads (compact:
