@@ -174,3 +174,68 @@ impl Library {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::auth::{Principal, PrincipalKind, Scope};
+    use crate::{IndexOptions, Library, SearchMode, SearchRequest};
+
+    #[test]
+    fn search_as_scopes_everyone_but_the_administrator_whatever_the_request_says() {
+        let data = tempfile::tempdir().unwrap();
+        let docs = tempfile::tempdir().unwrap();
+        let mut library = Library::open(data.path()).unwrap();
+        for name in ["garden", "kitchen"] {
+            let dir = docs.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("notes.md"),
+                format!("# {name}\n\nSpores in the {name}."),
+            )
+            .unwrap();
+            library
+                .create_collection(name, "internal", "english")
+                .unwrap();
+            library.add_source(&dir, name, &[], &[]).unwrap();
+        }
+        library
+            .writer()
+            .unwrap()
+            .index_all(&IndexOptions::default(), &|_| {})
+            .unwrap();
+        let collections_hit = |principal: &Principal, request: SearchRequest| {
+            let mut names: Vec<String> = library
+                .search_as(principal, request)
+                .unwrap()
+                .hits
+                .into_iter()
+                .map(|h| h.collection)
+                .collect();
+            names.sort();
+            names
+        };
+        let spores = || SearchRequest::new("spores").with_mode(SearchMode::Lexical);
+        let reader = Principal {
+            kind: PrincipalKind::Personal,
+            id: "key:1".into(),
+            label: "reader".into(),
+            scope: Scope {
+                collections: Some(vec!["garden".into()]),
+                sensitivity_ceiling: "internal".into(),
+            },
+        };
+
+        assert_eq!(collections_hit(&reader, spores()), vec!["garden"]);
+        // A request that claims a wider scope does not widen the caller's.
+        let mut claimed = spores();
+        claimed.scope = Some(Scope {
+            collections: None,
+            sensitivity_ceiling: "restricted".into(),
+        });
+        assert_eq!(collections_hit(&reader, claimed), vec!["garden"]);
+        assert_eq!(
+            collections_hit(&Principal::administrator(), spores()),
+            vec!["garden", "kitchen"]
+        );
+    }
+}

@@ -65,7 +65,7 @@ fn shared_http(config: OpenAiConfig) -> Result<Arc<dyn ChatBackend>> {
 
 impl Turn<'_> {
     /// The turn's backend; one that cannot be opened is a notice, and the answer extractive.
-    pub(super) fn open_backend(
+    pub(super) fn open_backend_or_notice(
         &mut self,
         open: &OpenBackend<'_>,
         config: &BackendConfig,

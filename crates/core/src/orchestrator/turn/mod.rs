@@ -102,7 +102,7 @@ fn run(
     turn.record_start(&backend_config, options.backend.is_some())?;
     let history = turn.history()?;
     turn.store_question()?;
-    let backend = turn.open_backend(open, &backend_config, on_event)?;
+    let backend = turn.open_backend_or_notice(open, &backend_config, on_event)?;
     let answer = turn.answer(backend.as_deref(), &history, on_event)?;
     turn.finish(answer, started)
 }
