@@ -104,7 +104,7 @@ enum Command {
     /// Orchestrator configurations: drafts, applied revisions, modes, budgets, gates
     #[command(subcommand)]
     Orchestrator(chat_cmd::OrchestratorCommand),
-    /// The audit log of tool tests and pipeline runs, newest first
+    /// The audit log of tool tests, pipeline runs and orchestrator applies, newest first
     Audit {
         /// How many records
         #[arg(long, short = 'n', default_value_t = 50)]
