@@ -16,8 +16,9 @@ use crate::retrieve::{SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, Store, VectorTable};
 use crate::tools::Executor;
 
-/// What retrieval offers the layers above it: the two calls that need the library's indexes
-/// and model caches.
+/// What retrieval offers the layers above it: the calls that need the library's indexes and
+/// model caches. `search` and `embedder` are required; `embed_query` and `sign_index` have
+/// defaults a stub can keep (`knowledge_search` uses them).
 pub trait Retrieval {
     /// Runs one search, as the request says (lexical, vector or hybrid, reranked or not).
     fn search(&self, request: &SearchRequest) -> Result<SearchResults>;
