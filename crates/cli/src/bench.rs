@@ -645,7 +645,7 @@ fn chat_bench(
 ) -> Result<ExitCode> {
     use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
     use quarry_core::llm::{ChatBackend, ChatMessage, ChatRequest};
-    use quarry_core::orchestrator::{self, BackendConfig, ChatOptions};
+    use quarry_core::orchestrator::{BackendConfig, ChatOptions};
 
     let (_temp, mut library) = indexed_library(path)?;
     library
@@ -724,12 +724,7 @@ fn chat_bench(
             model: model.clone(),
             threads,
         });
-        let result = orchestrator::chat(
-            &library,
-            questions[i % questions.len()],
-            &options,
-            &mut |_| {},
-        )?;
+        let result = library.chat(questions[i % questions.len()], &options, &mut |_| {})?;
         turn_ms.push(result.took_ms as f64);
         for event in &result.trace {
             match event.kind.as_str() {

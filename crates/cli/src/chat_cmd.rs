@@ -7,8 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use quarry_core::orchestrator::{
-    self, conversation, revisions, BackendConfig, ChatOptions, OrchestratorConfig, TurnEvent,
-    TurnResult, DEFAULT_CONFIG,
+    BackendConfig, ChatOptions, OrchestratorConfig, TurnEvent, TurnResult, DEFAULT_CONFIG,
 };
 use quarry_core::{Library, Principal};
 
@@ -200,7 +199,7 @@ fn turn(
             TurnEvent::Notice(n) => eprintln!("notice: {n}"),
         }
     };
-    let result = orchestrator::chat(library, question, options, &mut on_event)?;
+    let result = library.chat(question, options, &mut on_event)?;
     if !json {
         println!();
         if result.citations.is_empty() {
@@ -218,7 +217,7 @@ fn turn(
 }
 
 fn list(library: &Library, principal: &Principal, json: bool) -> Result<()> {
-    let conversations = conversation::list(library.store(), principal)?;
+    let conversations = library.conversations(principal)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&conversations)?);
         return Ok(());
@@ -233,10 +232,10 @@ fn list(library: &Library, principal: &Principal, json: bool) -> Result<()> {
 }
 
 fn show(library: &Library, principal: &Principal, id: &str, json: bool) -> Result<()> {
-    let header = conversation::get(library.store(), principal, id)?;
-    let messages = conversation::messages(library.store(), id)?;
-    let evidence = conversation::evidence(library.store(), id)?;
-    let trace = conversation::trace(library.store(), id, None)?;
+    let header = library.conversation(principal, id)?;
+    let messages = library.conversation_messages(principal, id)?;
+    let evidence = library.conversation_evidence(principal, id)?;
+    let trace = library.conversation_trace(principal, id, None)?;
     if json {
         println!(
             "{}",
@@ -271,7 +270,6 @@ fn show(library: &Library, principal: &Principal, id: &str, json: bool) -> Resul
 }
 
 pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Result<()> {
-    let store = library.store();
     match command {
         OrchestratorCommand::Show {
             name,
@@ -281,11 +279,11 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
             let (label, config) = match revision {
                 Some(n) => (
                     format!("revision {n}"),
-                    revisions::revision(store, &name, Some(n))?.config,
+                    library.orchestrator_revision(&name, Some(n))?.config,
                 ),
-                None => ("draft".to_string(), revisions::draft(store, &name)?),
+                None => ("draft".to_string(), library.orchestrator_draft(&name)?),
             };
-            let applied = revisions::revision(store, &name, None).ok();
+            let applied = library.orchestrator_revision(&name, None).ok();
             if json {
                 println!("{}", config.to_json());
                 return Ok(());
@@ -324,7 +322,7 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
                     b.rounds, b.tool_calls, b.query_variants, b.evidence_tokens, b.answer_tokens
                 );
             }
-            let problems = revisions::problems(store, &config);
+            let problems = library.orchestrator_problems(&config);
             for p in problems {
                 println!("problem: {p}");
             }
@@ -334,20 +332,21 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let config = OrchestratorConfig::parse(&text)
                 .with_context(|| format!("{} is not a valid configuration", file.display()))?;
-            revisions::set_draft(store, &name, &config)
+            library
+                .set_orchestrator_draft(&name, &config)
                 .with_context(|| format!("{} is not a valid configuration", file.display()))?;
             println!("draft of {name} saved; apply it with `quarry orchestrator apply {name}`");
         }
         OrchestratorCommand::Apply { name, who } => {
-            let by = who.principal(library)?.label;
-            let applied = revisions::apply(store, &name, &by)?;
+            let principal = who.principal(library)?;
+            let applied = library.apply_orchestrator(&name, &principal)?;
             println!(
                 "applied {name} as revision {} (by {}); new conversations use it, running ones keep theirs",
                 applied.revision, applied.applied_by
             );
         }
         OrchestratorCommand::Revisions { name, json } => {
-            let list = revisions::revisions(store, &name)?;
+            let list = library.orchestrator_revisions(&name)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(());

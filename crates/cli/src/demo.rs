@@ -99,7 +99,7 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
     let options =
         quarry_core::orchestrator::ChatOptions::new(quarry_core::Principal::administrator());
     let mut stdout = std::io::stdout();
-    let streamed = quarry_core::orchestrator::chat(&library, question, &options, &mut |e| {
+    let streamed = library.chat(question, &options, &mut |e| {
         use std::io::Write;
         match e {
             quarry_core::orchestrator::TurnEvent::Token(t) => {

@@ -104,7 +104,7 @@ enum Command {
     /// Orchestrator configurations: drafts, applied revisions, modes, budgets, gates
     #[command(subcommand)]
     Orchestrator(chat_cmd::OrchestratorCommand),
-    /// The audit log of tool tests and pipeline runs, newest first
+    /// The audit log of tool tests, pipeline runs and orchestrator applies, newest first
     Audit {
         /// How many records
         #[arg(long, short = 'n', default_value_t = 50)]
@@ -406,10 +406,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             request.collections = args.collection.clone();
             request.embedding_model = args.model.clone();
             let principal = args.principal.principal(&library)?;
-            if principal.kind != quarry_core::auth::PrincipalKind::Administrator {
-                request.scope = Some(principal.scope);
-            }
-            let results = library.search(&request)?;
+            let results = library.search_as(&principal, request)?;
             output::hits(&results, args.json, args.explain)?;
             if results.hits.is_empty() {
                 return Ok(ExitCode::from(1));

@@ -163,6 +163,17 @@ fn orchestrator_drafts_apply_as_revisions_and_bad_files_are_named() {
         "{revisions}"
     );
     assert!(revisions.contains("revision 1  by seed"), "{revisions}");
+    // The apply is in the audit log, by whom and which revision it made.
+    let audit: Value = serde_json::from_str(&env.ok(&["audit", "--json"])).unwrap();
+    let apply = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "orchestrator.apply")
+        .unwrap_or_else(|| panic!("no orchestrator.apply record: {audit:#}"));
+    assert_eq!(apply["principal"], "administrator");
+    assert_eq!(apply["target"], "default");
+    assert_eq!(apply["detail"], "revision 2");
     let old: Value =
         serde_json::from_str(&env.ok(&["orchestrator", "show", "--revision", "1", "--json"]))
             .unwrap();

@@ -13,16 +13,33 @@ use crate::error::Result;
 use crate::evidence::EvidenceKey;
 use crate::models::Models;
 use crate::retrieve::{SearchRequest, SearchResults};
-use crate::store::Store;
+use crate::store::{SharedSignIndex, Store, VectorTable};
 use crate::tools::Executor;
 
-/// What retrieval offers the layers above it: the two calls that need the library's indexes
-/// and model caches.
+/// What retrieval offers the layers above it: the calls that need the library's indexes and
+/// model caches. `search` and `embedder` are required; `embed_query` and `sign_index` have
+/// defaults a stub can keep (`knowledge_search` uses them).
 pub trait Retrieval {
     /// Runs one search, as the request says (lexical, vector or hybrid, reranked or not).
     fn search(&self, request: &SearchRequest) -> Result<SearchResults>;
     /// The query embedder for a model id, loaded once per process.
     fn embedder(&self, model: &str) -> Result<Arc<Embedder>>;
+
+    /// A query's vector under `model`. A stub overrides this to answer without a model.
+    fn embed_query(&self, model: &str, query: &str) -> Result<Arc<[f32]>> {
+        self.embedder(model)?.embed_query(query)
+    }
+
+    /// The cached sign bits of a collection's vectors, for the approximate first pass of a
+    /// nearest-neighbour query; `None` (the default) scans the vectors exactly.
+    fn sign_index(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+    ) -> Result<Option<SharedSignIndex>> {
+        let _ = (table, collection_id);
+        Ok(None)
+    }
 }
 
 /// Everything a pipeline run, a tool test or a chat turn reads or calls.

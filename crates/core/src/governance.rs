@@ -21,6 +21,7 @@ use crate::pipeline::{
 };
 use crate::pipeline::{TestInput, ToolTestReport};
 use crate::retrieve::{SearchRequest, SearchResults};
+use crate::store::{SharedSignIndex, VectorTable};
 use crate::tools::{self, Executor, ToolDefinition, ToolSummary, ToolType};
 use crate::Library;
 
@@ -31,6 +32,14 @@ impl Retrieval for Library {
 
     fn embedder(&self, model: &str) -> Result<Arc<Embedder>> {
         Library::embedder(self, model)
+    }
+
+    fn sign_index(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+    ) -> Result<Option<SharedSignIndex>> {
+        Library::sign_index(self, table, collection_id).map(Some)
     }
 }
 

@@ -23,6 +23,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod assistant;
 pub mod audit;
 pub mod auth;
 pub mod context;

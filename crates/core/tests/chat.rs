@@ -66,7 +66,9 @@ fn smollm2() -> Arc<EmbeddedBackend> {
 
 /// Every citation of a turn is an entry of its conversation's ledger, with the same passage.
 fn assert_citations_resolve(library: &Library, result: &TurnResult) {
-    let ledger = conversation::evidence(library.store(), &result.conversation).unwrap();
+    let ledger = library
+        .conversation_evidence(&Principal::administrator(), &result.conversation)
+        .unwrap();
     for c in &result.citations {
         let item = ledger
             .iter()
@@ -106,17 +108,18 @@ fn the_embedded_model_answers_from_retrieved_evidence_with_resolving_citations()
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("grounded".into());
     let mut streamed = String::new();
-    let result = orchestrator::chat(
-        &f.library,
-        "What inlet pressure does the XR-200 pump need?",
-        &options,
-        &mut |e| {
-            if let orchestrator::TurnEvent::Token(t) = e {
-                streamed.push_str(t);
-            }
-        },
-    )
-    .unwrap();
+    let result = f
+        .library
+        .chat(
+            "What inlet pressure does the XR-200 pump need?",
+            &options,
+            &mut |e| {
+                if let orchestrator::TurnEvent::Token(t) = e {
+                    streamed.push_str(t);
+                }
+            },
+        )
+        .unwrap();
     // Retrieval came first, run by the orchestrator, and admitted evidence.
     let invokes = events(&result, "tool.invoke");
     assert_eq!(invokes[0]["tool"], "run_pipeline");
@@ -135,10 +138,16 @@ fn the_embedded_model_answers_from_retrieved_evidence_with_resolving_citations()
     assert!(!result.citations.is_empty(), "{}", result.answer);
     assert_citations_resolve(&f.library, &result);
     // The pump document was retrieved and is in the ledger.
-    let ledger = conversation::evidence(f.library.store(), &result.conversation).unwrap();
+    let ledger = f
+        .library
+        .conversation_evidence(&Principal::administrator(), &result.conversation)
+        .unwrap();
     assert!(ledger.iter().any(|i| i.text.contains("4 bar")));
     // Persisted: both messages, the citations with the answer, the trace.
-    let messages = conversation::messages(f.library.store(), &result.conversation).unwrap();
+    let messages = f
+        .library
+        .conversation_messages(&Principal::administrator(), &result.conversation)
+        .unwrap();
     assert_eq!(messages.len(), 2);
     assert_eq!(messages[1].content, result.answer);
     assert!(messages[1].citations.is_some());
@@ -146,12 +155,17 @@ fn the_embedded_model_answers_from_retrieved_evidence_with_resolving_citations()
     // A second turn continues the conversation: same revision, evidence numbers kept.
     let mut next = options.clone();
     next.conversation = Some(result.conversation.clone());
-    let second =
-        orchestrator::chat(&f.library, "How often is it serviced?", &next, &mut |_| {}).unwrap();
+    let second = f
+        .library
+        .chat("How often is it serviced?", &next, &mut |_| {})
+        .unwrap();
     assert_eq!(second.turn, 2);
     assert_eq!(second.revision, result.revision);
     assert_citations_resolve(&f.library, &second);
-    let after = conversation::evidence(f.library.store(), &result.conversation).unwrap();
+    let after = f
+        .library
+        .conversation_evidence(&Principal::administrator(), &result.conversation)
+        .unwrap();
     for item in &ledger {
         assert_eq!(
             after.iter().find(|i| i.n == item.n).unwrap().chunk_id,
@@ -220,8 +234,10 @@ fn without_a_model_the_answer_is_extractive_and_still_cited() {
         model: "/nonexistent/model.gguf".into(),
         threads: None,
     });
-    let result =
-        orchestrator::chat(&f.library, "How do ferns reproduce?", &options, &mut |_| {}).unwrap();
+    let result = f
+        .library
+        .chat("How do ferns reproduce?", &options, &mut |_| {})
+        .unwrap();
     assert_eq!(result.backend, "extractive");
     assert!(
         result.notices[0].contains("not available"),
@@ -246,13 +262,14 @@ fn knowledge_search_mode_admits_its_results_before_the_model_answers() {
     let f = fixture();
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("knowledge".into());
-    let result = orchestrator::chat(
-        &f.library,
-        "How does an LRU cache evict entries?",
-        &options,
-        &mut |_| {},
-    )
-    .unwrap();
+    let result = f
+        .library
+        .chat(
+            "How does an LRU cache evict entries?",
+            &options,
+            &mut |_| {},
+        )
+        .unwrap();
     let invokes = events(&result, "tool.invoke");
     assert_eq!(invokes[0]["tool"], "knowledge_search");
     let tool_result = events(&result, "tool.result")[0];
@@ -284,7 +301,7 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
 
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("extractive".into());
-    let started = orchestrator::chat(&f.library, "ferns", &options, &mut |_| {}).unwrap();
+    let started = f.library.chat("ferns", &options, &mut |_| {}).unwrap();
     assert_eq!(started.revision, 1);
 
     // Edit the draft: nothing changes until it is applied.
@@ -315,13 +332,15 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
     let mut cont = options.clone();
     cont.conversation = Some(started.conversation.clone());
     assert_eq!(
-        orchestrator::chat(&f.library, "spores", &cont, &mut |_| {})
+        f.library
+            .chat("spores", &cont, &mut |_| {})
             .unwrap()
             .revision,
         1
     );
     assert_eq!(
-        orchestrator::chat(&f.library, "spores", &options, &mut |_| {})
+        f.library
+            .chat("spores", &options, &mut |_| {})
             .unwrap()
             .revision,
         2
@@ -377,7 +396,7 @@ fn another_callers_conversation_is_not_found() {
     let f = fixture();
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("extractive".into());
-    let result = orchestrator::chat(&f.library, "ferns", &options, &mut |_| {}).unwrap();
+    let result = f.library.chat("ferns", &options, &mut |_| {}).unwrap();
     let key = f
         .library
         .create_key(&quarry_core::auth::NewKey {
@@ -391,10 +410,42 @@ fn another_callers_conversation_is_not_found() {
         })
         .unwrap();
     let bob = f.library.authenticate(&key.secret, None).unwrap();
+    let id = result.conversation.as_str();
+    // Reading it is refused with the same error as opening it, part by part.
+    let refused = |e: quarry_core::Error| {
+        assert_eq!(e.code(), "conversation_not_found");
+        assert!(e.to_string().contains(id), "{e}");
+    };
+    refused(f.library.conversation(&bob, id).unwrap_err());
+    refused(f.library.conversation_messages(&bob, id).unwrap_err());
+    refused(f.library.conversation_evidence(&bob, id).unwrap_err());
+    refused(f.library.conversation_trace(&bob, id, None).unwrap_err());
+    refused(f.library.conversation_trace(&bob, id, Some(1)).unwrap_err());
+    let store = f.library.store();
+    refused(conversation::messages(store, &bob, id).unwrap_err());
+    refused(conversation::evidence(store, &bob, id).unwrap_err());
+    refused(conversation::trace(store, &bob, id, None).unwrap_err());
+    // The owner reads all of it.
+    let admin = Principal::administrator();
+    assert_eq!(
+        f.library.conversation_messages(&admin, id).unwrap().len(),
+        2
+    );
+    assert_eq!(
+        f.library.conversation_evidence(&admin, id).unwrap(),
+        result.evidence
+    );
+    assert_eq!(
+        f.library
+            .conversation_trace(&admin, id, None)
+            .unwrap()
+            .len(),
+        result.trace.len()
+    );
+    // Nor can bob continue it.
     let mut as_bob = ChatOptions::new(bob);
     as_bob.conversation = Some(result.conversation.clone());
-    let e = orchestrator::chat(&f.library, "ferns", &as_bob, &mut |_| {}).unwrap_err();
-    assert_eq!(e.code(), "conversation_not_found");
+    refused(f.library.chat("ferns", &as_bob, &mut |_| {}).unwrap_err());
 }
 
 // ---- the model-led path, with scripted tool calls over loopback -----------------------------
@@ -541,15 +592,13 @@ fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_reje
         sse_tool_call("run_pipeline", &json!({"query": "XR-200 pump pressure"})),
         sse_answer("The pump needs 4 bar [1]. Also see [99]."),
     ]);
-    let first = orchestrator::chat(
-        &f.library,
-        "pump pressure?",
-        &agent_options(&script.url),
-        &mut |_| {},
-    )
-    .unwrap();
+    let first = f
+        .library
+        .chat("pump pressure?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
     assert!(
-        conversation::get(f.library.store(), &admin, &first.conversation)
+        f.library
+            .conversation(&admin, &first.conversation)
             .unwrap()
             .qualified
     );
@@ -572,7 +621,10 @@ fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_reje
     .unwrap()
     .with_ttl_secs(-10)
     .issue_source(first.evidence[0].document_id, first.evidence[0].revision_id);
-    let ledger_before = conversation::evidence(f.library.store(), &first.conversation).unwrap();
+    let ledger_before = f
+        .library
+        .conversation_evidence(&Principal::administrator(), &first.conversation)
+        .unwrap();
 
     // Turn 2: the model pages with a forged, a foreign and an expired reference.
     let script = serve_script(vec![
@@ -592,13 +644,10 @@ fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_reje
     ]);
     let mut options = agent_options(&script.url);
     options.conversation = Some(first.conversation.clone());
-    let second = orchestrator::chat(
-        &f.library,
-        "more from that document?",
-        &options,
-        &mut |_| {},
-    )
-    .unwrap();
+    let second = f
+        .library
+        .chat("more from that document?", &options, &mut |_| {})
+        .unwrap();
     let results = events(&second, "tool.result");
     assert_eq!(results.len(), 3, "{:#?}", second.trace);
     for r in &results {
@@ -617,7 +666,9 @@ fn forged_expired_and_cross_conversation_references_in_model_tool_calls_are_reje
     assert!(tool_messages.iter().all(|m| m.starts_with("Error:")));
     // Nothing was admitted.
     assert_eq!(
-        conversation::evidence(f.library.store(), &first.conversation).unwrap(),
+        f.library
+            .conversation_evidence(&Principal::administrator(), &first.conversation)
+            .unwrap(),
         ledger_before
     );
     assert_citations_resolve(&f.library, &second);
@@ -634,13 +685,10 @@ fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
         ),
         sse_answer("I cannot tell."),
     ]);
-    let first = orchestrator::chat(
-        &f.library,
-        "neighbors?",
-        &agent_options(&script.url),
-        &mut |_| {},
-    )
-    .unwrap();
+    let first = f
+        .library
+        .chat("neighbors?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
     let refused = events(&first, "tool.result")[0];
     assert!(
         refused["error"]
@@ -657,7 +705,7 @@ fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
     ]);
     let mut options = agent_options(&script.url);
     options.conversation = Some(first.conversation.clone());
-    let second = orchestrator::chat(&f.library, "pump?", &options, &mut |_| {}).unwrap();
+    let second = f.library.chat("pump?", &options, &mut |_| {}).unwrap();
     let source_ref = second.evidence[0].source_ref.clone();
     let script = serve_script(vec![
         sse_tool_call(
@@ -668,7 +716,10 @@ fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
     ]);
     let mut options = agent_options(&script.url);
     options.conversation = Some(first.conversation.clone());
-    let third = orchestrator::chat(&f.library, "the rest of it?", &options, &mut |_| {}).unwrap();
+    let third = f
+        .library
+        .chat("the rest of it?", &options, &mut |_| {})
+        .unwrap();
     let paged = events(&third, "tool.result")[0];
     assert_eq!(paged["is_error"], false, "{paged}");
     assert_eq!(paged["tool"], "fetch_document_chunks");
@@ -695,13 +746,10 @@ fn the_tool_filter_gate_vetoes_calls_outside_the_profile() {
         ),
         sse_answer("ok [1]."),
     ]);
-    let result = orchestrator::chat(
-        &f.library,
-        "pump?",
-        &agent_options(&script.url),
-        &mut |_| {},
-    )
-    .unwrap();
+    let result = f
+        .library
+        .chat("pump?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
     let results = events(&result, "tool.result");
     assert_eq!(results[0]["is_error"], false);
     let vetoed = results[1];
@@ -745,13 +793,9 @@ fn secrets_in_documents_are_redacted_before_the_model_sees_them() {
         sse_tool_call("run_pipeline", &json!({"query": "deploy server password"})),
         sse_answer("See [1]."),
     ]);
-    let result = orchestrator::chat(
-        &library,
-        "deploy password?",
-        &agent_options(&script.url),
-        &mut |_| {},
-    )
-    .unwrap();
+    let result = library
+        .chat("deploy password?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
     let tool_message = script.tool_results(1).remove(0);
     assert!(!tool_message.contains("hunter2"), "{tool_message}");
     assert!(
@@ -871,6 +915,44 @@ fn apply_works_on_a_fresh_library() {
 }
 
 #[test]
+fn applying_a_configuration_is_audited_with_who_applied_which_revision() {
+    let data = tempfile::tempdir().unwrap();
+    let library = Library::open(data.path()).unwrap();
+    let carol = Principal {
+        label: "carol".into(),
+        ..Principal::administrator()
+    };
+    let applied = library.apply_orchestrator(DEFAULT_CONFIG, &carol).unwrap();
+    assert_eq!(applied.revision, 2);
+    assert_eq!(applied.applied_by, "carol");
+    let records = library.audit(10).unwrap();
+    let record = records
+        .iter()
+        .find(|r| r.action == "orchestrator.apply")
+        .unwrap_or_else(|| panic!("no audit record of the apply: {records:#?}"));
+    assert_eq!(record.principal, "carol");
+    assert_eq!(record.target, DEFAULT_CONFIG);
+    assert_eq!(record.outcome, "ok");
+    assert_eq!(record.detail.as_deref(), Some("revision 2"));
+    assert_eq!(
+        record.input_hash,
+        quarry_core::audit::input_hash(&json!({ "config": DEFAULT_CONFIG }))
+    );
+
+    // A refused apply is recorded too, with its error.
+    let e = library
+        .apply_orchestrator("nonexistent", &carol)
+        .unwrap_err();
+    let records = library.audit(10).unwrap();
+    let refused = records
+        .iter()
+        .find(|r| r.action == "orchestrator.apply" && r.target == "nonexistent")
+        .unwrap_or_else(|| panic!("no audit record of the refused apply: {records:#?}"));
+    assert_eq!(refused.principal, "carol");
+    assert_eq!(refused.outcome, format!("error: {}", e.code()));
+}
+
+#[test]
 fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
     let f = fixture();
     let script = serve_script(vec![
@@ -880,8 +962,10 @@ fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
         sse_answer("Every 600 hours [2]."),
     ]);
     let mut options = agent_options(&script.url);
-    let first =
-        orchestrator::chat(&f.library, "XR-200 pump pressure?", &options, &mut |_| {}).unwrap();
+    let first = f
+        .library
+        .chat("XR-200 pump pressure?", &options, &mut |_| {})
+        .unwrap();
     assert!(
         first.notices.iter().any(|n| n.contains("--jinja")),
         "{:?}",
@@ -893,13 +977,10 @@ fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
     assert_citations_resolve(&f.library, &first);
     // The next turn (a new backend handle for the same server) remembers: no tools are sent.
     options.conversation = Some(first.conversation.clone());
-    let second = orchestrator::chat(
-        &f.library,
-        "How often is it serviced?",
-        &options,
-        &mut |_| {},
-    )
-    .unwrap();
+    let second = f
+        .library
+        .chat("How often is it serviced?", &options, &mut |_| {})
+        .unwrap();
     assert!(second.notices.is_empty(), "{:?}", second.notices);
     assert!(script.requests.lock().unwrap()[3].get("tools").is_none());
     assert_citations_resolve(&f.library, &second);
@@ -919,11 +1000,13 @@ fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
     // Orchestrator-led (extractive): each passage is short enough, the whole result is not.
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("extractive".into());
-    let result = orchestrator::chat(&f.library, "pump", &options, &mut |_| {}).unwrap();
+    let result = f.library.chat("pump", &options, &mut |_| {}).unwrap();
     let tool_result = events(&result, "tool.result")[0];
     assert_eq!(tool_result["vetoed"], true, "{tool_result}");
     assert!(tool_result["admitted"].as_array().unwrap().is_empty());
-    assert!(conversation::evidence(store, &result.conversation)
+    assert!(f
+        .library
+        .conversation_evidence(&Principal::administrator(), &result.conversation)
         .unwrap()
         .is_empty());
     assert!(result.citations.is_empty());
@@ -933,7 +1016,8 @@ fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
         result.notices
     );
     assert!(
-        !conversation::get(store, &Principal::administrator(), &result.conversation)
+        !f.library
+            .conversation(&Principal::administrator(), &result.conversation)
             .unwrap()
             .qualified
     );
@@ -946,13 +1030,10 @@ fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
         ),
         sse_answer("Nothing."),
     ]);
-    let result = orchestrator::chat(
-        &f.library,
-        "pump?",
-        &agent_options(&script.url),
-        &mut |_| {},
-    )
-    .unwrap();
+    let result = f
+        .library
+        .chat("pump?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
     let results = events(&result, "tool.result");
     assert_eq!(results[0]["vetoed"], true);
     assert!(

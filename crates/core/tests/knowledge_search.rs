@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use quarry_core::auth::{PrincipalKind, Scope};
-use quarry_core::evidence::EvidenceSession;
+use quarry_core::context::EngineContext;
+use quarry_core::evidence::{EvidenceKey, EvidenceSession};
 use quarry_core::models::Models;
 use quarry_core::orchestrator::knowledge_search::{
     KnowledgeSearch, KnowledgeSearchConfig, KnowledgeSearchOutcome,
@@ -87,6 +88,14 @@ struct Fixture {
     _data: tempfile::TempDir,
     docs: tempfile::TempDir,
     library: Library,
+    key: EvidenceKey,
+}
+
+impl Fixture {
+    /// What a tool call runs in: the library's narrow context.
+    fn ctx(&self) -> EngineContext<'_> {
+        self.library.engine_context(&self.key)
+    }
 }
 
 /// A library with the three collections of [`CORPUS`], indexed and embedded with MiniLM.
@@ -112,10 +121,12 @@ fn fixture() -> Fixture {
     }
     reindex(&mut library);
     embed(&mut library);
+    let key = library.evidence_key().unwrap();
     Fixture {
         _data: data,
         docs,
         library,
+        key,
     }
 }
 
@@ -326,7 +337,7 @@ fn a_renamed_tool_is_offered_and_admits_evidence_under_its_new_name() {
     assert_eq!(tool.name(), "search_my_notes");
     assert_eq!(tool.tool_spec().name, "search_my_notes");
     let out = tool.call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "pruning roses" }),
     );
@@ -344,7 +355,7 @@ fn an_empty_query_is_an_error_result_the_llm_sees_as_query_argument_required() {
     let fx = fixture();
     let tool = boot(config(&["garden"]));
     for query in ["", "   ", "\n\t "] {
-        let out = tool.call(&fx.library, &admin(&fx.library), &json!({ "query": query }));
+        let out = tool.call(&fx.ctx(), &admin(&fx.library), &json!({ "query": query }));
         assert!(out.is_error);
         assert_eq!(out.text, r#"Error: "query argument required""#);
         assert_eq!(out.output, json!({ "error": "query argument required" }));
@@ -364,7 +375,7 @@ fn a_call_without_a_query_is_the_same_error() {
         json!(null),
         json!("tomatoes"),
     ] {
-        let out = tool.call(&fx.library, &admin(&fx.library), &args);
+        let out = tool.call(&fx.ctx(), &admin(&fx.library), &args);
         assert!(out.is_error, "{args}");
         assert_eq!(out.text, r#"Error: "query argument required""#, "{args}");
     }
@@ -374,7 +385,7 @@ fn a_call_without_a_query_is_the_same_error() {
 fn the_query_is_trimmed() {
     let fx = fixture();
     let out = boot(config(&["garden"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "  growing tomatoes \n" }),
     );
@@ -395,7 +406,7 @@ fn without_namespaces_from_the_llm_the_default_namespaces_are_searched() {
         json!({ "query": "how do stars make light", "namespaces": [] }),
         json!({ "query": "how do stars make light", "namespaces": null }),
     ] {
-        let out = tool.call(&fx.library, &admin(&fx.library), &args);
+        let out = tool.call(&fx.ctx(), &admin(&fx.library), &args);
         assert_eq!(out.namespaces, strings(&["kitchen"]), "{args}");
         let found = namespaces_of(&out);
         assert!(!found.is_empty());
@@ -409,7 +420,7 @@ fn without_default_namespaces_the_whole_allow_list_is_the_default() {
     let mut c = config(&["garden", "kitchen"]);
     c.top_k = 10;
     let out = boot(c).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "tomatoes" }),
     );
@@ -424,7 +435,7 @@ fn names_from_the_llm_are_intersected_with_the_allow_list() {
     let tool = boot(config(&["garden", "kitchen"]));
     // `space` exists and would answer best, but it is not allowed: dropped, the rest searched.
     let out = tool.call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "nuclear fusion in stars", "namespaces": ["space", "garden", "garden"] }),
     );
@@ -444,7 +455,7 @@ fn names_from_the_llm_are_intersected_with_the_allow_list() {
 fn when_the_allow_list_filters_out_every_name_no_valid_namespaces_selected() {
     let fx = fixture();
     let out = boot(config(&["garden", "kitchen"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "stars", "namespaces": ["space", "astronomy"] }),
     );
@@ -457,13 +468,13 @@ fn when_the_allow_list_filters_out_every_name_no_valid_namespaces_selected() {
     assert!(out.entries.is_empty());
     // With "*" the allow-list is every collection, so only names of none are filtered out.
     let out = boot(config(&["*"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "stars", "namespaces": ["astronomy"] }),
     );
     assert_eq!(out.text, r#"Error: "no valid namespaces selected""#);
     let out = boot(config(&["*"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "stars", "namespaces": ["space"] }),
     );
@@ -474,7 +485,7 @@ fn when_the_allow_list_filters_out_every_name_no_valid_namespaces_selected() {
 fn a_wildcard_allow_list_searches_every_collection() {
     let fx = fixture();
     let out = boot(config(&["*"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "ocean tides" }),
     );
@@ -494,14 +505,14 @@ fn each_namespace_is_queried_with_the_same_vector_and_k() {
     // Alone, garden (three documents) gives K = top_k = 2.
     let mut alone = c.clone();
     alone.default_namespaces = strings(&["garden"]);
-    let garden = boot(alone).call(&fx.library, &sess, &query);
+    let garden = boot(alone).call(&fx.ctx(), &sess, &query);
     assert_eq!(results(&garden).len(), 2);
     let mut alone = c.clone();
     alone.default_namespaces = strings(&["kitchen"]);
-    let kitchen = boot(alone).call(&fx.library, &sess, &query);
+    let kitchen = boot(alone).call(&fx.ctx(), &sess, &query);
     assert_eq!(results(&kitchen).len(), 2);
     // Together, each hit has exactly the similarity it had alone: the same query vector.
-    let both = boot(c).call(&fx.library, &sess, &query);
+    let both = boot(c).call(&fx.ctx(), &sess, &query);
     let alone: Vec<(String, f64)> = results(&garden)
         .iter()
         .chain(results(&kitchen))
@@ -529,7 +540,7 @@ fn hits_merge_across_namespaces_sorted_by_similarity_and_truncated_to_top_k() {
     for ns in ["garden", "kitchen", "space"] {
         let mut c = config(&[ns]);
         c.top_k = 3;
-        let out = boot(c).call(&fx.library, &sess, &query);
+        let out = boot(c).call(&fx.ctx(), &sess, &query);
         expected.extend(
             results(&out)
                 .iter()
@@ -540,7 +551,7 @@ fn hits_merge_across_namespaces_sorted_by_similarity_and_truncated_to_top_k() {
     expected.truncate(3);
     let mut c = config(&["garden", "kitchen", "space"]);
     c.top_k = 3;
-    let out = boot(c).call(&fx.library, &sess, &query);
+    let out = boot(c).call(&fx.ctx(), &sess, &query);
     let got = similarities(&out);
     assert_eq!(got.len(), 3);
     assert!(got.windows(2).all(|w| w[0] >= w[1]), "{got:?}");
@@ -569,7 +580,7 @@ fn the_output_has_the_manuals_shape_field_by_field() {
     let mut c = config(&["space", "garden"]);
     c.top_k = 3;
     let out = boot(c).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "  why are there two high tides a day " }),
     );
@@ -655,7 +666,7 @@ fn without_include_metadata_results_have_no_metadata() {
     let mut c = config(&["garden", "kitchen"]);
     c.include_metadata = false;
     let out = boot(c).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "baking bread" }),
     );
@@ -672,7 +683,7 @@ fn no_results_is_an_empty_list_not_an_error() {
     let mut fx = fixture();
     add_collection(&mut fx, "empty", "internal", "ignored.bin", "");
     let out = boot(config(&["empty"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "anything" }),
     );
@@ -686,7 +697,7 @@ fn no_results_is_an_empty_list_not_an_error() {
 fn a_namespace_that_does_not_exist_is_a_warning_and_the_rest_still_answer() {
     let fx = fixture();
     let out = boot(config(&["ghost", "garden"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "pruning roses" }),
     );
@@ -731,7 +742,7 @@ fn a_namespace_embedded_with_another_model_is_a_warning_and_the_rest_still_answe
     store.store_vectors(&table, legacy.id, &rows, last).unwrap();
 
     let out = boot(config(&["garden", "legacy"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "pruning roses" }),
     );
@@ -757,7 +768,7 @@ fn a_namespace_not_embedded_yet_is_a_warning_and_the_rest_still_answer() {
         "# Watering\n\nWater tomato plants deeply at the roots.\n",
     );
     let out = boot(config(&["fresh", "garden"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "watering tomatoes" }),
     );
@@ -781,8 +792,9 @@ fn a_query_that_cannot_be_embedded_is_an_embed_query_error() {
         ..LibraryOptions::default()
     };
     let without_models = Library::open_with(fx.library.data_dir(), options).unwrap();
+    let key = without_models.evidence_key().unwrap();
     let out = boot(config(&["garden"])).call(
-        &without_models,
+        &without_models.engine_context(&key),
         &admin(&without_models),
         &json!({ "query": "pruning roses" }),
     );
@@ -816,7 +828,7 @@ fn a_caller_scoped_to_one_collection_never_sees_another() {
     // Defaults: only what the caller may read answers (vault is above its ceiling).
     let mut c = config(&all);
     c.top_k = 10;
-    let out = boot(c.clone()).call(&fx.library, &reader, &json!({ "query": "roses" }));
+    let out = boot(c.clone()).call(&fx.ctx(), &reader, &json!({ "query": "roses" }));
     assert!(!results(&out).is_empty());
     assert!(namespaces_of(&out).iter().all(|n| n == "garden"));
     assert!(out.entries.iter().all(|e| e.collection == "garden"));
@@ -824,13 +836,13 @@ fn a_caller_scoped_to_one_collection_never_sees_another() {
 
     // Naming an unreadable collection: the same warning as one that does not exist.
     let out = boot(c).call(
-        &fx.library,
+        &fx.ctx(),
         &reader,
         &json!({ "query": "stars", "namespaces": ["space", "vault"] }),
     );
     assert!(!out.is_error);
     assert!(results(&out).is_empty());
-    let ghost = boot(config(&["nothing"])).call(&fx.library, &reader, &json!({ "query": "x" }));
+    let ghost = boot(config(&["nothing"])).call(&fx.ctx(), &reader, &json!({ "query": "x" }));
     let missing = ghost.warnings[0].replace("nothing", "space");
     assert!(out.warnings.contains(&missing), "{:?}", out.warnings);
     assert!(out
@@ -838,10 +850,10 @@ fn a_caller_scoped_to_one_collection_never_sees_another() {
         .contains(&ghost.warnings[0].replace("nothing", "vault")));
 
     // "*" expands to the readable collections only.
-    let out = boot(config(&["*"])).call(&fx.library, &reader, &json!({ "query": "roses" }));
+    let out = boot(config(&["*"])).call(&fx.ctx(), &reader, &json!({ "query": "roses" }));
     assert_eq!(out.namespaces, strings(&["garden"]));
     let out = boot(config(&["*"])).call(
-        &fx.library,
+        &fx.ctx(),
         &reader,
         &json!({ "query": "roses", "namespaces": ["vault"] }),
     );
@@ -849,7 +861,7 @@ fn a_caller_scoped_to_one_collection_never_sees_another() {
 
     // The administrator sees the vault.
     let out = boot(config(&["*"])).call(
-        &fx.library,
+        &fx.ctx(),
         &admin(&fx.library),
         &json!({ "query": "secret rose breeding" }),
     );
@@ -864,7 +876,7 @@ fn every_result_is_admitted_evidence_whose_text_is_the_content() {
     let sess = admin(&fx.library);
     let mut c = config(&["garden", "kitchen", "space"]);
     c.top_k = 6;
-    let out = boot(c).call(&fx.library, &sess, &json!({ "query": "food" }));
+    let out = boot(c).call(&fx.ctx(), &sess, &json!({ "query": "food" }));
     let items = results(&out);
     assert_eq!(items.len(), 6);
     assert_eq!(out.entries.len(), items.len());

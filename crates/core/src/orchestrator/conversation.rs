@@ -162,8 +162,15 @@ pub(crate) fn add_message(
     )
 }
 
-/// The messages of a conversation, in order.
-pub fn messages(store: &Store, id: &str) -> Result<Vec<StoredMessage>> {
+/// The messages of a conversation of `principal`, in order (another caller's is "not found",
+/// as in [`get`]).
+pub fn messages(store: &Store, principal: &Principal, id: &str) -> Result<Vec<StoredMessage>> {
+    get(store, principal, id)?;
+    messages_of(store, id)
+}
+
+/// The messages of a conversation whose owner was checked already.
+pub(crate) fn messages_of(store: &Store, id: &str) -> Result<Vec<StoredMessage>> {
     Ok(store
         .chat_messages(id)?
         .into_iter()
@@ -221,8 +228,15 @@ fn parse_item(text: &str) -> Result<EvidenceItem> {
     serde_json::from_str(text).map_err(|e| Error::Internal(format!("bad evidence item: {e}")))
 }
 
-/// The conversation's ledger, by number.
-pub fn evidence(store: &Store, id: &str) -> Result<Vec<EvidenceItem>> {
+/// The ledger of a conversation of `principal`, by number (another caller's is "not found",
+/// as in [`get`]).
+pub fn evidence(store: &Store, principal: &Principal, id: &str) -> Result<Vec<EvidenceItem>> {
+    get(store, principal, id)?;
+    evidence_of(store, id)
+}
+
+/// The ledger of a conversation whose owner was checked already.
+pub(crate) fn evidence_of(store: &Store, id: &str) -> Result<Vec<EvidenceItem>> {
     store
         .chat_evidence_items(id)?
         .iter()
@@ -248,8 +262,20 @@ pub(crate) fn record(
     Ok(event)
 }
 
-/// The recorded events of a conversation (of one turn, when given).
-pub fn trace(store: &Store, id: &str, turn: Option<i64>) -> Result<Vec<TraceEvent>> {
+/// The recorded events of a conversation of `principal` (of one turn, when given); another
+/// caller's is "not found", as in [`get`].
+pub fn trace(
+    store: &Store,
+    principal: &Principal,
+    id: &str,
+    turn: Option<i64>,
+) -> Result<Vec<TraceEvent>> {
+    get(store, principal, id)?;
+    trace_of(store, id, turn)
+}
+
+/// The events of a conversation whose owner was checked already.
+pub(crate) fn trace_of(store: &Store, id: &str, turn: Option<i64>) -> Result<Vec<TraceEvent>> {
     Ok(store
         .chat_events(id, turn)?
         .into_iter()

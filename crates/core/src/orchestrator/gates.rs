@@ -57,25 +57,65 @@ pub struct GateConfig {
     pub tool_filter: BTreeMap<String, Vec<String>>,
 }
 
+/// The gates, by the name the trace gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// `nexus.gate.tool_filter`.
+    ToolFilter,
+    /// `nexus.gate.content_safety`.
+    ContentSafety,
+    /// `nexus.gate.output_length`.
+    OutputLength,
+}
+
+/// What a gate decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Let through unchanged.
+    Pass,
+    /// Secrets replaced.
+    Redact,
+    /// Cut to the limit.
+    Truncate,
+    /// Withheld.
+    Veto,
+}
+
 /// One gate's verdict on one result, for the trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GateDecision {
-    /// `tool_filter`, `content_safety` or `output_length`.
-    pub gate: String,
-    /// `pass`, `redact`, `truncate` or `veto`.
-    pub decision: String,
+    /// Which gate.
+    pub gate: Gate,
+    /// What it decided.
+    pub decision: Verdict,
     /// Why, when not `pass`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
 }
 
 impl GateDecision {
-    fn new(gate: &str, decision: &str, reason: String) -> GateDecision {
+    fn new(gate: Gate, decision: Verdict, reason: String) -> GateDecision {
         GateDecision {
-            gate: gate.into(),
-            decision: decision.into(),
+            gate,
+            decision,
             reason,
         }
+    }
+
+    fn pass(gate: Gate) -> GateDecision {
+        GateDecision::new(gate, Verdict::Pass, String::new())
+    }
+
+    /// Whether the gate let the result through unchanged.
+    pub fn passed(&self) -> bool {
+        self.decision == Verdict::Pass
+    }
+
+    /// Whether the gate withheld the result.
+    pub fn vetoed(&self) -> bool {
+        self.decision == Verdict::Veto
     }
 }
 
@@ -140,11 +180,11 @@ impl Gates {
     pub fn allows_tool(&self, profile: &str, tool: &str) -> GateDecision {
         match self.config.tool_filter.get(profile) {
             Some(allowed) if !allowed.iter().any(|t| t == "*" || t == tool) => GateDecision::new(
-                "tool_filter",
-                "veto",
+                Gate::ToolFilter,
+                Verdict::Veto,
                 format!("profile `{profile}` may not call `{tool}`"),
             ),
-            _ => GateDecision::new("tool_filter", "pass", String::new()),
+            _ => GateDecision::pass(Gate::ToolFilter),
         }
     }
 
@@ -160,11 +200,11 @@ impl Gates {
                 .map(|re| re.find_iter(&text).count())
                 .sum();
             if hits == 0 {
-                decisions.push(GateDecision::new("content_safety", "pass", String::new()));
+                decisions.push(GateDecision::pass(Gate::ContentSafety));
             } else if cs.action == GateAction::Veto {
                 decisions.push(GateDecision::new(
-                    "content_safety",
-                    "veto",
+                    Gate::ContentSafety,
+                    Verdict::Veto,
                     format!("{hits} secret or credential match(es)"),
                 ));
                 return Gated {
@@ -177,8 +217,8 @@ impl Gates {
                     text = re.replace_all(&text, "[REDACTED]").into_owned();
                 }
                 decisions.push(GateDecision::new(
-                    "content_safety",
-                    "redact",
+                    Gate::ContentSafety,
+                    Verdict::Redact,
                     format!("{hits} secret or credential match(es) redacted"),
                 ));
             }
@@ -186,11 +226,11 @@ impl Gates {
         if let Some(ol) = &self.config.output_length {
             let chars = text.chars().count();
             if chars <= ol.max_chars {
-                decisions.push(GateDecision::new("output_length", "pass", String::new()));
+                decisions.push(GateDecision::pass(Gate::OutputLength));
             } else if ol.action == GateAction::Veto {
                 decisions.push(GateDecision::new(
-                    "output_length",
-                    "veto",
+                    Gate::OutputLength,
+                    Verdict::Veto,
                     format!("{chars} characters, limit {}", ol.max_chars),
                 ));
                 return Gated {
@@ -204,8 +244,8 @@ impl Gates {
             } else {
                 text = text.chars().take(ol.max_chars).collect::<String>() + " …[truncated]";
                 decisions.push(GateDecision::new(
-                    "output_length",
-                    "truncate",
+                    Gate::OutputLength,
+                    Verdict::Truncate,
                     format!("cut from {chars} to {} characters", ol.max_chars),
                 ));
             }
@@ -235,10 +275,10 @@ mod tests {
         assert!(out.text.contains("4 bar"));
         assert!(!out.text.contains("sk-abc"), "{}", out.text);
         assert!(!out.text.contains("AKIAABCDEFGHIJKLMNOP"), "{}", out.text);
-        assert_eq!(out.decisions[0].decision, "redact");
+        assert_eq!(out.decisions[0].decision, Verdict::Redact);
         let clean = g.before_tool_result("Ferns reproduce by spores.");
         assert_eq!(clean.text, "Ferns reproduce by spores.");
-        assert!(clean.decisions.iter().all(|d| d.decision == "pass"));
+        assert!(clean.decisions.iter().all(GateDecision::passed));
     }
 
     #[test]
@@ -277,16 +317,16 @@ mod tests {
     #[test]
     fn the_tool_filter_is_per_profile() {
         let g = seeded();
-        assert_eq!(g.allows_tool("default", "fetch_neighbors").decision, "pass");
+        assert!(g.allows_tool("default", "fetch_neighbors").passed());
+        assert!(g.allows_tool("restricted", "knowledge_search").passed());
+        assert!(g.allows_tool("restricted", "fetch_neighbors").vetoed());
+        assert!(g.allows_tool("unlisted", "anything").passed());
+        // The trace keeps the names it always had.
         assert_eq!(
-            g.allows_tool("restricted", "knowledge_search").decision,
-            "pass"
+            serde_json::to_value(g.allows_tool("restricted", "fetch_neighbors")).unwrap(),
+            serde_json::json!({"gate": "tool_filter", "decision": "veto",
+                               "reason": "profile `restricted` may not call `fetch_neighbors`"})
         );
-        assert_eq!(
-            g.allows_tool("restricted", "fetch_neighbors").decision,
-            "veto"
-        );
-        assert_eq!(g.allows_tool("unlisted", "anything").decision, "pass");
     }
 
     #[test]

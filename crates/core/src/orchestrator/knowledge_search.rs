@@ -21,12 +21,12 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceSession, LedgerEntry};
 use crate::llm::ToolSpec;
 use crate::retrieve::RetrievalSettings;
-use crate::store::Collection;
-use crate::Library;
+use crate::store::{Collection, Store};
 
 /// The allow-list entry that stands for every collection (a Quarry departure; see the module doc).
 pub const ALL_NAMESPACES: &str = "*";
@@ -348,7 +348,7 @@ impl KnowledgeSearch {
     /// or an embedding failure is an error result, a collection that cannot answer a warning.
     pub fn call(
         &self,
-        library: &Library,
+        ctx: &EngineContext<'_>,
         session: &EvidenceSession,
         arguments: &Value,
     ) -> KnowledgeSearchOutcome {
@@ -366,7 +366,7 @@ impl KnowledgeSearch {
 
         // 2. Resolve the namespace set.
         let scope = &session.principal.scope;
-        let collections = match library.collections() {
+        let collections = match ctx.store.collections() {
             Ok(c) => c,
             Err(e) => {
                 // Not the LLM's fault and nothing to search: say so rather than pretend.
@@ -375,17 +375,10 @@ impl KnowledgeSearch {
                 return KnowledgeSearchOutcome::error(message, warnings, Vec::new());
             }
         };
-        let resolved = self.resolve(arguments.get("namespaces"), &collections, scope);
-        // Host-side only: the manual drops such names without telling the LLM.
-        for name in &resolved.dropped {
-            warnings.push(format!(
-                "namespace `{name}` is not in the allow-list; dropped"
-            ));
-        }
-        if resolved.all_filtered {
-            return KnowledgeSearchOutcome::error(NO_VALID_NAMESPACES.into(), warnings, Vec::new());
-        }
-        let namespaces = resolved.names;
+        let namespaces = match self.namespaces(arguments, &collections, scope, &mut warnings) {
+            Ok(names) => names,
+            Err(message) => return KnowledgeSearchOutcome::error(message, warnings, Vec::new()),
+        };
         if namespaces.is_empty() {
             // Only an allow-list of "*" gets here, for a caller who may read no collection:
             // nothing to search, and no reason to load a model.
@@ -393,6 +386,60 @@ impl KnowledgeSearch {
             return self.finish(query, Vec::new(), Vec::new(), warnings, namespaces);
         }
 
+        // 3 to 5. Embed, query each namespace, merge.
+        let candidates =
+            match self.nearest(ctx, query, &namespaces, &collections, scope, &mut warnings) {
+                Ok(candidates) => candidates,
+                Err(message) => {
+                    return KnowledgeSearchOutcome::error(message, warnings, namespaces)
+                }
+            };
+        let (results, entries) = self.admit(
+            ctx.store,
+            session,
+            &candidates,
+            self.config.top_k,
+            &mut warnings,
+        );
+
+        // 6. Format as JSON.
+        self.finish(query, results, entries, warnings, namespaces)
+    }
+
+    /// The manual's step 2 with its host-side warnings: the namespaces to search, or the
+    /// manual's error when the allow-list filtered out every name the LLM passed.
+    fn namespaces(
+        &self,
+        arguments: &Value,
+        collections: &[Collection],
+        scope: &crate::auth::Scope,
+        warnings: &mut Vec<String>,
+    ) -> std::result::Result<Vec<String>, String> {
+        let resolved = self.resolve(arguments.get("namespaces"), collections, scope);
+        // Host-side only: the manual drops such names without telling the LLM.
+        for name in &resolved.dropped {
+            warnings.push(format!(
+                "namespace `{name}` is not in the allow-list; dropped"
+            ));
+        }
+        if resolved.all_filtered {
+            return Err(NO_VALID_NAMESPACES.into());
+        }
+        Ok(resolved.names)
+    }
+
+    /// The manual's steps 3 to 5, the tool's vector search: the query embedded once, one
+    /// nearest-neighbour query per namespace ([`nearest_in_namespace`]), the hits merged best
+    /// first. Only a failed embedding is an error; a namespace that cannot answer is a warning.
+    fn nearest(
+        &self,
+        ctx: &EngineContext<'_>,
+        query: &str,
+        namespaces: &[String],
+        collections: &[Collection],
+        scope: &crate::auth::Scope,
+        warnings: &mut Vec<String>,
+    ) -> std::result::Result<Vec<Candidate>, String> {
         // The collections that can be searched at all, by name: a missing collection and one
         // the caller may not read get the same words, so a warning does not tell which exist.
         let readable = |name: &str| {
@@ -409,21 +456,18 @@ impl KnowledgeSearch {
             .filter_map(|n| readable(n))
             .find_map(|c| c.embedding_model.clone())
             .unwrap_or_else(|| crate::models::default_embedding_model().to_string());
-        let vector = match library.embedder(&model).and_then(|e| e.embed_query(query)) {
-            Ok(v) => v,
-            Err(e) => {
-                let message = format!("embed query: {e}");
-                tracing::warn!(tool = %self.name(), model = %model, "knowledge_search: {message}");
-                return KnowledgeSearchOutcome::error(message, warnings, namespaces);
-            }
-        };
+        let vector = ctx.retrieval.embed_query(&model, query).map_err(|e| {
+            let message = format!("embed query: {e}");
+            tracing::warn!(tool = %self.name(), model = %model, "knowledge_search: {message}");
+            message
+        })?;
 
         // 4. One vector query per namespace, the same vector and K for each. Per-namespace
         // failures are warnings: partial results are better than zero.
         let k = self.config.top_k;
         let mut candidates = Vec::new();
-        for name in &namespaces {
-            match self.query_namespace(library, readable(name), name, &model, &vector, k) {
+        for name in namespaces {
+            match nearest_in_namespace(ctx, readable(name), name, &model, &vector, k) {
                 Ok(NamespaceAnswer { hits, note }) => {
                     if let Some(note) = note {
                         warnings.push(note);
@@ -445,16 +489,13 @@ impl KnowledgeSearch {
             }
         }
 
-        // 5. Merge, best first (ties by chunk id, so the order is stable), truncate to k.
+        // 5. Merge, best first (ties by chunk id, so the order is stable); `admit` stops at k.
         candidates.sort_by(|a, b| {
             b.similarity
                 .total_cmp(&a.similarity)
                 .then(a.chunk_id.cmp(&b.chunk_id))
         });
-        let (results, entries) = self.admit(library, session, &candidates, k, &mut warnings);
-
-        // 6. Format as JSON.
-        self.finish(query, results, entries, warnings, namespaces)
+        Ok(candidates)
     }
 
     /// The manual's step 6: the output as a value and as the text the LLM reads (compact:
@@ -542,71 +583,17 @@ impl KnowledgeSearch {
         }
     }
 
-    /// One namespace's nearest chunks, or why it cannot answer.
-    fn query_namespace(
-        &self,
-        library: &Library,
-        collection: Option<&Collection>,
-        name: &str,
-        model: &str,
-        vector: &[f32],
-        k: usize,
-    ) -> std::result::Result<NamespaceAnswer, String> {
-        let collection =
-            collection.ok_or_else(|| Error::CollectionNotFound(name.to_string()).to_string())?;
-        let Some(embedded_with) = collection.embedding_model.as_deref() else {
-            return Err(format!(
-                "collection `{name}` has no embedding model (`quarry models use <model> -c {name}`)"
-            ));
-        };
-        // The manual: the model used to ingest must match the model used to query.
-        if embedded_with != model {
-            return Err(Error::ModelMismatch {
-                collection: name.to_string(),
-                embedded_with: embedded_with.to_string(),
-                requested: model.to_string(),
-            }
-            .to_string());
-        }
-        let store = library.store();
-        let table = store
-            .vector_table(model)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
-                format!("collection `{name}` has no vectors yet (run `quarry index` to embed it)")
-            })?;
-        // The same approximate pass as search (sign bits, then exact rescoring), so a large
-        // collection answers as fast here as in the search box.
-        let breadth = RetrievalSettings::default().ann_breadth;
-        let index = library
-            .sign_index(&table, collection.id)
-            .map_err(|e| e.to_string())?;
-        let mut guard = index.lock().unwrap_or_else(|e| e.into_inner());
-        let hits = store
-            .nearest_chunks(&table, collection.id, vector, k, breadth, Some(&mut guard))
-            .map_err(|e| e.to_string())?;
-        drop(guard);
-        let note = match store.pending_chunks(collection.id, model, 1) {
-            Ok(p) if !p.is_empty() && collection.pending_model.is_none() => Some(format!(
-                "namespace `{name}`: still being embedded; results cover only the chunks embedded so far"
-            )),
-            _ => None,
-        };
-        Ok(NamespaceAnswer { hits, note })
-    }
-
     /// Takes the merged candidates in order, admits each as evidence (a reference issued to
     /// this session, then revalidated against SQLite, whose text becomes `content`), and stops
     /// at `k` results. A candidate that cannot be admitted is dropped with a warning.
     fn admit(
         &self,
-        library: &Library,
+        store: &Store,
         session: &EvidenceSession,
         candidates: &[Candidate],
         k: usize,
         warnings: &mut Vec<String>,
     ) -> (Vec<ResultItem>, Vec<LedgerEntry>) {
-        let store = library.store();
         let mut results = Vec::new();
         let mut entries: Vec<LedgerEntry> = Vec::new();
         for candidate in candidates {
@@ -662,6 +649,70 @@ impl KnowledgeSearch {
         }
         (results, entries)
     }
+}
+
+/// The manual's `vector.query` for one namespace: its nearest chunks to `vector`, or why it
+/// cannot answer. The whole vector-search path of the tool is here, so it can later share one
+/// path with [`crate::retrieve`].
+fn nearest_in_namespace(
+    ctx: &EngineContext<'_>,
+    collection: Option<&Collection>,
+    name: &str,
+    model: &str,
+    vector: &[f32],
+    k: usize,
+) -> std::result::Result<NamespaceAnswer, String> {
+    let collection =
+        collection.ok_or_else(|| Error::CollectionNotFound(name.to_string()).to_string())?;
+    let Some(embedded_with) = collection.embedding_model.as_deref() else {
+        return Err(format!(
+            "collection `{name}` has no embedding model (`quarry models use <model> -c {name}`)"
+        ));
+    };
+    // The manual: the model used to ingest must match the model used to query.
+    if embedded_with != model {
+        return Err(Error::ModelMismatch {
+            collection: name.to_string(),
+            embedded_with: embedded_with.to_string(),
+            requested: model.to_string(),
+        }
+        .to_string());
+    }
+    let store = ctx.store;
+    let table = store
+        .vector_table(model)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!("collection `{name}` has no vectors yet (run `quarry index` to embed it)")
+        })?;
+    // The same approximate pass as search (sign bits, then exact rescoring), so a large
+    // collection answers as fast here as in the search box.
+    let breadth = RetrievalSettings::default().ann_breadth;
+    let index = ctx
+        .retrieval
+        .sign_index(&table, collection.id)
+        .map_err(|e| e.to_string())?;
+    let mut guard = index
+        .as_ref()
+        .map(|i| i.lock().unwrap_or_else(|e| e.into_inner()));
+    let hits = store
+        .nearest_chunks(
+            &table,
+            collection.id,
+            vector,
+            k,
+            breadth,
+            guard.as_deref_mut(),
+        )
+        .map_err(|e| e.to_string())?;
+    drop(guard);
+    let note = match store.pending_chunks(collection.id, model, 1) {
+        Ok(p) if !p.is_empty() && collection.pending_model.is_none() => Some(format!(
+            "namespace `{name}`: still being embedded; results cover only the chunks embedded so far"
+        )),
+        _ => None,
+    };
+    Ok(NamespaceAnswer { hits, note })
 }
 
 /// What one namespace's vector query found.

@@ -19,10 +19,10 @@ mod turn;
 
 pub use config::{BackendConfig, Budget, Mode, OrchestratorConfig, ToolChoice, DEFAULT_CONFIG};
 pub use conversation::{Conversation, EvidenceItem, StoredMessage, TraceEvent};
-pub use gates::{GateConfig, GateDecision, Gates};
+pub use gates::{Gate, GateConfig, GateDecision, Gates, Verdict};
 pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};
 pub use turn::{
-    chat, citation_grammar, open_backend, ChatOptions, Citation, TurnEvent, TurnResult,
-    RUN_PIPELINE,
+    chat, citation_grammar, open_backend, ChatOptions, Citation, PipelineCalls, TurnEvent,
+    TurnResult, RUN_PIPELINE,
 };

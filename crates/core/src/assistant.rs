@@ -1,0 +1,250 @@
+//! The library's face for the assistant and for searching on someone's behalf: chat turns,
+//! the caller's conversations, the orchestrator's configurations, and scoped search. Thin
+//! methods over [`crate::orchestrator`], so the CLI and the desktop shell call one API.
+//!
+//! Authorization is decided here, not by the callers: every conversation read is checked
+//! against its owner, a search is scoped by the caller's key, and applying a configuration
+//! is audited.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::audit;
+use crate::auth::{Principal, PrincipalKind};
+use crate::error::Result;
+use crate::orchestrator::{
+    self, conversation, revisions, AppliedRevision, ChatOptions, Conversation, EvidenceItem,
+    OrchestratorConfig, PipelineCalls, RevisionSummary, StoredMessage, TraceEvent, TurnEvent,
+    TurnResult,
+};
+use crate::pipeline::{self, ActionCall, PipelineRun, ResolvedPipeline, RunOptions};
+use crate::retrieve::{SearchRequest, SearchResults};
+use crate::tools::ToolDefinition;
+use crate::Library;
+
+impl PipelineCalls for Library {
+    fn run_pipeline(
+        &self,
+        pipeline: &ResolvedPipeline,
+        query: &str,
+        principal: &Principal,
+        options: &RunOptions,
+    ) -> Result<PipelineRun> {
+        let key = self.evidence_key()?;
+        pipeline::run_resolved(
+            &self.engine_context(&key),
+            pipeline,
+            query,
+            principal,
+            options,
+        )
+    }
+
+    fn call_action(
+        &self,
+        tool: &ToolDefinition,
+        arguments: &Value,
+        principal: &Principal,
+        pipeline: Option<&ResolvedPipeline>,
+        conversation: &str,
+    ) -> Result<ActionCall> {
+        let key = self.evidence_key()?;
+        let ctx = self.engine_context(&key);
+        pipeline::call_action(&ctx, tool, arguments, principal, pipeline, conversation)
+    }
+}
+
+impl Library {
+    // ---- search --------------------------------------------------------------------------
+
+    /// Searches as `principal`: the administrator sees every collection, anyone else only the
+    /// collections their key's scope allows (whatever scope the request carried).
+    pub fn search_as(
+        &self,
+        principal: &Principal,
+        mut request: SearchRequest,
+    ) -> Result<SearchResults> {
+        if principal.kind != PrincipalKind::Administrator {
+            request.scope = Some(principal.scope.clone());
+        }
+        self.search(&request)
+    }
+
+    // ---- chat ----------------------------------------------------------------------------
+
+    /// Runs one chat turn as `options.principal` (see [`orchestrator::chat`]).
+    pub fn chat(
+        &self,
+        question: &str,
+        options: &ChatOptions,
+        on_event: &mut dyn FnMut(TurnEvent<'_>),
+    ) -> Result<TurnResult> {
+        let key = self.evidence_key()?;
+        orchestrator::chat(
+            &self.engine_context(&key),
+            self,
+            question,
+            options,
+            on_event,
+        )
+    }
+
+    /// `principal`'s conversations, newest first.
+    pub fn conversations(&self, principal: &Principal) -> Result<Vec<Conversation>> {
+        conversation::list(self.store(), principal)
+    }
+
+    /// A conversation of `principal` (another caller's is
+    /// [`crate::Error::ConversationNotFound`]).
+    pub fn conversation(&self, principal: &Principal, id: &str) -> Result<Conversation> {
+        conversation::get(self.store(), principal, id)
+    }
+
+    /// The messages of a conversation of `principal`, in order.
+    pub fn conversation_messages(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Vec<StoredMessage>> {
+        conversation::messages(self.store(), principal, id)
+    }
+
+    /// The evidence ledger of a conversation of `principal`, by number.
+    pub fn conversation_evidence(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Vec<EvidenceItem>> {
+        conversation::evidence(self.store(), principal, id)
+    }
+
+    /// The recorded events of a conversation of `principal` (of one turn, when given).
+    pub fn conversation_trace(
+        &self,
+        principal: &Principal,
+        id: &str,
+        turn: Option<i64>,
+    ) -> Result<Vec<TraceEvent>> {
+        conversation::trace(self.store(), principal, id, turn)
+    }
+
+    // ---- orchestrator configurations -----------------------------------------------------
+
+    /// A configuration's draft.
+    pub fn orchestrator_draft(&self, name: &str) -> Result<OrchestratorConfig> {
+        revisions::draft(self.store(), name)
+    }
+
+    /// Replaces (or creates) a draft; it is checked, but takes effect only when applied.
+    pub fn set_orchestrator_draft(&self, name: &str, config: &OrchestratorConfig) -> Result<()> {
+        revisions::set_draft(self.store(), name, config)
+    }
+
+    /// What stops a configuration from being applied (unknown pipelines, direct tools that
+    /// are missing or not action tools).
+    pub fn orchestrator_problems(&self, config: &OrchestratorConfig) -> Vec<String> {
+        revisions::problems(self.store(), config)
+    }
+
+    /// An applied revision of a configuration (`None`: the newest).
+    pub fn orchestrator_revision(
+        &self,
+        name: &str,
+        revision: Option<i64>,
+    ) -> Result<AppliedRevision> {
+        revisions::revision(self.store(), name, revision)
+    }
+
+    /// Every applied revision of a configuration, newest first.
+    pub fn orchestrator_revisions(&self, name: &str) -> Result<Vec<RevisionSummary>> {
+        revisions::revisions(self.store(), name)
+    }
+
+    /// Applies a configuration's draft as a new revision, by `principal`, and writes an audit
+    /// record (a refused apply too) naming the revision it made.
+    pub fn apply_orchestrator(&self, name: &str, principal: &Principal) -> Result<AppliedRevision> {
+        let started = Instant::now();
+        let result = revisions::apply(self.store(), name, &principal.label);
+        let detail = result
+            .as_ref()
+            .ok()
+            .map(|applied| format!("revision {}", applied.revision));
+        audit::record(
+            self.store(),
+            &principal.label,
+            "orchestrator.apply",
+            name,
+            &json!({ "config": name }),
+            result.as_ref().map(|_| ()),
+            detail.as_deref(),
+            started.elapsed().as_millis() as i64,
+        )?;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::auth::{Principal, PrincipalKind, Scope};
+    use crate::{IndexOptions, Library, SearchMode, SearchRequest};
+
+    #[test]
+    fn search_as_scopes_everyone_but_the_administrator_whatever_the_request_says() {
+        let data = tempfile::tempdir().unwrap();
+        let docs = tempfile::tempdir().unwrap();
+        let mut library = Library::open(data.path()).unwrap();
+        for name in ["garden", "kitchen"] {
+            let dir = docs.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("notes.md"),
+                format!("# {name}\n\nSpores in the {name}."),
+            )
+            .unwrap();
+            library
+                .create_collection(name, "internal", "english")
+                .unwrap();
+            library.add_source(&dir, name, &[], &[]).unwrap();
+        }
+        library
+            .writer()
+            .unwrap()
+            .index_all(&IndexOptions::default(), &|_| {})
+            .unwrap();
+        let collections_hit = |principal: &Principal, request: SearchRequest| {
+            let mut names: Vec<String> = library
+                .search_as(principal, request)
+                .unwrap()
+                .hits
+                .into_iter()
+                .map(|h| h.collection)
+                .collect();
+            names.sort();
+            names
+        };
+        let spores = || SearchRequest::new("spores").with_mode(SearchMode::Lexical);
+        let reader = Principal {
+            kind: PrincipalKind::Personal,
+            id: "key:1".into(),
+            label: "reader".into(),
+            scope: Scope {
+                collections: Some(vec!["garden".into()]),
+                sensitivity_ceiling: "internal".into(),
+            },
+        };
+
+        assert_eq!(collections_hit(&reader, spores()), vec!["garden"]);
+        // A request that claims a wider scope does not widen the caller's.
+        let mut claimed = spores();
+        claimed.scope = Some(Scope {
+            collections: None,
+            sensitivity_ceiling: "restricted".into(),
+        });
+        assert_eq!(collections_hit(&reader, claimed), vec!["garden"]);
+        assert_eq!(
+            collections_hit(&Principal::administrator(), spores()),
+            vec!["garden", "kitchen"]
+        );
+    }
+}

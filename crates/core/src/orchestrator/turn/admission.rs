@@ -1,0 +1,222 @@
+//! Admission and gates: a tool's passages through the `before:tool.result` gates into the
+//! conversation's ledger, the text the model will see built from what was admitted, and the
+//! gates over that whole text. A veto rolls the admission back, so a withheld result neither
+//! enters the ledger nor qualifies the conversation.
+
+use std::time::Instant;
+
+use rusqlite::Transaction;
+use serde_json::{json, Value};
+
+use super::dispatch::{RawResult, Shape};
+use super::setup::Turn;
+use crate::evidence::LedgerEntry;
+use crate::orchestrator::conversation::{self, EvidenceItem};
+use crate::orchestrator::gates::GateDecision;
+use crate::Result;
+
+/// A tool's result after admission and the gates.
+pub(super) struct Admission {
+    /// The passages admitted (none when the result was vetoed).
+    pub(super) items: Vec<EvidenceItem>,
+    /// What the model sees.
+    pub(super) text: String,
+    pub(super) is_error: bool,
+    pub(super) vetoed: bool,
+    /// The tool filter's verdict, then every gate verdict that was not a pass.
+    pub(super) decisions: Vec<GateDecision>,
+}
+
+impl Turn<'_> {
+    /// Admits a result in one transaction, undone when the gates veto the whole text.
+    pub(super) fn admit(&mut self, raw: &RawResult, filter: GateDecision) -> Result<Admission> {
+        let store = self.ctx.store;
+        let tx = store.write()?;
+        let admitted_before = self.admitted.len();
+        let mut decisions = vec![filter];
+        let mut items = self.admit_entries(&tx, &raw.ledger.entries, &mut decisions)?;
+        let text = self.cut_to_budget(model_text(raw, &items), raw.is_error);
+        let gated = self.gates.before_tool_result(&text);
+        decisions.extend(gated.decisions.iter().cloned());
+        if gated.vetoed {
+            tx.rollback()?;
+            self.admitted.truncate(admitted_before);
+            items.clear();
+        } else {
+            if raw.qualifies && !items.is_empty() && !self.conversation.qualified {
+                conversation::mark_qualified(&tx, &self.conversation.id)?;
+                self.conversation.qualified = true;
+            }
+            tx.commit()?;
+        }
+        Ok(Admission {
+            items,
+            text: gated.text,
+            is_error: raw.is_error || gated.vetoed,
+            vetoed: gated.vetoed,
+            decisions,
+        })
+    }
+
+    /// Each passage through the gates and into the ledger (once per chunk); a vetoed passage
+    /// is left out.
+    fn admit_entries(
+        &mut self,
+        tx: &Transaction<'_>,
+        entries: &[LedgerEntry],
+        decisions: &mut Vec<GateDecision>,
+    ) -> Result<Vec<EvidenceItem>> {
+        let mut items = Vec::new();
+        for entry in entries {
+            let gated = self.gates.before_tool_result(&entry.text);
+            decisions.extend(gated.decisions.into_iter().filter(|d| !d.passed()));
+            if gated.vetoed {
+                continue;
+            }
+            let item =
+                conversation::admit(tx, &self.conversation.id, self.turn, entry, &gated.text)?;
+            if !self.admitted.iter().any(|a| a.n == item.n) {
+                self.admitted.push(item.clone());
+            }
+            items.push(item);
+        }
+        Ok(items)
+    }
+
+    /// Evidence shown to the model stays within the mode's budget.
+    fn cut_to_budget(&self, text: String, is_error: bool) -> String {
+        let budget_chars = self.mode.budget.evidence_tokens * 4;
+        if text.chars().count() > budget_chars && !is_error {
+            text.chars().take(budget_chars).collect::<String>() + " …[cut to the evidence budget]"
+        } else {
+            text
+        }
+    }
+
+    /// The `tool.result` event.
+    pub(super) fn record_result(
+        &self,
+        name: &str,
+        by: &str,
+        started: Instant,
+        raw: &RawResult,
+        admission: &Admission,
+    ) -> Result<()> {
+        self.record(
+            "tool.result",
+            json!({
+                "tool": name,
+                "by": by,
+                "took_ms": started.elapsed().as_millis() as u64,
+                "is_error": admission.is_error,
+                "vetoed": admission.vetoed,
+                "admitted": admission.items.iter().map(|i| i.n).collect::<Vec<_>>(),
+                "rejected": raw.ledger.rejected.iter().map(|r| json!({"reference": r.reference, "reason": r.reason})).collect::<Vec<_>>(),
+                "warnings": raw.warnings,
+                "gates": admission.decisions,
+                "chars": admission.text.chars().count(),
+                "error": if admission.is_error { Some(admission.text.clone()) } else { None },
+            }),
+        )
+    }
+}
+
+/// What the model sees of a result, built from the admitted passages (after the gates), never
+/// from the tool's own words.
+fn model_text(raw: &RawResult, items: &[EvidenceItem]) -> String {
+    if raw.is_error {
+        return raw.error_text.clone();
+    }
+    match &raw.shape {
+        Shape::Evidence => json!({
+            "evidence": items.iter().map(evidence_json).collect::<Vec<_>>()
+        })
+        .to_string(),
+        Shape::Output(output) => {
+            let mut output = output.clone();
+            rewrite_around_refs(&mut output, &raw.ledger.entries, items);
+            output.to_string()
+        }
+        Shape::KnowledgeSearch(output) => {
+            knowledge_search_text(output.clone(), &raw.ledger.entries, items)
+        }
+    }
+}
+
+/// The manual's JSON, each content as admitted (after the gates); results whose passage was
+/// withheld are dropped and the rest ranked again.
+fn knowledge_search_text(
+    mut output: Value,
+    entries: &[LedgerEntry],
+    items: &[EvidenceItem],
+) -> String {
+    if let Some(results) = output["results"].as_array_mut() {
+        let kept: Vec<Value> = results
+            .iter()
+            .zip(entries)
+            .filter_map(|(r, entry)| {
+                let item = items.iter().find(|i| i.chunk_id == entry.chunk_id)?;
+                let mut r = r.clone();
+                r["content"] = json!(item.text);
+                Some(r)
+            })
+            .collect();
+        *results = kept;
+        for (rank, r) in results.iter_mut().enumerate() {
+            r["rank"] = json!(rank + 1);
+        }
+    }
+    output.to_string()
+}
+
+/// A passage as a tool result shows it to the model.
+fn evidence_json(item: &EvidenceItem) -> Value {
+    json!({
+        "cite": format!("[{}]", item.n),
+        "source": item.locator(),
+        "content": item.text,
+        "evidence_ref": item.evidence_ref,
+        "source_ref": item.source_ref,
+    })
+}
+
+/// Rewrites an action tool's output around its references: beside every `evidence_ref` (or
+/// `evidence_refs`), `text` becomes the admitted passages' text (after the gates) and `cite`
+/// their numbers; a reference that was refused or withheld gets no text. The tool's own words
+/// never stand in for evidence.
+fn rewrite_around_refs(value: &mut Value, entries: &[LedgerEntry], items: &[EvidenceItem]) {
+    let item_of = |reference: &str| {
+        let chunk = entries
+            .iter()
+            .find(|e| e.evidence_ref == reference)?
+            .chunk_id;
+        items.iter().find(|i| i.chunk_id == chunk)
+    };
+    match value {
+        Value::Object(map) => {
+            let mut refs: Vec<String> = Vec::new();
+            if let Some(r) = map.get("evidence_ref").and_then(Value::as_str) {
+                refs.push(r.to_string());
+            }
+            if let Some(list) = map.get("evidence_refs").and_then(Value::as_array) {
+                refs.extend(list.iter().filter_map(|r| r.as_str().map(str::to_string)));
+            }
+            if !refs.is_empty() {
+                let admitted: Vec<&EvidenceItem> = refs.iter().filter_map(|r| item_of(r)).collect();
+                let texts: Vec<&str> = admitted.iter().map(|i| i.text.as_str()).collect();
+                let cites: Vec<String> = admitted.iter().map(|i| format!("[{}]", i.n)).collect();
+                map.insert("text".into(), json!(texts.join("\n")));
+                map.insert("cite".into(), json!(cites.join("")));
+            }
+            for (key, v) in map.iter_mut() {
+                if key != "text" {
+                    rewrite_around_refs(v, entries, items);
+                }
+            }
+        }
+        Value::Array(list) => list
+            .iter_mut()
+            .for_each(|v| rewrite_around_refs(v, entries, items)),
+        _ => {}
+    }
+}

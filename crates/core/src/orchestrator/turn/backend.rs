@@ -1,0 +1,86 @@
+//! Opening the backend a mode names, and falling back to the extractive answer when it cannot
+//! be opened.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::setup::Turn;
+use super::{OpenBackend, TurnEvent};
+use crate::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
+use crate::llm::openai::{OpenAiBackend, OpenAiConfig};
+use crate::llm::ChatBackend;
+use crate::models::Models;
+use crate::orchestrator::config::BackendConfig;
+use crate::Result;
+
+/// Opens the backend a mode names; `None` for extractive.
+pub fn open_backend(
+    models: &Models,
+    config: &BackendConfig,
+) -> Result<Option<Arc<dyn ChatBackend>>> {
+    Ok(match config {
+        BackendConfig::Extractive => None,
+        BackendConfig::Embedded { model, threads } => {
+            let mut cfg = EmbeddedConfig::named(models, model)?;
+            cfg.threads = *threads;
+            Some(EmbeddedBackend::shared(cfg)? as Arc<dyn ChatBackend>)
+        }
+        BackendConfig::Openai {
+            base_url,
+            model,
+            api_key_env,
+            grammar,
+        } => {
+            let mut cfg = OpenAiConfig::openai(base_url, model).with_grammar(*grammar);
+            if let Some(key) = api_key_env
+                .as_deref()
+                .and_then(crate::environment::configured_secret)
+            {
+                cfg = cfg.with_api_key(key);
+            }
+            Some(shared_http(cfg)?)
+        }
+        BackendConfig::Ollama { base_url, model } => {
+            Some(shared_http(OpenAiConfig::ollama(base_url, model))?)
+        }
+    })
+}
+
+type HttpBackend = (OpenAiConfig, Arc<OpenAiBackend>);
+
+/// One HTTP backend per configuration for the life of the process, so what it learned (a
+/// server that refuses tools) holds for every later turn.
+fn shared_http(config: OpenAiConfig) -> Result<Arc<dyn ChatBackend>> {
+    static BACKENDS: OnceLock<Mutex<Vec<HttpBackend>>> = OnceLock::new();
+    let mut backends = BACKENDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = backends.iter().find(|(c, _)| *c == config) {
+        return Ok(b.clone());
+    }
+    let backend = Arc::new(OpenAiBackend::new(config.clone())?);
+    backends.push((config, backend.clone()));
+    Ok(backend)
+}
+
+impl Turn<'_> {
+    /// The turn's backend; one that cannot be opened is a notice, and the answer extractive.
+    pub(super) fn open_backend_or_notice(
+        &mut self,
+        open: &OpenBackend<'_>,
+        config: &BackendConfig,
+        on_event: &mut dyn FnMut(TurnEvent<'_>),
+    ) -> Result<Option<Arc<dyn ChatBackend>>> {
+        match open(config) {
+            Ok(backend) => Ok(backend),
+            Err(e) => {
+                let notice = format!(
+                    "{} is not available ({e}); answering extractively from the evidence",
+                    config.describe()
+                );
+                self.notice(&notice, on_event)?;
+                Ok(None)
+            }
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! The turn over a stub context: a real [`Store`] in a temporary directory, a [`Retrieval`]
+//! that embeds every query as the same canned vector, and a scripted backend, so admission,
+//! the prompt and citation resolution are checked without models, Python or a full-text index.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::*;
+use crate::context::Retrieval;
+use crate::embed::Embedder;
+use crate::evidence::EvidenceKey;
+use crate::llm::{BackendInfo, ChatRequest, ChatResponse, StreamEvent};
+use crate::models::Models;
+use crate::orchestrator::config::{OrchestratorConfig, DEFAULT_CONFIG};
+use crate::orchestrator::{conversation, revisions};
+use crate::retrieve::{SearchRequest, SearchResults};
+use crate::store::writes::{self, Extraction, FileFacts};
+use crate::store::{now_unix, ChunkLocation, NewChunk, Store};
+use crate::tools::Executor;
+use crate::{Error, Principal};
+
+const MODEL: &str = "stub-embedder";
+const FERNS: &str = "Ferns reproduce by spores, not seeds.";
+const PUMP: &str = "The XR-200 pump needs an inlet pressure of 4 bar.";
+
+/// Every query embeds as `[1, 0, 0, 0]`; nothing else is offered.
+struct CannedRetrieval;
+
+impl Retrieval for CannedRetrieval {
+    fn search(&self, _: &SearchRequest) -> Result<SearchResults> {
+        Err(Error::Internal("the stub has no full-text index".into()))
+    }
+
+    fn embedder(&self, model: &str) -> Result<Arc<Embedder>> {
+        Err(Error::Internal(format!(
+            "the stub loads no model ({model})"
+        )))
+    }
+
+    fn embed_query(&self, model: &str, _query: &str) -> Result<Arc<[f32]>> {
+        assert_eq!(
+            model, MODEL,
+            "the query is embedded with the collection's model"
+        );
+        Ok(Arc::from(vec![1.0, 0.0, 0.0, 0.0]))
+    }
+}
+
+/// The knowledge mode runs no pipeline.
+struct NoPipelines;
+
+impl PipelineCalls for NoPipelines {
+    fn run_pipeline(
+        &self,
+        _: &ResolvedPipeline,
+        _: &str,
+        _: &Principal,
+        _: &RunOptions,
+    ) -> Result<PipelineRun> {
+        panic!("the knowledge mode runs no pipeline")
+    }
+
+    fn call_action(
+        &self,
+        _: &ToolDefinition,
+        _: &Value,
+        _: &Principal,
+        _: Option<&ResolvedPipeline>,
+        _: &str,
+    ) -> Result<ActionCall> {
+        panic!("the knowledge mode has no direct tools")
+    }
+}
+
+/// Answers every request with the same text, and keeps the requests.
+struct ScriptedBackend {
+    answer: String,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl ChatBackend for ScriptedBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: "scripted",
+            model: "canned".into(),
+            location: "memory".into(),
+            supports_tools: false,
+            supports_grammar: false,
+        }
+    }
+
+    fn chat(
+        &self,
+        request: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<ChatResponse> {
+        self.requests.lock().unwrap().push(request.clone());
+        on_event(StreamEvent::Token(&self.answer));
+        Ok(ChatResponse {
+            content: self.answer.clone(),
+            finish_reason: "stop".into(),
+            ..ChatResponse::default()
+        })
+    }
+}
+
+/// A store with one collection embedded by [`MODEL`]: `ferns.md` (vector `[1, 0, 0, 0]`)
+/// and `pump.md` (`[0, 1, 0, 0]`), and a `default` configuration whose only mode is the
+/// seeded `knowledge` mode. Returns the chunk ids, ferns first.
+fn seeded_store(dir: &Path) -> (Store, Vec<i64>) {
+    let mut store = Store::open(&dir.join("quarry.db")).unwrap();
+    let collection = store
+        .create_collection("notes", "internal", "english", MODEL)
+        .unwrap();
+    let source = store
+        .create_source(&collection, Path::new("/docs"), &[], &[])
+        .unwrap();
+    let mut chunk_ids = Vec::new();
+    for (file, title, text) in [
+        ("/docs/ferns.md", "Ferns", FERNS),
+        ("/docs/pump.md", "Pump", PUMP),
+    ] {
+        let tx = store.write().unwrap();
+        let document = writes::write_revision(
+            &tx,
+            source.id,
+            &FileFacts {
+                path: Path::new(file),
+                size: text.len() as i64,
+                mtime_ns: 1,
+            },
+            &Extraction {
+                content_hash: title,
+                title,
+                format: "markdown",
+                warning: None,
+                extracted_bytes: text.len() as i64,
+            },
+            &[NewChunk {
+                text: text.into(),
+                heading_path: title.into(),
+                location: ChunkLocation {
+                    line_start: Some(1),
+                    line_end: Some(1),
+                    ..ChunkLocation::default()
+                },
+                token_count: 10,
+            }],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        chunk_ids.push(store.chunks_of_document(document).unwrap()[0].id);
+    }
+    let table = store.ensure_vector_table(MODEL, 4).unwrap();
+    let vectors = vec![
+        (chunk_ids[0], vec![1.0, 0.0, 0.0, 0.0]),
+        (chunk_ids[1], vec![0.0, 1.0, 0.0, 0.0]),
+    ];
+    store
+        .store_vectors(&table, collection.id, &vectors, chunk_ids[1])
+        .unwrap();
+
+    let mut config = OrchestratorConfig::seed();
+    config.modes.retain(|m| m.name == "knowledge");
+    config.default_mode = "knowledge".into();
+    store
+        .insert_orchestrator_config_if_absent(DEFAULT_CONFIG, &config.to_json(), now_unix())
+        .unwrap();
+    revisions::apply(&store, DEFAULT_CONFIG, "test").unwrap();
+    (store, chunk_ids)
+}
+
+/// What the stub context lends: a seeded store and the rest of an engine that is never used.
+struct Stub {
+    _dir: tempfile::TempDir,
+    store: Store,
+    chunk_ids: Vec<i64>,
+    models: Models,
+    executor: Executor,
+    key: EvidenceKey,
+}
+
+impl Stub {
+    fn new() -> Stub {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, chunk_ids) = seeded_store(dir.path());
+        let key = EvidenceKey::load_or_create(&store).unwrap();
+        Stub {
+            models: Models::at(vec![dir.path().join("models")]),
+            executor: Executor::new("python3".into()),
+            _dir: dir,
+            store,
+            chunk_ids,
+            key,
+        }
+    }
+
+    fn ctx(&self) -> EngineContext<'_> {
+        EngineContext {
+            store: &self.store,
+            models: &self.models,
+            executor: &self.executor,
+            evidence_key: &self.key,
+            retrieval: &CannedRetrieval,
+        }
+    }
+}
+
+#[test]
+fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cited() {
+    let stub = Stub::new();
+    let (ctx, chunk_ids) = (stub.ctx(), &stub.chunk_ids);
+    let backend = Arc::new(ScriptedBackend {
+        answer: "Ferns reproduce by spores [1]. Pumps are loud [7].".into(),
+        requests: Mutex::new(Vec::new()),
+    });
+    let scripted: Arc<dyn ChatBackend> = backend.clone();
+    let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
+    let options = ChatOptions::new(Principal::administrator());
+    let mut tokens = String::new();
+    let mut on_event = |e: TurnEvent<'_>| {
+        if let TurnEvent::Token(t) = e {
+            tokens.push_str(t);
+        }
+    };
+
+    let result = run(
+        &ctx,
+        &NoPipelines,
+        "How do ferns reproduce?",
+        &options,
+        &open,
+        &mut on_event,
+    )
+    .unwrap();
+
+    // knowledge_search ran first, and admitted both passages, nearest first.
+    assert_eq!(result.mode, "knowledge");
+    assert_eq!(result.backend, "scripted canned");
+    let admitted: Vec<(i64, i64, &str, &str)> = result
+        .evidence
+        .iter()
+        .map(|i| (i.n, i.chunk_id, i.text.as_str(), i.admitted_by.as_str()))
+        .collect();
+    assert_eq!(
+        admitted,
+        vec![
+            (1, chunk_ids[0], FERNS, "knowledge_search"),
+            (2, chunk_ids[1], PUMP, "knowledge_search"),
+        ]
+    );
+    let tool_result = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "tool.result")
+        .unwrap();
+    assert_eq!(tool_result.detail["tool"], "knowledge_search");
+    assert_eq!(tool_result.detail["by"], "orchestrator");
+    assert_eq!(tool_result.detail["admitted"], serde_json::json!([1, 2]));
+    assert_eq!(tool_result.detail["is_error"], false);
+
+    // The model was shown the admitted passages, numbered as in the ledger.
+    let requests = backend.requests.lock().unwrap();
+    assert_eq!(requests.len(), 1);
+    let prompt = &requests[0].messages.last().unwrap().content;
+    assert!(prompt.contains(&format!("[1] Ferns: {FERNS}")), "{prompt}");
+    assert!(prompt.contains(&format!("[2] Pump: {PUMP}")), "{prompt}");
+
+    // [1] resolves to the ferns passage; [7] is in no ledger, so it is removed and recorded.
+    assert_eq!(tokens, "Ferns reproduce by spores [1]. Pumps are loud [7].");
+    assert_eq!(
+        result.answer,
+        "Ferns reproduce by spores [1]. Pumps are loud ."
+    );
+    assert_eq!(result.citations.len(), 1);
+    let citation = &result.citations[0];
+    assert_eq!(
+        (citation.n, citation.chunk_id, citation.snippet.as_str()),
+        (1, chunk_ids[0], FERNS)
+    );
+    assert_eq!(citation.path, Path::new("/docs/ferns.md"));
+    assert_eq!(citation.locator, "/docs/ferns.md lines 1-1");
+    let rejected = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "citation.rejected")
+        .unwrap();
+    assert_eq!(rejected.detail["citations"], serde_json::json!(["7"]));
+
+    // Persisted: the question, and the answer with its citations.
+    let messages = conversation::messages_of(ctx.store, &result.conversation).unwrap();
+    let stored: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
+    assert_eq!(
+        stored,
+        vec![
+            ("user", "How do ferns reproduce?"),
+            ("assistant", result.answer.as_str()),
+        ]
+    );
+    assert_eq!(
+        messages[1].citations.as_ref().unwrap()[0]["chunk_id"],
+        chunk_ids[0]
+    );
+}
+
+#[test]
+fn an_unopenable_backend_falls_back_to_the_extractive_answer_from_the_same_evidence() {
+    let stub = Stub::new();
+    let (ctx, chunk_ids) = (stub.ctx(), &stub.chunk_ids);
+    let open = |_: &BackendConfig| -> Result<Option<Arc<dyn ChatBackend>>> {
+        Err(Error::LlmUnavailable("no model here".into()))
+    };
+    let options = ChatOptions::new(Principal::administrator());
+
+    let result = run(
+        &ctx,
+        &NoPipelines,
+        "How do ferns reproduce?",
+        &options,
+        &open,
+        &mut |_| {},
+    )
+    .unwrap();
+
+    assert_eq!(result.backend, "extractive");
+    assert_eq!(result.notices.len(), 1, "{:?}", result.notices);
+    assert!(
+        result.notices[0].contains("is not available"),
+        "{:?}",
+        result.notices
+    );
+    assert_eq!(result.citations[0].chunk_id, chunk_ids[0]);
+    assert!(result.answer.contains("[1]"), "{}", result.answer);
+}
