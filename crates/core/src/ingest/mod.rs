@@ -6,18 +6,23 @@
 //! disk) aborts.
 
 mod backfill;
+mod batch;
 pub(crate) mod chunk;
 pub(crate) mod extract;
 mod indexer;
+mod options;
+mod outcome;
 mod progress;
+mod run;
 pub(crate) mod walk;
 mod watch;
 
 pub(crate) use backfill::backfill;
 pub use backfill::{EmbedProgress, DEFAULT_EMBED_BATCH};
 pub use chunk::{count_tokens, ChunkOptions};
-pub use indexer::IndexOptions;
-pub(crate) use indexer::{index_scope, Run, Scope};
+pub(crate) use indexer::{index_scope, Scope};
+pub use options::IndexOptions;
 pub use progress::{IndexEvent, IndexProgress};
+pub(crate) use run::Run;
 pub(crate) use watch::watch;
 pub use watch::{WatchEvent, WatchOptions, WatchRequests};
