@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
 use crate::ingest::walk::overrides;
 use crate::ingest::{
-    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, Scope,
+    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, ScanScope,
     WatchEvent, WatchOptions,
 };
 use crate::lock::WriterLock;
@@ -479,7 +479,7 @@ impl LibraryWriter<'_> {
                 &mut lib.store,
                 &mut lib.fulltext,
                 source,
-                &Scope::All,
+                &ScanScope::All,
                 options,
                 &mut run,
             )?;

@@ -21,9 +21,10 @@ use crate::fulltext::FullText;
 use crate::store::writes;
 use crate::store::{DocumentState, DocumentStatus, Source, SourceStatus, Store};
 
-/// Which part of a source to look at.
+/// Which part of a source to look at (named apart from [`crate::auth::Scope`], what a
+/// caller may read).
 #[derive(Debug, Clone)]
-pub(crate) enum Scope {
+pub(crate) enum ScanScope {
     /// The whole folder: a full scan.
     All,
     /// These paths (files or folders, existing or not) only: what the watcher saw change.
@@ -35,7 +36,7 @@ pub(crate) fn index_scope(
     store: &mut Store,
     fulltext: &mut FullText,
     source: &Source,
-    scope: &Scope,
+    scope: &ScanScope,
     options: &IndexOptions,
     run: &mut Run<'_>,
 ) -> Result<()> {
@@ -53,7 +54,7 @@ pub(crate) fn index_scope(
         return run.sync_fulltext(store, fulltext, true);
     }
     delete_gone(store, &removed, &claimed, &mut run.progress)?;
-    if matches!(scope, Scope::All) {
+    if matches!(scope, ScanScope::All) {
         store.set_source_status(source.id, SourceStatus::Ok, None)?;
     }
     run.sync_fulltext(store, fulltext, true)
@@ -74,10 +75,10 @@ fn mark_missing(store: &Store, source: &Source, run: &Run<'_>) -> Result<()> {
 }
 
 /// The folders and files of `source` that `scope` covers.
-fn scope_paths(source: &Source, scope: &Scope) -> Vec<PathBuf> {
+fn scope_paths(source: &Source, scope: &ScanScope) -> Vec<PathBuf> {
     match scope {
-        Scope::All => vec![source.root.clone()],
-        Scope::Paths(paths) => paths
+        ScanScope::All => vec![source.root.clone()],
+        ScanScope::Paths(paths) => paths
             .iter()
             .filter(|p| p.starts_with(&source.root))
             .cloned()

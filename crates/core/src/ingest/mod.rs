@@ -20,7 +20,7 @@ mod watch;
 pub(crate) use backfill::backfill;
 pub use backfill::{EmbedProgress, DEFAULT_EMBED_BATCH};
 pub use chunk::{count_tokens, ChunkOptions};
-pub(crate) use indexer::{index_scope, Scope};
+pub(crate) use indexer::{index_scope, ScanScope};
 pub use options::IndexOptions;
 pub use progress::{IndexEvent, IndexProgress};
 pub(crate) use run::Run;

@@ -2,7 +2,7 @@
 //! cannot be had.
 //!
 //! The watcher only collects changed paths; the indexer does the work ([`index_scope`] with
-//! [`Scope::Paths`]), so a watched change goes through exactly the code a full scan does. A
+//! [`ScanScope::Paths`]), so a watched change goes through exactly the code a full scan does. A
 //! rename arrives as a pair of paths and is recognised by content hash, without re-extraction.
 //!
 //! Degrading: when the OS refuses more watches (inotify's `max_user_watches`), or events were
@@ -22,7 +22,7 @@ use notify_debouncer_full::{
 };
 use serde::Serialize;
 
-use super::indexer::{index_scope, Scope};
+use super::indexer::{index_scope, ScanScope};
 use super::options::IndexOptions;
 use super::progress::IndexEvent;
 use super::run::Run;
@@ -248,7 +248,7 @@ impl<'a> Watcher<'a> {
             if !self.first_load || self.options.scan_on_start {
                 let forward = forward(self.on_event);
                 let mut run = Run::new(&forward);
-                if self.lanes.scan(&source, &Scope::All, &mut run)? {
+                if self.lanes.scan(&source, &ScanScope::All, &mut run)? {
                     run.finish();
                 }
             }
@@ -286,9 +286,9 @@ impl<'a> Watcher<'a> {
                 continue;
             }
             let scope = if rescan {
-                Scope::All
+                ScanScope::All
             } else {
-                Scope::Paths(mine)
+                ScanScope::Paths(mine)
             };
             completed &= self.lanes.scan(&w.source, &scope, &mut run)?;
             w.scanned = Some(Instant::now());
@@ -346,7 +346,7 @@ impl<'a> Watcher<'a> {
             if (back || due) && !self.stop.load(Ordering::Relaxed) {
                 let forward = forward(self.on_event);
                 let mut run = Run::new(&forward);
-                if self.lanes.scan(&w.source, &Scope::All, &mut run)? {
+                if self.lanes.scan(&w.source, &ScanScope::All, &mut run)? {
                     run.finish();
                 }
                 w.scanned = Some(Instant::now());
@@ -379,7 +379,7 @@ impl<'a> Watcher<'a> {
         for w in self.sources.values() {
             let mine = paths_under(&requested, &w.source);
             if !mine.is_empty() {
-                completed &= lanes.scan(&w.source, &Scope::Paths(mine), &mut run)?;
+                completed &= lanes.scan(&w.source, &ScanScope::Paths(mine), &mut run)?;
             }
         }
         if completed {
@@ -421,7 +421,7 @@ impl Lanes<'_> {
     /// Indexes `scope` of `source`; false when the scan did not complete: cancelled, or the
     /// source was removed meanwhile (by the app or another process). A removed source is not
     /// an error: its rows are gone, so the scan's writes fail, and the next reload drops it.
-    fn scan(&mut self, source: &Source, scope: &Scope, run: &mut Run<'_>) -> Result<bool> {
+    fn scan(&mut self, source: &Source, scope: &ScanScope, run: &mut Run<'_>) -> Result<bool> {
         let (store, fulltext, options) = (&mut *self.store, &mut *self.fulltext, self.options);
         match index_scope(store, fulltext, source, scope, options, run) {
             Ok(()) => Ok(!options.is_cancelled()),
