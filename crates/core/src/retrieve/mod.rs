@@ -227,29 +227,7 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     };
     let (trace, readiness) = (&mut results.trace, &mut results.readiness);
     let targets = vector::targets(ctx, request, &searched.collections, readiness)?;
-
-    let mut pool = Pool::default();
-    let mut snippets: Option<FulltextResults> = None;
-    for (v, query) in streams.iter().enumerate() {
-        let mut lexical = None;
-        if settings.mode.uses_lexical() {
-            let (stream, step) = lexical::stage(ctx, &searched, settings, &query.text, v)?;
-            trace.push(step);
-            lexical = Some(stream.list);
-            snippets.get_or_insert(stream.results);
-        }
-        let mut vector = None;
-        if !targets.is_empty() {
-            let (list, step) = vector::stage(ctx, &targets, settings, &query.text, v)?;
-            trace.push(step);
-            vector = Some(list);
-        }
-        let streams = VariantStreams {
-            lexical: lexical.as_deref(),
-            vector: vector.as_deref(),
-        };
-        pool.add_variant(&streams, settings.fusion, query.weight);
-    }
+    let (pool, mut snippets) = gather(ctx, &searched, &targets, &streams, settings, trace)?;
     let (mut candidates, step) = pool.fuse(settings.fusion, streams.len());
     trace.push(step);
 
@@ -274,6 +252,41 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     )?;
     results.took_us = elapsed_us(started);
     Ok(results)
+}
+
+/// The lexical and vector stages of every query variant, pooled by weight; and the first
+/// lexical stream's full-text results, to highlight snippets with.
+fn gather(
+    ctx: &SearchContext<'_>,
+    searched: &Searched<'_>,
+    targets: &[vector::VectorTarget],
+    streams: &[WeightedQuery],
+    settings: &RetrievalSettings,
+    trace: &mut Vec<StageTrace>,
+) -> Result<(Pool, Option<FulltextResults>)> {
+    let mut pool = Pool::default();
+    let mut snippets = None;
+    for (v, query) in streams.iter().enumerate() {
+        let mut lexical = None;
+        if settings.mode.uses_lexical() {
+            let (stream, step) = lexical::stage(ctx, searched, settings, &query.text, v)?;
+            trace.push(step);
+            lexical = Some(stream.list);
+            snippets.get_or_insert(stream.results);
+        }
+        let mut vector = None;
+        if !targets.is_empty() {
+            let (list, step) = vector::stage(ctx, targets, settings, &query.text, v)?;
+            trace.push(step);
+            vector = Some(list);
+        }
+        let streams = VariantStreams {
+            lexical: lexical.as_deref(),
+            vector: vector.as_deref(),
+        };
+        pool.add_variant(&streams, settings.fusion, query.weight);
+    }
+    Ok((pool, snippets))
 }
 
 /// Every variant weighs more than 0.
