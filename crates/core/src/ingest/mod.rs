@@ -4,6 +4,10 @@
 //! Per-file failures never stop a run: each is recorded on the document row with a machine
 //! reason and a message, and shown by `quarry status`. Only a library-level fault (database,
 //! disk) aborts.
+//!
+//! An indexing run (`index_scope`, in `indexer`) walks and plans on the calling thread,
+//! reads and extracts on workers (`outcome`) and commits in batches (`batch`); `run` carries
+//! its progress across sources, and `watch` feeds it the paths that changed.
 
 mod backfill;
 mod batch;

@@ -5,6 +5,9 @@
 //! or weighted normalised scores, variants added by weight) → freshness → one or more hits per
 //! document → optional cross-encoder rerank → the evidence limit. Every hit carries what each
 //! stage gave it, and the trace says what each stage did, so the pipeline tester can show it.
+//! `search` is the driver; each stage has its file: `plan` (the collections searched),
+//! `lexical`, `vector`, `fusion`, `rank` (the SQLite join, freshness, fold) and `rerank`.
+//! `vector` is also the one vector-query path `knowledge_search` takes.
 //!
 //! SQLite has the last word: a candidate whose chunk is gone (deleted since tantivy's last
 //! commit) is dropped, so a removed source vanishes from results at once.
