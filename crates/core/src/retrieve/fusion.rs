@@ -206,4 +206,30 @@ mod tests {
         assert!((freshness_factor(30.0, 30.0, 0.5) - 0.75).abs() < 1e-9);
         assert!((freshness_factor(30.0, 30.0, 0.0) - 1.0).abs() < 1e-9);
     }
+
+    #[test]
+    fn the_pool_keeps_each_chunks_best_rank_and_sums_variants() {
+        let mut pool = Pool::default();
+        let fusion = Fusion::Rrf { k: 60.0 };
+        let (lex, vec) = ([(1, 9.0), (2, 5.0)], [(2, 0.9)]);
+        let first = VariantStreams {
+            lexical: Some(&lex),
+            vector: Some(&vec),
+        };
+        pool.add_variant(&first, fusion, 1.0);
+        let second = VariantStreams {
+            lexical: Some(&[(2, 7.0)]),
+            vector: None,
+        };
+        pool.add_variant(&second, fusion, 0.5);
+        let (candidates, trace) = pool.fuse(fusion, 2);
+        assert_eq!(trace.stage, "fusion");
+        assert_eq!(trace.candidates, 2);
+        let two = &candidates[&2].scores;
+        assert_eq!((two.lexical_rank, two.lexical_score), (Some(1), Some(7.0)));
+        assert_eq!((two.vector_rank, two.similarity), (Some(1), Some(0.9)));
+        let expected = 1.0 / 62.0 + 1.0 / 61.0 + 0.5 / 61.0;
+        assert!((two.fused - expected).abs() < 1e-6);
+        assert_eq!(candidates[&2].total, two.fused);
+    }
 }

@@ -69,3 +69,60 @@ fn named<'c>(names: &[String], all: &'c [Collection]) -> Result<Vec<&'c Collecti
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Scope;
+
+    fn collection(id: i64, name: &str, language: &str) -> Collection {
+        Collection {
+            id,
+            name: name.into(),
+            sensitivity: "internal".into(),
+            language: language.into(),
+            created_at: 0,
+            embedding_model: None,
+            pending_model: None,
+        }
+    }
+
+    fn only(names: &[&str]) -> Scope {
+        Scope {
+            collections: Some(names.iter().map(|n| n.to_string()).collect()),
+            ..Scope::unrestricted()
+        }
+    }
+
+    #[test]
+    fn every_collection_unfiltered_with_each_language_once() {
+        let all = [
+            collection(1, "a", "english"),
+            collection(2, "b", "german"),
+            collection(3, "c", "english"),
+        ];
+        let searched = Searched::resolve(&SearchRequest::new("q"), &all)
+            .unwrap()
+            .unwrap();
+        assert_eq!(searched.collections.len(), 3);
+        assert!(searched.ids.is_empty(), "no filter when nothing narrows it");
+        assert_eq!(searched.languages, ["english", "german"]);
+    }
+
+    #[test]
+    fn a_scope_narrows_and_hides_what_it_does_not_allow() {
+        let all = [collection(1, "a", "english"), collection(2, "b", "english")];
+        let mut request = SearchRequest::new("q");
+        request.scope = Some(only(&["b"]));
+        let searched = Searched::resolve(&request, &all).unwrap().unwrap();
+        assert_eq!(searched.ids, [2]);
+        // Named but not readable: "not found", like a missing one.
+        request.collections = vec!["a".into()];
+        let hidden = Searched::resolve(&request, &all).err().unwrap();
+        assert!(matches!(hidden, Error::CollectionNotFound(name) if name == "a"));
+        // Nothing readable: no collections, never all of them.
+        request.collections.clear();
+        request.scope = Some(only(&[]));
+        assert!(Searched::resolve(&request, &all).unwrap().is_none());
+    }
+}
