@@ -261,3 +261,63 @@ fn partly_embedded(store: &Store, c: &Collection, model: &str) -> Result<Option<
         ),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::embed::normalized;
+    use crate::store::SignIndex;
+
+    fn ask(store: &Store, name: &str, model: &str) -> Result<Checked<CollectionHits>> {
+        let c = store
+            .collection_by_name(name)?
+            .expect("the collection exists");
+        let sign_index = |t: &VectorTable, id: i64| -> Result<SharedSignIndex> {
+            Ok(Arc::new(Mutex::new(SignIndex::build(store, t, id)?)))
+        };
+        let vectors = VectorContext {
+            store,
+            sign_index: &sign_index,
+        };
+        let query = normalized(vec![1.0; 8]);
+        query_collection(vectors, &c, model, &query, 3, 400)
+    }
+
+    fn issue(answer: Result<Checked<CollectionHits>>) -> String {
+        match answer {
+            Ok(Err(issue)) => issue.message,
+            Ok(Ok(_)) => panic!("answered"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_collection_query_says_why_it_cannot_answer_as_a_search_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let c = store
+            .create_collection("c", "internal", "english", "m")
+            .unwrap();
+        assert_eq!(
+            issue(ask(&store, "c", "m")),
+            "collection `c` has no vectors yet (run `quarry index` to embed it)"
+        );
+        assert!(matches!(
+            ask(&store, "c", "other"),
+            Err(Error::ModelMismatch { .. })
+        ));
+
+        let table = store.ensure_vector_table("m", 8).unwrap();
+        let away = normalized(vec![1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0]);
+        let rows = [(1, normalized(vec![1.0; 8])), (2, away)];
+        store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
+        let found = ask(&store, "c", "m").unwrap().unwrap();
+        assert_eq!(found.hits.iter().map(|h| h.0).collect::<Vec<_>>(), [1, 2]);
+        assert!(found.partial.is_none());
+
+        store.set_collection_model("c", None).unwrap();
+        assert!(issue(ask(&store, "c", "m")).starts_with("collection `c` has no embedding model"));
+    }
+}
