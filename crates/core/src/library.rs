@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
 use crate::ingest::walk::overrides;
 use crate::ingest::{
-    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, Scope,
+    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, ScanScope,
     WatchEvent, WatchOptions,
 };
 use crate::lock::WriterLock;
@@ -365,7 +365,7 @@ impl Library {
         self.fulltext.refresh()?;
         let embedder = |id: &str| self.embedder(id);
         let reranker = |id: &str| self.reranker(id);
-        let sign_index = |t: &VectorTable, c: i64| self.sign_index(t, c);
+        let sign_index = |t: &VectorTable, c: i64| self.sign_index(t, c).map(Some);
         retrieve::search(
             &SearchContext {
                 store: &self.store,
@@ -480,7 +480,7 @@ impl LibraryWriter<'_> {
                 &mut lib.store,
                 &mut lib.fulltext,
                 source,
-                &Scope::All,
+                &ScanScope::All,
                 options,
                 &mut run,
             )?;

@@ -2,7 +2,7 @@
 //! cannot be had.
 //!
 //! The watcher only collects changed paths; the indexer does the work ([`index_scope`] with
-//! [`Scope::Paths`]), so a watched change goes through exactly the code a full scan does. A
+//! [`ScanScope::Paths`]), so a watched change goes through exactly the code a full scan does. A
 //! rename arrives as a pair of paths and is recognised by content hash, without re-extraction.
 //!
 //! Degrading: when the OS refuses more watches (inotify's `max_user_watches`), or events were
@@ -16,12 +16,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use notify::RecursiveMode;
-use notify_debouncer_full::{new_debouncer, DebounceEventResult};
+use notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{
+    new_debouncer, DebounceEventResult, DebouncedEvent, Debouncer, RecommendedCache,
+};
 use serde::Serialize;
 
-use super::indexer::{index_scope, IndexOptions, Run, Scope};
+use super::indexer::{index_scope, ScanScope};
+use super::options::IndexOptions;
 use super::progress::IndexEvent;
+use super::run::Run;
 use crate::error::{Error, Result};
 use crate::fulltext::FullText;
 use crate::store::{Source, Store};
@@ -127,213 +131,306 @@ pub(crate) fn watch(
     on_event: &(dyn Fn(&WatchEvent) + Sync),
     stop: &AtomicBool,
 ) -> Result<()> {
-    let (tx, rx) = mpsc::channel::<DebounceEventResult>();
-    let mut debouncer = new_debouncer(options.debounce, None, move |res| {
-        let _ = tx.send(res);
-    })
-    .map_err(|e| crate::error::Error::Watch {
-        path: PathBuf::new(),
-        reason: e.to_string(),
-    })?;
-    let forward = |e: &IndexEvent| on_event(&WatchEvent::Index(e.clone()));
-    // Per source: its row, how it is watched, and when it was last scanned (`None`: a rescan
-    // is due now, e.g. after the OS reported lost events).
-    let mut sources: HashMap<i64, (Source, Mode, Option<Instant>)> = HashMap::new();
-    let mut last_source_reload: Option<Instant> = None;
-    let mut first_load = true;
-    let mut last_sync = Instant::now();
+    let lanes = Lanes {
+        store,
+        fulltext,
+        options: index_options,
+    };
+    Watcher::new(lanes, options, on_event, stop)?.run()
+}
 
-    while !stop.load(Ordering::Relaxed) {
-        // Sources added or removed by another process (or the GUI) are picked up here.
-        if last_source_reload.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
-            last_source_reload = Some(Instant::now());
-            let current = store.sources()?;
-            let ids: BTreeSet<i64> = current.iter().map(|s| s.id).collect();
-            sources.retain(|id, (source, mode, _)| {
-                let keep = ids.contains(id);
-                if !keep && *mode == Mode::Events {
-                    let _ = debouncer.unwatch(&source.root);
-                }
-                keep
-            });
-            for source in current {
-                if sources.contains_key(&source.id) || stop.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let mode = start_watching(&mut debouncer, &source, options, on_event);
-                // A new source (or a first start) gets a full scan: it catches what changed
-                // while Quarry was not running.
-                if first_load && !options.scan_on_start {
-                    sources.insert(source.id, (source, mode, Some(Instant::now())));
-                    continue;
-                }
+/// What a scan writes to, and how it indexes.
+struct Lanes<'a> {
+    store: &'a mut Store,
+    fulltext: &'a mut FullText,
+    options: &'a IndexOptions,
+}
+
+/// A watched source.
+struct Watched {
+    source: Source,
+    mode: Mode,
+    /// When it was last scanned; `None`: a rescan is due now (the OS reported lost events).
+    scanned: Option<Instant>,
+}
+
+/// The watch loop's state: the OS watch, the sources it covers, and when each periodic
+/// job last ran.
+struct Watcher<'a> {
+    lanes: Lanes<'a>,
+    options: &'a WatchOptions,
+    on_event: &'a (dyn Fn(&WatchEvent) + Sync),
+    stop: &'a AtomicBool,
+    debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
+    events: mpsc::Receiver<DebounceEventResult>,
+    sources: HashMap<i64, Watched>,
+    sources_loaded: Option<Instant>,
+    first_load: bool,
+    outbox_checked: Instant,
+}
+
+impl<'a> Watcher<'a> {
+    fn new(
+        lanes: Lanes<'a>,
+        options: &'a WatchOptions,
+        on_event: &'a (dyn Fn(&WatchEvent) + Sync),
+        stop: &'a AtomicBool,
+    ) -> Result<Self> {
+        let (tx, events) = mpsc::channel::<DebounceEventResult>();
+        let debouncer = new_debouncer(options.debounce, None, move |res| {
+            let _ = tx.send(res);
+        })
+        .map_err(|e| Error::Watch {
+            path: PathBuf::new(),
+            reason: e.to_string(),
+        })?;
+        Ok(Watcher {
+            lanes,
+            options,
+            on_event,
+            stop,
+            debouncer,
+            events,
+            sources: HashMap::new(),
+            sources_loaded: None,
+            first_load: true,
+            outbox_checked: Instant::now(),
+        })
+    }
+
+    /// One pass per tick (at most 200 ms of waiting for events) until stopped.
+    fn run(mut self) -> Result<()> {
+        while !self.stopped() {
+            self.reload_sources()?;
+            match self.events.recv_timeout(Duration::from_millis(200)) {
+                Ok(Ok(events)) => self.on_changes(&events)?,
+                Ok(Err(errors)) => self.on_errors(errors),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            self.rescan_due()?;
+            self.retry_requested()?;
+            self.apply_outbox()?;
+        }
+        Ok(())
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Every 2 s: picks up sources added or removed by another process (or the GUI). A new
+    /// source (or each at a first start) gets a full scan: it catches what changed while
+    /// Quarry was not running.
+    fn reload_sources(&mut self) -> Result<()> {
+        if self
+            .sources_loaded
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(2))
+        {
+            return Ok(());
+        }
+        self.sources_loaded = Some(Instant::now());
+        let current = self.lanes.store.sources()?;
+        let ids: BTreeSet<i64> = current.iter().map(|s| s.id).collect();
+        let debouncer = &mut self.debouncer;
+        self.sources.retain(|id, w| {
+            let keep = ids.contains(id);
+            if !keep && w.mode == Mode::Events {
+                let _ = debouncer.unwatch(&w.source.root);
+            }
+            keep
+        });
+        for source in current {
+            if self.sources.contains_key(&source.id) || self.stopped() {
+                continue;
+            }
+            let mode = start_watching(&mut self.debouncer, &source, self.options, self.on_event);
+            if !self.first_load || self.options.scan_on_start {
+                let forward = forward(self.on_event);
                 let mut run = Run::new(&forward);
-                if scan(
-                    store,
-                    fulltext,
-                    &source,
-                    &Scope::All,
-                    index_options,
-                    &mut run,
-                )? {
+                if self.lanes.scan(&source, &ScanScope::All, &mut run)? {
                     run.finish();
                 }
-                sources.insert(source.id, (source, mode, Some(Instant::now())));
             }
-            first_load = false;
-        }
-
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(Ok(events)) => {
-                let rescan = events.iter().any(|e| e.need_rescan());
-                // Reads are not changes, and our own scans read: counting them would make
-                // every scan trigger the next one.
-                let paths: BTreeSet<PathBuf> = events
-                    .iter()
-                    .filter(|e| !matches!(e.kind, notify::EventKind::Access(_)))
-                    .flat_map(|e| e.paths.iter().cloned())
-                    .collect();
-                let paths: Vec<PathBuf> = paths.into_iter().collect();
-                let mut run = Run::new(&forward);
-                let mut completed = true;
-                for (source, mode, last) in sources.values_mut() {
-                    let mine = paths_under(&paths, source);
-                    if mine.is_empty() && !rescan {
-                        continue;
-                    }
-                    let scope = if rescan {
-                        Scope::All
-                    } else {
-                        Scope::Paths(mine)
-                    };
-                    completed &= scan(store, fulltext, source, &scope, index_options, &mut run)?;
-                    *last = Some(Instant::now());
-                    if !source.root.is_dir() {
-                        *mode = Mode::Missing;
-                    }
-                }
-                if completed {
-                    run.finish();
-                }
-                if !paths.is_empty() {
-                    on_event(&WatchEvent::Changed { paths });
-                }
-            }
-            Ok(Err(errors)) => {
-                for error in errors {
-                    let reason = error.to_string();
-                    tracing::warn!(%reason, "file watcher error; rescanning");
-                    for (source, mode, last) in sources.values_mut() {
-                        if error.paths.is_empty()
-                            || error.paths.iter().any(|p| p.starts_with(&source.root))
-                        {
-                            if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) {
-                                let _ = debouncer.unwatch(&source.root);
-                                *mode = Mode::Poll;
-                                on_event(&WatchEvent::Degraded {
-                                    source_id: source.id,
-                                    reason: reason.clone(),
-                                });
-                            }
-                            // Events may have been lost: rescan on the next tick.
-                            *last = None;
-                        }
-                    }
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-
-        // Periodic work: polled sources, missing folders coming back, and outbox rows
-        // written by other processes (a source removed from the CLI while we watch).
-        for (source, mode, last) in sources.values_mut() {
-            let back = *mode == Mode::Missing && source.root.is_dir();
-            let due = match last {
-                None => *mode != Mode::Missing,
-                Some(t) => *mode == Mode::Poll && t.elapsed() >= options.rescan_interval,
-            };
-            if back {
-                *mode = start_watching(&mut debouncer, source, options, on_event);
-            }
-            if (back || due) && !stop.load(Ordering::Relaxed) {
-                let mut run = Run::new(&forward);
-                if scan(
-                    store,
-                    fulltext,
+            let scanned = Some(Instant::now());
+            self.sources.insert(
+                source.id,
+                Watched {
                     source,
-                    &Scope::All,
-                    index_options,
-                    &mut run,
-                )? {
-                    run.finish();
-                }
-                *last = Some(Instant::now());
-                if !source.root.is_dir() {
-                    *mode = Mode::Missing;
-                }
-            }
+                    mode,
+                    scanned,
+                },
+            );
         }
-        let requested = options.requests.take();
-        if !requested.is_empty() {
-            // Asked for by the user: failed files are read again even if unchanged.
-            let retry = IndexOptions {
-                retry_failed: true,
-                ..index_options.clone()
+        self.first_load = false;
+        Ok(())
+    }
+
+    /// Re-indexes the paths a burst of OS events names (every source after lost events).
+    fn on_changes(&mut self, events: &[DebouncedEvent]) -> Result<()> {
+        let rescan = events.iter().any(|e| e.need_rescan());
+        // Reads are not changes, and our own scans read: counting them would make every
+        // scan trigger the next one.
+        let paths: BTreeSet<PathBuf> = events
+            .iter()
+            .filter(|e| !matches!(e.kind, notify::EventKind::Access(_)))
+            .flat_map(|e| e.paths.iter().cloned())
+            .collect();
+        let paths: Vec<PathBuf> = paths.into_iter().collect();
+        let forward = forward(self.on_event);
+        let mut run = Run::new(&forward);
+        let mut completed = true;
+        for w in self.sources.values_mut() {
+            let mine = paths_under(&paths, &w.source);
+            if mine.is_empty() && !rescan {
+                continue;
+            }
+            let scope = if rescan {
+                ScanScope::All
+            } else {
+                ScanScope::Paths(mine)
             };
-            let mut run = Run::new(&forward);
-            let mut completed = true;
-            for (source, _, _) in sources.values() {
-                let mine = paths_under(&requested, source);
-                if !mine.is_empty() {
-                    completed &= scan(
-                        store,
-                        fulltext,
-                        source,
-                        &Scope::Paths(mine),
-                        &retry,
-                        &mut run,
-                    )?;
-                }
-            }
-            if completed {
-                run.finish();
-            } else if stop.load(Ordering::Relaxed) {
-                // Paused mid-retry: ask again after resuming (re-reading is harmless).
-                for path in requested {
-                    options.requests.push(path);
-                }
+            completed &= self.lanes.scan(&w.source, &scope, &mut run)?;
+            w.scanned = Some(Instant::now());
+            if !w.source.root.is_dir() {
+                w.mode = Mode::Missing;
             }
         }
-        if last_sync.elapsed() >= Duration::from_secs(2) {
-            last_sync = Instant::now();
-            let mut run = Run::new(&forward);
-            if store.outbox_max_seq()? > fulltext.applied_seq()? {
-                run.sync_fulltext(store, fulltext, true)?;
+        if completed {
+            run.finish();
+        }
+        if !paths.is_empty() {
+            (self.on_event)(&WatchEvent::Changed { paths });
+        }
+        Ok(())
+    }
+
+    /// Watch errors: the sources they touch are rescanned on the next tick (events may have
+    /// been lost), and fall back to polling when the OS refuses more watches.
+    fn on_errors(&mut self, errors: Vec<notify::Error>) {
+        for error in errors {
+            let reason = error.to_string();
+            tracing::warn!(%reason, "file watcher error; rescanning");
+            for w in self.sources.values_mut() {
+                let touched = error.paths.is_empty()
+                    || error.paths.iter().any(|p| p.starts_with(&w.source.root));
+                if !touched {
+                    continue;
+                }
+                if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) {
+                    let _ = self.debouncer.unwatch(&w.source.root);
+                    w.mode = Mode::Poll;
+                    (self.on_event)(&WatchEvent::Degraded {
+                        source_id: w.source.id,
+                        reason: reason.clone(),
+                    });
+                }
+                w.scanned = None;
             }
         }
     }
-    Ok(())
+
+    /// Full rescans that are due: polled sources, sources whose events were lost, and
+    /// missing folders that came back (watched again first).
+    fn rescan_due(&mut self) -> Result<()> {
+        for w in self.sources.values_mut() {
+            let back = w.mode == Mode::Missing && w.source.root.is_dir();
+            let due = match w.scanned {
+                None => w.mode != Mode::Missing,
+                Some(t) => w.mode == Mode::Poll && t.elapsed() >= self.options.rescan_interval,
+            };
+            if back {
+                w.mode =
+                    start_watching(&mut self.debouncer, &w.source, self.options, self.on_event);
+            }
+            if (back || due) && !self.stop.load(Ordering::Relaxed) {
+                let forward = forward(self.on_event);
+                let mut run = Run::new(&forward);
+                if self.lanes.scan(&w.source, &ScanScope::All, &mut run)? {
+                    run.finish();
+                }
+                w.scanned = Some(Instant::now());
+                if !w.source.root.is_dir() {
+                    w.mode = Mode::Missing;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths the user asked to re-read: failed files are read again even if unchanged.
+    fn retry_requested(&mut self) -> Result<()> {
+        let requested = self.options.requests.take();
+        if requested.is_empty() {
+            return Ok(());
+        }
+        let retry = IndexOptions {
+            retry_failed: true,
+            ..self.lanes.options.clone()
+        };
+        let mut lanes = Lanes {
+            store: &mut *self.lanes.store,
+            fulltext: &mut *self.lanes.fulltext,
+            options: &retry,
+        };
+        let forward = forward(self.on_event);
+        let mut run = Run::new(&forward);
+        let mut completed = true;
+        for w in self.sources.values() {
+            let mine = paths_under(&requested, &w.source);
+            if !mine.is_empty() {
+                completed &= lanes.scan(&w.source, &ScanScope::Paths(mine), &mut run)?;
+            }
+        }
+        if completed {
+            run.finish();
+        } else if self.stopped() {
+            // Paused mid-retry: ask again after resuming (re-reading is harmless).
+            for path in requested {
+                self.options.requests.push(path);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every 2 s: applies outbox rows written by other processes (a source removed from the
+    /// CLI while we watch) to the full-text index.
+    fn apply_outbox(&mut self) -> Result<()> {
+        if self.outbox_checked.elapsed() < Duration::from_secs(2) {
+            return Ok(());
+        }
+        self.outbox_checked = Instant::now();
+        let forward = forward(self.on_event);
+        let mut run = Run::new(&forward);
+        let Lanes {
+            store, fulltext, ..
+        } = &mut self.lanes;
+        if store.outbox_max_seq()? > fulltext.applied_seq()? {
+            run.sync_fulltext(store, fulltext, true)?;
+        }
+        Ok(())
+    }
 }
 
-/// Indexes `scope` of `source`; false when the scan did not complete: cancelled, or the
-/// source was removed meanwhile (by the app or another process). A removed source is not an
-/// error: its rows are gone, so the scan's writes fail, and the next reload drops it.
-fn scan(
-    store: &mut Store,
-    fulltext: &mut FullText,
-    source: &Source,
-    scope: &Scope,
-    options: &IndexOptions,
-    run: &mut Run<'_>,
-) -> Result<bool> {
-    match index_scope(store, fulltext, source, scope, options, run) {
-        Ok(()) => Ok(!options.is_cancelled()),
-        Err(e) if matches!(store.source(source.id), Err(Error::SourceNotFound(_))) => {
-            tracing::info!(source = source.id, error = %e, "source removed during its scan");
-            Ok(false)
+/// Index events, passed on as watch events.
+fn forward<'e>(on_event: &'e (dyn Fn(&WatchEvent) + Sync)) -> impl Fn(&IndexEvent) + Sync + 'e {
+    move |e: &IndexEvent| on_event(&WatchEvent::Index(e.clone()))
+}
+
+impl Lanes<'_> {
+    /// Indexes `scope` of `source`; false when the scan did not complete: cancelled, or the
+    /// source was removed meanwhile (by the app or another process). A removed source is not
+    /// an error: its rows are gone, so the scan's writes fail, and the next reload drops it.
+    fn scan(&mut self, source: &Source, scope: &ScanScope, run: &mut Run<'_>) -> Result<bool> {
+        let (store, fulltext, options) = (&mut *self.store, &mut *self.fulltext, self.options);
+        match index_scope(store, fulltext, source, scope, options, run) {
+            Ok(()) => Ok(!options.is_cancelled()),
+            Err(e) if matches!(store.source(source.id), Err(Error::SourceNotFound(_))) => {
+                tracing::info!(source = source.id, error = %e, "source removed during its scan");
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
     }
 }
 

@@ -25,8 +25,8 @@ use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceSession, LedgerEntry};
 use crate::llm::ToolSpec;
-use crate::retrieve::RetrievalSettings;
-use crate::store::{Collection, Store};
+use crate::retrieve::{query_collection, RetrievalSettings, VectorContext};
+use crate::store::{Collection, Store, VectorTable};
 
 /// The allow-list entry that stands for every collection (a Quarry departure; see the module doc).
 pub const ALL_NAMESPACES: &str = "*";
@@ -664,55 +664,24 @@ fn nearest_in_namespace(
 ) -> std::result::Result<NamespaceAnswer, String> {
     let collection =
         collection.ok_or_else(|| Error::CollectionNotFound(name.to_string()).to_string())?;
-    let Some(embedded_with) = collection.embedding_model.as_deref() else {
-        return Err(format!(
-            "collection `{name}` has no embedding model (`quarry models use <model> -c {name}`)"
-        ));
+    let sign_index = |t: &VectorTable, c: i64| ctx.retrieval.sign_index(t, c);
+    let vectors = VectorContext {
+        store: ctx.store,
+        sign_index: &sign_index,
     };
-    // The manual: the model used to ingest must match the model used to query.
-    if embedded_with != model {
-        return Err(Error::ModelMismatch {
-            collection: name.to_string(),
-            embedded_with: embedded_with.to_string(),
-            requested: model.to_string(),
-        }
-        .to_string());
-    }
-    let store = ctx.store;
-    let table = store
-        .vector_table(model)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!("collection `{name}` has no vectors yet (run `quarry index` to embed it)")
-        })?;
     // The same approximate pass as search (sign bits, then exact rescoring), so a large
     // collection answers as fast here as in the search box.
     let breadth = RetrievalSettings::default().ann_breadth;
-    let index = ctx
-        .retrieval
-        .sign_index(&table, collection.id)
-        .map_err(|e| e.to_string())?;
-    let mut guard = index
-        .as_ref()
-        .map(|i| i.lock().unwrap_or_else(|e| e.into_inner()));
-    let hits = store
-        .nearest_chunks(
-            &table,
-            collection.id,
-            vector,
-            k,
-            breadth,
-            guard.as_deref_mut(),
-        )
-        .map_err(|e| e.to_string())?;
-    drop(guard);
-    let note = match store.pending_chunks(collection.id, model, 1) {
-        Ok(p) if !p.is_empty() && collection.pending_model.is_none() => Some(format!(
-            "namespace `{name}`: still being embedded; results cover only the chunks embedded so far"
-        )),
-        _ => None,
-    };
-    Ok(NamespaceAnswer { hits, note })
+    match query_collection(vectors, collection, model, vector, k, breadth) {
+        Ok(Ok(found)) => Ok(NamespaceAnswer {
+            hits: found.hits,
+            note: found
+                .partial
+                .map(|issue| format!("namespace `{name}`: {}", issue.message)),
+        }),
+        Ok(Err(issue)) => Err(issue.message),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// What one namespace's vector query found.

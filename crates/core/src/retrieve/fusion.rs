@@ -1,8 +1,84 @@
-//! Fusion of ranked candidate lists into one score per chunk. Pure functions, tested alone.
+//! Fusion of ranked candidate lists into one score per chunk, and the fusion stage that
+//! gathers every variant's candidates. Pure functions, tested alone.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use super::settings::Fusion;
+use super::{elapsed_us, StageScores, StageTrace};
+
+/// A chunk some stream found, with what each stage gave it.
+#[derive(Default)]
+pub(super) struct Candidate {
+    pub scores: StageScores,
+    /// The score it is ranked by: fused, then times freshness.
+    pub total: f32,
+}
+
+/// Every query variant's candidates so far, and their fused scores summed by variant weight.
+#[derive(Default)]
+pub(super) struct Pool {
+    candidates: HashMap<i64, Candidate>,
+    total: HashMap<i64, f32>,
+}
+
+impl Pool {
+    /// Adds one variant: each chunk keeps its best rank and score per stream, and the
+    /// variant's fused scores are added at `weight`.
+    pub(super) fn add_variant(
+        &mut self,
+        streams: &VariantStreams<'_>,
+        fusion: Fusion,
+        weight: f32,
+    ) {
+        for (rank, &(id, s)) in streams.lexical.into_iter().flatten().enumerate() {
+            let c = self.candidates.entry(id).or_default();
+            if c.scores.lexical_rank.is_none_or(|r| rank + 1 < r) {
+                c.scores.lexical_rank = Some(rank + 1);
+            }
+            c.scores.lexical_score = Some(c.scores.lexical_score.map_or(s, |x| x.max(s)));
+        }
+        for (rank, &(id, s)) in streams.vector.into_iter().flatten().enumerate() {
+            let c = self.candidates.entry(id).or_default();
+            if c.scores.vector_rank.is_none_or(|r| rank + 1 < r) {
+                c.scores.vector_rank = Some(rank + 1);
+            }
+            c.scores.similarity = Some(c.scores.similarity.map_or(s, |x| x.max(s)));
+        }
+        accumulate(&mut self.total, fuse_variant(streams, fusion), weight);
+    }
+
+    /// Stage `fusion`: every candidate gets its fused score over the `variants` added.
+    pub(super) fn fuse(
+        self,
+        fusion: Fusion,
+        variants: usize,
+    ) -> (HashMap<i64, Candidate>, StageTrace) {
+        let t = Instant::now();
+        let mut candidates = self.candidates;
+        for (id, s) in &self.total {
+            if let Some(c) = candidates.get_mut(id) {
+                c.scores.fused = *s;
+                c.total = *s;
+            }
+        }
+        let detail = match fusion {
+            Fusion::Rrf { k } => format!("reciprocal rank fusion, k = {k}; {variants} variant(s)"),
+            Fusion::Weighted { lexical_weight } => format!(
+                "weighted min-max scores, lexical {lexical_weight} / vector {}; {variants} variant(s)",
+                1.0 - lexical_weight,
+            ),
+        };
+        let trace = StageTrace {
+            stage: "fusion",
+            variant: None,
+            candidates: candidates.len(),
+            took_us: elapsed_us(t),
+            detail,
+        };
+        (candidates, trace)
+    }
+}
 
 /// Scores of one query variant's streams, best first: `(chunk id, score)`.
 pub(crate) struct VariantStreams<'a> {
@@ -129,5 +205,31 @@ mod tests {
         assert!((freshness_factor(0.0, 30.0, 0.5) - 1.0).abs() < 1e-9);
         assert!((freshness_factor(30.0, 30.0, 0.5) - 0.75).abs() < 1e-9);
         assert!((freshness_factor(30.0, 30.0, 0.0) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_pool_keeps_each_chunks_best_rank_and_sums_variants() {
+        let mut pool = Pool::default();
+        let fusion = Fusion::Rrf { k: 60.0 };
+        let (lex, vec) = ([(1, 9.0), (2, 5.0)], [(2, 0.9)]);
+        let first = VariantStreams {
+            lexical: Some(&lex),
+            vector: Some(&vec),
+        };
+        pool.add_variant(&first, fusion, 1.0);
+        let second = VariantStreams {
+            lexical: Some(&[(2, 7.0)]),
+            vector: None,
+        };
+        pool.add_variant(&second, fusion, 0.5);
+        let (candidates, trace) = pool.fuse(fusion, 2);
+        assert_eq!(trace.stage, "fusion");
+        assert_eq!(trace.candidates, 2);
+        let two = &candidates[&2].scores;
+        assert_eq!((two.lexical_rank, two.lexical_score), (Some(1), Some(7.0)));
+        assert_eq!((two.vector_rank, two.similarity), (Some(1), Some(0.9)));
+        let expected = 1.0 / 62.0 + 1.0 / 61.0 + 0.5 / 61.0;
+        assert!((two.fused - expected).abs() < 1e-6);
+        assert_eq!(candidates[&2].total, two.fused);
     }
 }

@@ -5,12 +5,20 @@
 //! or weighted normalised scores, variants added by weight) → freshness → one or more hits per
 //! document → optional cross-encoder rerank → the evidence limit. Every hit carries what each
 //! stage gave it, and the trace says what each stage did, so the pipeline tester can show it.
+//! `search` is the driver; each stage has its file: `plan` (the collections searched),
+//! `lexical`, `vector`, `fusion`, `rank` (the SQLite join, freshness, fold) and `rerank`.
+//! `vector` is also the one vector-query path `knowledge_search` takes.
 //!
 //! SQLite has the last word: a candidate whose chunk is gone (deleted since tantivy's last
 //! commit) is dropped, so a removed source vanishes from results at once.
 
 mod fusion;
+mod lexical;
+mod plan;
+mod rank;
+mod rerank;
 mod settings;
+mod vector;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,10 +29,13 @@ use serde::Serialize;
 
 use crate::embed::{Embedder, Reranker};
 use crate::error::{Error, Result};
-use crate::fulltext::{FullText, FulltextQuery, Snippet};
+use crate::fulltext::{FullText, FulltextResults, Snippet};
 use crate::store::{ChunkLocation, ChunkRecord, Collection, SharedSignIndex, Store, VectorTable};
-use fusion::{accumulate, freshness_factor, fuse_variant, VariantStreams};
+use fusion::{Pool, VariantStreams};
+use plan::Searched;
+use rank::Ranked;
 pub use settings::{Freshness, Fusion, RerankSettings, RetrievalSettings, SearchMode};
+pub(crate) use vector::{query_collection, VectorContext};
 
 /// One query stream with its weight (the query tools produce several).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -188,24 +199,107 @@ pub(crate) struct SearchContext<'a> {
     pub embedder: &'a dyn Fn(&str) -> Result<Arc<Embedder>>,
     pub reranker: &'a dyn Fn(&str) -> Result<Arc<Reranker>>,
     /// The in-memory sign bits of a collection's vectors, built or refreshed.
-    pub sign_index: &'a dyn Fn(&VectorTable, i64) -> Result<SharedSignIndex>,
+    pub sign_index: &'a dyn Fn(&VectorTable, i64) -> Result<Option<SharedSignIndex>>,
 }
 
-#[derive(Default)]
-struct Candidate {
-    scores: StageScores,
-    total: f32,
+impl SearchContext<'_> {
+    fn vectors(&self) -> VectorContext<'_> {
+        VectorContext {
+            store: self.store,
+            sign_index: self.sign_index,
+        }
+    }
 }
 
-fn us(since: Instant) -> u64 {
+fn elapsed_us(since: Instant) -> u64 {
     since.elapsed().as_micros() as u64
 }
 
+/// Runs the stages in order (see the module doc), each adding its step to the trace.
 pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result<SearchResults> {
     let started = Instant::now();
     let settings = &request.settings;
     settings.validate()?;
     let streams = request.streams();
+    check_weights(&streams)?;
+    let all = ctx.store.collections()?;
+    let mut results = SearchResults {
+        hits: Vec::new(),
+        took_us: 0,
+        mode: settings.mode,
+        trace: Vec::new(),
+        readiness: Vec::new(),
+    };
+    let Some(searched) = Searched::resolve(request, &all)? else {
+        results.took_us = elapsed_us(started);
+        return Ok(results);
+    };
+    let (trace, readiness) = (&mut results.trace, &mut results.readiness);
+    let targets = vector::targets(ctx, request, &searched.collections, readiness)?;
+    let (pool, mut snippets) = gather(ctx, &searched, &targets, &streams, settings, trace)?;
+    let (mut candidates, step) = pool.fuse(settings.fusion, streams.len());
+    trace.push(step);
+
+    let chunks = rank::join_chunks(ctx.store, &mut candidates)?;
+    if let Some(f) = &settings.freshness {
+        trace.push(rank::freshness(&mut candidates, &chunks, f));
+    }
+    let mut ranked = rank::ranked(candidates);
+    trace.push(rank::fold(&mut ranked, &chunks, settings.max_per_document));
+    if let Some(rerank) = &settings.rerank {
+        let (step, issue) = rerank::stage(ctx, &mut ranked, &chunks, &request.query, rerank)?;
+        trace.push(step);
+        readiness.extend(issue);
+    }
+    ranked.truncate(settings.limit);
+    results.hits = hits(
+        ranked,
+        &chunks,
+        &all,
+        snippets.as_mut(),
+        request.snippet_chars,
+    )?;
+    results.took_us = elapsed_us(started);
+    Ok(results)
+}
+
+/// The lexical and vector stages of every query variant, pooled by weight; and the first
+/// lexical stream's full-text results, to highlight snippets with.
+fn gather(
+    ctx: &SearchContext<'_>,
+    searched: &Searched<'_>,
+    targets: &[vector::VectorTarget],
+    streams: &[WeightedQuery],
+    settings: &RetrievalSettings,
+    trace: &mut Vec<StageTrace>,
+) -> Result<(Pool, Option<FulltextResults>)> {
+    let mut pool = Pool::default();
+    let mut snippets = None;
+    for (v, query) in streams.iter().enumerate() {
+        let mut lexical = None;
+        if settings.mode.uses_lexical() {
+            let (stream, step) = lexical::stage(ctx, searched, settings, &query.text, v)?;
+            trace.push(step);
+            lexical = Some(stream.list);
+            snippets.get_or_insert(stream.results);
+        }
+        let mut vector = None;
+        if !targets.is_empty() {
+            let (list, step) = vector::stage(ctx, targets, settings, &query.text, v)?;
+            trace.push(step);
+            vector = Some(list);
+        }
+        let streams = VariantStreams {
+            lexical: lexical.as_deref(),
+            vector: vector.as_deref(),
+        };
+        pool.add_variant(&streams, settings.fusion, query.weight);
+    }
+    Ok((pool, snippets))
+}
+
+/// Every variant weighs more than 0.
+fn check_weights(streams: &[WeightedQuery]) -> Result<()> {
     for (i, q) in streams.iter().enumerate() {
         if !(q.weight.is_finite() && q.weight > 0.0) {
             return Err(Error::InvalidSetting {
@@ -214,320 +308,18 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
             });
         }
     }
-    let all = ctx.store.collections()?;
-    let wanted: Vec<&Collection> = if request.collections.is_empty() {
-        all.iter().collect()
-    } else {
-        request
-            .collections
-            .iter()
-            .map(|name| {
-                all.iter()
-                    .find(|c| &c.name == name)
-                    .ok_or_else(|| Error::CollectionNotFound(name.clone()))
-            })
-            .collect::<Result<_>>()?
-    };
-    let mut wanted = wanted;
-    if let Some(scope) = &request.scope {
-        // A named collection the caller may not read is "not found", like a missing one, so
-        // the answer does not tell which exist.
-        if let Some(hidden) = wanted
-            .iter()
-            .find(|c| !request.collections.is_empty() && !scope.allows(c))
-        {
-            return Err(Error::CollectionNotFound(hidden.name.clone()));
-        }
-        wanted.retain(|c| scope.allows(c));
-        if wanted.is_empty() {
-            // Nothing the caller may read: an empty answer, never "all collections".
-            return Ok(SearchResults {
-                hits: Vec::new(),
-                took_us: us(started),
-                mode: settings.mode,
-                trace: Vec::new(),
-                readiness: Vec::new(),
-            });
-        }
-    }
-    let collection_ids: Vec<i64> = if request.collections.is_empty() && request.scope.is_none() {
-        Vec::new()
-    } else {
-        wanted.iter().map(|c| c.id).collect()
-    };
-    let mut languages: Vec<String> = Vec::new();
-    for c in &wanted {
-        if !languages.contains(&c.language) {
-            languages.push(c.language.clone());
-        }
-    }
-    let mut trace = Vec::new();
-    let mut readiness = Vec::new();
+    Ok(())
+}
 
-    // Vector side: which collections can answer, with which model.
-    let mut vector_targets = Vec::new();
-    if settings.mode.uses_vector() {
-        vector_targets = vector_targets_for(ctx, request, &wanted, &mut readiness)?;
-        if settings.mode == SearchMode::Vector && vector_targets.is_empty() && !wanted.is_empty() {
-            // Nothing can answer a vector-only search: say why instead of returning nothing.
-            if let Some(issue) = readiness.first() {
-                return Err(Error::InvalidSetting {
-                    field: "mode".into(),
-                    reason: format!("vector search is not possible here: {}", issue.message),
-                });
-            }
-        }
-    }
-
-    let mut candidates: HashMap<i64, Candidate> = HashMap::new();
-    let mut total: HashMap<i64, f32> = HashMap::new();
-    let mut snippet_source = None;
-    for (v, query) in streams.iter().enumerate() {
-        let lexical = if settings.mode.uses_lexical() {
-            let t = Instant::now();
-            let results = ctx.fulltext.search(&FulltextQuery {
-                text: &query.text,
-                languages: &languages,
-                collection_ids: &collection_ids,
-                limit: settings.lexical_candidates,
-            })?;
-            let before = results.hits.len();
-            let list: Vec<(i64, f32)> = results
-                .hits
-                .iter()
-                .filter(|h| h.score >= settings.min_lexical_score)
-                .map(|h| (h.chunk_id, h.score))
-                .collect();
-            trace.push(StageTrace {
-                stage: "lexical",
-                variant: Some(v),
-                candidates: list.len(),
-                took_us: us(t),
-                detail: format!(
-                    "BM25 over {} collection(s); {} below min_lexical_score dropped",
-                    wanted.len(),
-                    before - list.len()
-                ),
-            });
-            if snippet_source.is_none() {
-                snippet_source = Some(results);
-            }
-            Some(list)
-        } else {
-            None
-        };
-        let vector = if settings.mode.uses_vector() && !vector_targets.is_empty() {
-            let t = Instant::now();
-            let mut list: Vec<(i64, f32)> = Vec::new();
-            let mut models = Vec::new();
-            for target in &vector_targets {
-                let q = target.embedder.embed_query(&query.text)?;
-                let index = if settings.ann_breadth > 0 {
-                    Some((ctx.sign_index)(&target.table, target.collection_id)?)
-                } else {
-                    None
-                };
-                let mut guard = index
-                    .as_ref()
-                    .map(|i| i.lock().unwrap_or_else(|e| e.into_inner()));
-                list.extend(ctx.store.nearest_chunks(
-                    &target.table,
-                    target.collection_id,
-                    &q,
-                    settings.vector_candidates,
-                    settings.ann_breadth,
-                    guard.as_deref_mut(),
-                )?);
-                if !models.contains(&target.embedder.id()) {
-                    models.push(target.embedder.id());
-                }
-            }
-            list.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            list.truncate(settings.vector_candidates);
-            let before = list.len();
-            list.retain(|x| x.1 >= settings.min_similarity);
-            trace.push(StageTrace {
-                stage: "vector",
-                variant: Some(v),
-                candidates: list.len(),
-                took_us: us(t),
-                detail: format!(
-                    "cosine KNN with {} ({}); {} below min_similarity dropped",
-                    models.join(", "),
-                    if settings.ann_breadth == 0 {
-                        "exact scan".to_string()
-                    } else {
-                        format!(
-                            "in-memory sign-bit pass, {} rescored exactly",
-                            settings.ann_breadth
-                        )
-                    },
-                    before - list.len()
-                ),
-            });
-            Some(list)
-        } else {
-            None
-        };
-        for (rank, &(id, s)) in lexical.iter().flatten().enumerate() {
-            let c = candidates.entry(id).or_default();
-            if c.scores.lexical_rank.is_none_or(|r| rank + 1 < r) {
-                c.scores.lexical_rank = Some(rank + 1);
-            }
-            c.scores.lexical_score = Some(c.scores.lexical_score.map_or(s, |x| x.max(s)));
-        }
-        for (rank, &(id, s)) in vector.iter().flatten().enumerate() {
-            let c = candidates.entry(id).or_default();
-            if c.scores.vector_rank.is_none_or(|r| rank + 1 < r) {
-                c.scores.vector_rank = Some(rank + 1);
-            }
-            c.scores.similarity = Some(c.scores.similarity.map_or(s, |x| x.max(s)));
-        }
-        let fused = fuse_variant(
-            &VariantStreams {
-                lexical: lexical.as_deref(),
-                vector: vector.as_deref(),
-            },
-            settings.fusion,
-        );
-        accumulate(&mut total, fused, query.weight);
-    }
-    let t = Instant::now();
-    for (id, s) in &total {
-        if let Some(c) = candidates.get_mut(id) {
-            c.scores.fused = *s;
-            c.total = *s;
-        }
-    }
-    trace.push(StageTrace {
-        stage: "fusion",
-        variant: None,
-        candidates: candidates.len(),
-        took_us: us(t),
-        detail: match settings.fusion {
-            Fusion::Rrf { k } => format!(
-                "reciprocal rank fusion, k = {k}; {} variant(s)",
-                streams.len()
-            ),
-            Fusion::Weighted { lexical_weight } => format!(
-                "weighted min-max scores, lexical {lexical_weight} / vector {}; {} variant(s)",
-                1.0 - lexical_weight,
-                streams.len()
-            ),
-        },
-    });
-
-    // Join with SQLite: drops chunks deleted since the full-text commit.
-    let ids: Vec<i64> = candidates.keys().copied().collect();
-    let chunks: HashMap<i64, ChunkRecord> = ctx
-        .store
-        .chunks_by_id(&ids)?
-        .into_iter()
-        .map(|c| (c.id, c))
-        .collect();
-    candidates.retain(|id, _| chunks.contains_key(id));
-
-    if let Some(f) = &settings.freshness {
-        let t = Instant::now();
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as f64)
-            .unwrap_or(0.0);
-        for (id, c) in candidates.iter_mut() {
-            let age_days = chunks[id]
-                .mtime_ns
-                .map(|m| (now_ns - m as f64) / 86_400e9)
-                .unwrap_or(0.0);
-            let factor = freshness_factor(age_days, f.half_life_days, f.weight) as f32;
-            c.scores.freshness = Some(factor);
-            c.total *= factor;
-        }
-        trace.push(StageTrace {
-            stage: "freshness",
-            variant: None,
-            candidates: candidates.len(),
-            took_us: us(t),
-            detail: format!("half-life {} days, weight {}", f.half_life_days, f.weight),
-        });
-    }
-
-    let mut ranked: Vec<(i64, Candidate)> = candidates.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.cmp(&b.0)));
-    let t = Instant::now();
-    let before_fold = ranked.len();
-    if settings.max_per_document > 0 {
-        let mut per_document: HashMap<i64, usize> = HashMap::new();
-        ranked.retain(|(id, _)| {
-            let seen = per_document.entry(chunks[id].document_id).or_default();
-            *seen += 1;
-            *seen <= settings.max_per_document
-        });
-    }
-    trace.push(StageTrace {
-        stage: "fold",
-        variant: None,
-        candidates: ranked.len(),
-        took_us: us(t),
-        detail: format!(
-            "at most {} per document; {} folded",
-            settings.max_per_document,
-            before_fold - ranked.len()
-        ),
-    });
-
-    if let Some(rerank) = &settings.rerank {
-        let t = Instant::now();
-        match (ctx.reranker)(&rerank.model) {
-            Ok(reranker) => {
-                ranked.truncate(rerank.candidates);
-                let passages: Vec<&str> = ranked
-                    .iter()
-                    .map(|(id, _)| chunks[id].text.as_str())
-                    .collect();
-                let scores = reranker.score(&request.query, &passages)?;
-                for ((_, c), s) in ranked.iter_mut().zip(&scores) {
-                    c.scores.rerank = Some(*s);
-                }
-                let before = ranked.len();
-                if let Some(min) = rerank.min_score {
-                    ranked.retain(|(_, c)| c.scores.rerank.unwrap_or(f32::NEG_INFINITY) >= min);
-                }
-                ranked.sort_by(|a, b| {
-                    let (x, y) = (
-                        a.1.scores.rerank.unwrap_or(f32::NEG_INFINITY),
-                        b.1.scores.rerank.unwrap_or(f32::NEG_INFINITY),
-                    );
-                    y.total_cmp(&x).then(a.0.cmp(&b.0))
-                });
-                trace.push(StageTrace {
-                    stage: "rerank",
-                    variant: None,
-                    candidates: ranked.len(),
-                    took_us: us(t),
-                    detail: format!(
-                        "cross-encoder {} over {before} candidate(s); {} below min_score dropped",
-                        reranker.id(),
-                        before - ranked.len()
-                    ),
-                });
-            }
-            Err(e) => {
-                readiness.push(ReadinessIssue {
-                    component: "reranker",
-                    message: e.to_string(),
-                });
-                trace.push(StageTrace {
-                    stage: "rerank",
-                    variant: None,
-                    candidates: ranked.len(),
-                    took_us: us(t),
-                    detail: format!("NOT APPLIED: {e}"),
-                });
-            }
-        }
-    }
-
-    ranked.truncate(settings.limit);
+/// The ranked candidates as hits, each with its snippet: highlighted by the first lexical
+/// stream's query when there was one, else the chunk's opening.
+fn hits(
+    ranked: Ranked,
+    chunks: &HashMap<i64, ChunkRecord>,
+    all: &[Collection],
+    mut snippets: Option<&mut FulltextResults>,
+    snippet_chars: usize,
+) -> Result<Vec<Hit>> {
     let language_of: HashMap<&str, &str> = all
         .iter()
         .map(|c| (c.name.as_str(), c.language.as_str()))
@@ -539,9 +331,9 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
             .get(chunk.collection.as_str())
             .copied()
             .unwrap_or("english");
-        let snippet = match snippet_source.as_mut() {
-            Some(results) => results.snippet(language, &chunk.text, request.snippet_chars)?,
-            None => Snippet::plain(&chunk.text, request.snippet_chars),
+        let snippet = match snippets.as_deref_mut() {
+            Some(results) => results.snippet(language, &chunk.text, snippet_chars)?,
+            None => Snippet::plain(&chunk.text, snippet_chars),
         };
         hits.push(Hit {
             rank: hits.len() + 1,
@@ -558,88 +350,5 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
             mtime_ns: chunk.mtime_ns,
         });
     }
-    Ok(SearchResults {
-        hits,
-        took_us: us(started),
-        mode: settings.mode,
-        trace,
-        readiness,
-    })
-}
-
-struct VectorTarget {
-    collection_id: i64,
-    table: VectorTable,
-    embedder: Arc<Embedder>,
-}
-
-/// The collections a vector stream can search, each with its model and table. Missing models
-/// and partial vectors become readiness issues; asking for a model other than a collection's
-/// is an error (the plugin manual's rule).
-fn vector_targets_for(
-    ctx: &SearchContext<'_>,
-    request: &SearchRequest,
-    wanted: &[&Collection],
-    readiness: &mut Vec<ReadinessIssue>,
-) -> Result<Vec<VectorTarget>> {
-    let mut targets = Vec::new();
-    for c in wanted {
-        let Some(model) = c.embedding_model.as_deref() else {
-            readiness.push(ReadinessIssue {
-                component: "embedding_model",
-                message: format!(
-                    "collection `{}` has no embedding model (`quarry models use <model> -c {}`)",
-                    c.name, c.name
-                ),
-            });
-            continue;
-        };
-        if let Some(requested) = &request.embedding_model {
-            if requested != model {
-                return Err(Error::ModelMismatch {
-                    collection: c.name.clone(),
-                    embedded_with: model.to_string(),
-                    requested: requested.clone(),
-                });
-            }
-        }
-        // The model first: a missing or corrupt model is the more useful thing to report.
-        let embedder = match (ctx.embedder)(model) {
-            Ok(e) => e,
-            // A vector-only search cannot do without it: the model's own error says what to run.
-            Err(e) if request.settings.mode == SearchMode::Vector => return Err(e),
-            Err(e) => {
-                readiness.push(ReadinessIssue {
-                    component: "embedding_model",
-                    message: e.to_string(),
-                });
-                continue;
-            }
-        };
-        let Some(table) = ctx.store.vector_table(model)? else {
-            readiness.push(ReadinessIssue {
-                component: "vectors_incomplete",
-                message: format!(
-                    "collection `{}` has no vectors yet (run `quarry index` to embed it)",
-                    c.name
-                ),
-            });
-            continue;
-        };
-        if c.pending_model.is_none() && !ctx.store.pending_chunks(c.id, model, 1)?.is_empty() {
-            readiness.push(ReadinessIssue {
-                component: "vectors_incomplete",
-                message: format!(
-                    "collection `{}` is still being embedded; vector results cover only the chunks embedded so far",
-                    c.name
-                ),
-            });
-        }
-        targets.push(VectorTarget {
-            collection_id: c.id,
-            table,
-            embedder,
-        });
-    }
-    Ok(targets)
+    Ok(hits)
 }

@@ -1,5 +1,7 @@
 //! An in-memory copy of a collection's sign bits (one bit per dimension: 48 bytes for a
-//! 384-dimension vector), scanned with popcount for the approximate pass of a KNN search.
+//! 384-dimension vector), scanned with popcount for the approximate pass of a KNN search,
+//! and that search ([`Store::nearest_chunks`]). It builds on the vector tables' primitives;
+//! `vectors` knows nothing of it.
 //!
 //! vec0 scans its own bit column too, but pays per-chunk overhead that dominates at a million
 //! vectors (about 400 ms); this scan is a tight loop over one array. The floats stay in vec0:
@@ -66,6 +68,41 @@ fn hamming_scan(bits: &[u64], query: &[u64], out: &mut [u16]) {
         return;
     }
     scan_into(bits, query, out)
+}
+
+impl Store {
+    /// The `k` nearest chunks of one collection by cosine similarity, best first.
+    ///
+    /// `breadth` 0 scans every float vector (exact). Otherwise `max(breadth, k)` candidates
+    /// nearest by Hamming distance of the sign bits are rescored exactly: taken from `index`
+    /// (the in-memory copy) when given, else from vec0's own bit column.
+    pub fn nearest_chunks(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+        query: &[f32],
+        k: usize,
+        breadth: usize,
+        index: Option<&mut SignIndex>,
+    ) -> Result<Vec<(i64, f32)>> {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let coarse_k = breadth.max(k);
+        let small = index.as_ref().is_some_and(|i| i.len() <= coarse_k);
+        if breadth == 0 || !table.has_bits() || small {
+            return self.exact_nearest(table, collection_id, query, k);
+        }
+        let candidates = match &index {
+            Some(index) => index.candidates(&self.sign_bits(query)?, coarse_k),
+            None => self.sign_bit_nearest(table, collection_id, query, coarse_k)?,
+        };
+        let (scored, gone) = self.rescore(table, query, candidates, k)?;
+        if let Some(index) = index {
+            index.note_stale(gone);
+        }
+        Ok(scored)
+    }
 }
 
 impl SignIndex {
@@ -305,5 +342,94 @@ mod tests {
             assert_eq!(f, s);
             assert_eq!(fast.len(), if c == a.id { 149 } else { 20 });
         }
+    }
+
+    fn unit(seed: u64, dim: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        let v: Vec<f32> = (0..dim)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect();
+        crate::embed::normalized(v)
+    }
+
+    #[test]
+    fn exact_and_sign_bit_search_agree_and_deleted_chunks_lose_their_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let c = store
+            .create_collection("c", "internal", "english", "test-model")
+            .unwrap();
+        let table = store.ensure_vector_table("m", 64).unwrap();
+        assert_eq!(
+            store.ensure_vector_table("m", 64).unwrap().table,
+            table.table
+        );
+        assert_eq!(
+            store.ensure_vector_table("m", 32).unwrap_err().code(),
+            "invalid_model"
+        );
+        let rows: Vec<(i64, Vec<f32>)> = (1..=300).map(|i| (i, unit(i as u64, 64))).collect();
+        store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
+        let query = unit(77, 64);
+        let exact = store
+            .nearest_chunks(&table, c.id, &query, 5, 0, None)
+            .unwrap();
+        assert_eq!(exact[0].0, 77);
+        assert!((exact[0].1 - 1.0).abs() < 1e-4);
+        // A sign-bit pass as wide as the table rescoring exactly is the exact answer.
+        let coarse = store
+            .nearest_chunks(&table, c.id, &query, 5, 300, None)
+            .unwrap();
+        let ids = |v: &[(i64, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(ids(&coarse), ids(&exact));
+        // The in-memory copy of the sign bits finds the same.
+        let mut index = SignIndex::build(&store, &table, c.id).unwrap();
+        assert_eq!(index.len(), 300);
+        let bits = store.sign_bits(&query).unwrap();
+        // Candidates come as a set (in storage order); the query's own vector is among the 3.
+        assert!(index.candidates(&bits, 3).contains(&77));
+        assert_eq!(index.candidates(&bits, 50).len(), 50);
+        let in_memory = store
+            .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
+            .unwrap();
+        assert_eq!(ids(&in_memory)[0], 77);
+        // Another collection's partition is not searched.
+        assert!(store
+            .nearest_chunks(&table, c.id + 1, &query, 5, 0, None)
+            .unwrap()
+            .is_empty());
+        // The trigger: deleting a chunk row deletes its vector. (No real chunk rows exist
+        // here, so insert one with the id the vector uses.)
+        store
+            .conn
+            .execute_batch(
+                "INSERT INTO sources(id, collection_id, root, root_display, created_at) VALUES (1, 1, x'2f', '/', 0);
+                 INSERT INTO documents(id, source_id, path, path_display, status, updated_at) VALUES (1, 1, x'2f61', '/a', 'indexed', 0);
+                 INSERT INTO revisions(id, document_id, content_hash, size, mtime_ns, extracted_bytes, created_at) VALUES (1, 1, 'h', 0, 0, 0, 0);
+                 INSERT INTO chunks(id, document_id, revision_id, ordinal, text, token_count) VALUES (77, 1, 1, 0, 't', 1);
+                 DELETE FROM chunks WHERE id = 77;",
+            )
+            .unwrap();
+        let after = store
+            .nearest_chunks(&table, c.id, &query, 5, 0, None)
+            .unwrap();
+        assert!(!ids(&after).contains(&77));
+        // The in-memory copy still lists 77; its rescoring read fails and it drops out.
+        let after = store
+            .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
+            .unwrap();
+        assert!(!ids(&after).contains(&77));
+        assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
+        // store_vectors skips chunks that no longer exist, and moves the cursor.
+        let stored = store
+            .store_vectors(&table, c.id, &[(77, unit(77, 64))], 77)
+            .unwrap();
+        assert_eq!(stored, 0);
+        assert_eq!(store.embedding_cursor(c.id, "m").unwrap(), 77);
     }
 }

@@ -10,7 +10,6 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::sign_index::SignIndex;
 use super::{now_unix, Store};
 use crate::error::{Error, Result};
 
@@ -402,57 +401,62 @@ impl Store {
         Ok(())
     }
 
-    /// The `k` nearest chunks of one collection by cosine similarity, best first.
-    ///
-    /// `breadth` 0 scans every float vector (exact). Otherwise `max(breadth, k)` candidates
-    /// nearest by Hamming distance of the sign bits are rescored exactly: taken from `index`
-    /// (the in-memory copy) when given, else from vec0's own bit column.
-    pub fn nearest_chunks(
+    /// The `k` nearest chunks of one collection by cosine similarity, best first, scanning
+    /// every float vector (exact).
+    pub(super) fn exact_nearest(
         &self,
         table: &VectorTable,
         collection_id: i64,
         query: &[f32],
         k: usize,
-        breadth: usize,
-        index: Option<&mut SignIndex>,
     ) -> Result<Vec<(i64, f32)>> {
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        let query_bytes = f32_bytes(query);
-        let coarse_k = breadth.max(k);
-        let small = index.as_ref().is_some_and(|i| i.len() <= coarse_k);
-        if breadth == 0 || !table.has_bits() || small {
-            let mut stmt = self.conn.prepare_cached(&format!(
-                "SELECT rowid, distance FROM {} WHERE embedding MATCH ?1 AND k = ?2 AND collection_id = ?3",
-                table.table
-            ))?;
-            let rows = stmt.query_map(params![query_bytes, k as i64, collection_id], |r| {
-                Ok((r.get::<_, i64>(0)?, 1.0 - r.get::<_, f64>(1)? as f32))
-            })?;
-            return Ok(rows.collect::<rusqlite::Result<_>>()?);
-        }
-        let candidates: Vec<i64> = match &index {
-            Some(index) => {
-                let bits: Vec<u8> =
-                    self.conn
-                        .query_row("SELECT vec_quantize_binary(?1)", [&query_bytes], |r| {
-                            r.get(0)
-                        })?;
-                index.candidates(&bits, coarse_k)
-            }
-            None => {
-                let mut stmt = self.conn.prepare_cached(&format!(
-                    "SELECT rowid FROM {} WHERE embedding_bits MATCH vec_quantize_binary(?1) AND k = ?2 AND collection_id = ?3",
-                    table.table
-                ))?;
-                let rows = stmt
-                    .query_map(params![query_bytes, coarse_k as i64, collection_id], |r| {
-                        r.get::<_, i64>(0)
-                    })?;
-                rows.collect::<rusqlite::Result<_>>()?
-            }
-        };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT rowid, distance FROM {} WHERE embedding MATCH ?1 AND k = ?2 AND collection_id = ?3",
+            table.table
+        ))?;
+        let rows = stmt.query_map(params![f32_bytes(query), k as i64, collection_id], |r| {
+            Ok((r.get::<_, i64>(0)?, 1.0 - r.get::<_, f64>(1)? as f32))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The `n` chunks of one collection nearest to `query` by Hamming distance of the sign
+    /// bits, from vec0's own bit column (in no useful order).
+    pub(super) fn sign_bit_nearest(
+        &self,
+        table: &VectorTable,
+        collection_id: i64,
+        query: &[f32],
+        n: usize,
+    ) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT rowid FROM {} WHERE embedding_bits MATCH vec_quantize_binary(?1) AND k = ?2 AND collection_id = ?3",
+            table.table
+        ))?;
+        let rows = stmt.query_map(params![f32_bytes(query), n as i64, collection_id], |r| {
+            r.get::<_, i64>(0)
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// `query`'s sign bits, as vec0 stores them.
+    pub(super) fn sign_bits(&self, query: &[f32]) -> Result<Vec<u8>> {
+        Ok(self
+            .conn
+            .query_row("SELECT vec_quantize_binary(?1)", [f32_bytes(query)], |r| {
+                r.get(0)
+            })?)
+    }
+
+    /// `candidates` scored exactly against `query`, best first (ties by id), cut to `k`; and
+    /// how many were found deleted.
+    pub(super) fn rescore(
+        &self,
+        table: &VectorTable,
+        query: &[f32],
+        candidates: Vec<i64>,
+        k: usize,
+    ) -> Result<(Vec<(i64, f32)>, usize)> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT embedding FROM {} WHERE rowid = ?1",
             table.table
@@ -469,17 +473,14 @@ impl Store {
                 None => gone += 1,
             }
         }
-        if let Some(index) = index {
-            index.note_stale(gone);
-        }
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
-        Ok(scored)
+        Ok((scored, gone))
     }
 
     /// How many vectors a table holds for a collection (a full scan: tests only).
     #[cfg(test)]
-    fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
+    pub(super) fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
         Ok(self.conn.query_row(
             &format!(
                 "SELECT COUNT(*) FROM {} WHERE collection_id = ?1",
@@ -488,104 +489,5 @@ impl Store {
             [collection_id],
             |r| r.get(0),
         )?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn unit(seed: u64, dim: usize) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        let v: Vec<f32> = (0..dim)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect();
-        crate::embed::normalized(v)
-    }
-
-    #[test]
-    fn exact_and_sign_bit_search_agree_and_deleted_chunks_lose_their_vectors() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let c = store
-            .create_collection("c", "internal", "english", "test-model")
-            .unwrap();
-        let table = store.ensure_vector_table("m", 64).unwrap();
-        assert_eq!(
-            store.ensure_vector_table("m", 64).unwrap().table,
-            table.table
-        );
-        assert_eq!(
-            store.ensure_vector_table("m", 32).unwrap_err().code(),
-            "invalid_model"
-        );
-        let rows: Vec<(i64, Vec<f32>)> = (1..=300).map(|i| (i, unit(i as u64, 64))).collect();
-        store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
-        let query = unit(77, 64);
-        let exact = store
-            .nearest_chunks(&table, c.id, &query, 5, 0, None)
-            .unwrap();
-        assert_eq!(exact[0].0, 77);
-        assert!((exact[0].1 - 1.0).abs() < 1e-4);
-        // A sign-bit pass as wide as the table rescoring exactly is the exact answer.
-        let coarse = store
-            .nearest_chunks(&table, c.id, &query, 5, 300, None)
-            .unwrap();
-        let ids = |v: &[(i64, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
-        assert_eq!(ids(&coarse), ids(&exact));
-        // The in-memory copy of the sign bits finds the same.
-        let mut index = SignIndex::build(&store, &table, c.id).unwrap();
-        assert_eq!(index.len(), 300);
-        let bits: Vec<u8> = store
-            .conn
-            .query_row("SELECT vec_quantize_binary(?1)", [f32_bytes(&query)], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        // Candidates come as a set (in storage order); the query's own vector is among the 3.
-        assert!(index.candidates(&bits, 3).contains(&77));
-        assert_eq!(index.candidates(&bits, 50).len(), 50);
-        let in_memory = store
-            .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
-            .unwrap();
-        assert_eq!(ids(&in_memory)[0], 77);
-        // Another collection's partition is not searched.
-        assert!(store
-            .nearest_chunks(&table, c.id + 1, &query, 5, 0, None)
-            .unwrap()
-            .is_empty());
-        // The trigger: deleting a chunk row deletes its vector. (No real chunk rows exist
-        // here, so insert one with the id the vector uses.)
-        store
-            .conn
-            .execute_batch(
-                "INSERT INTO sources(id, collection_id, root, root_display, created_at) VALUES (1, 1, x'2f', '/', 0);
-                 INSERT INTO documents(id, source_id, path, path_display, status, updated_at) VALUES (1, 1, x'2f61', '/a', 'indexed', 0);
-                 INSERT INTO revisions(id, document_id, content_hash, size, mtime_ns, extracted_bytes, created_at) VALUES (1, 1, 'h', 0, 0, 0, 0);
-                 INSERT INTO chunks(id, document_id, revision_id, ordinal, text, token_count) VALUES (77, 1, 1, 0, 't', 1);
-                 DELETE FROM chunks WHERE id = 77;",
-            )
-            .unwrap();
-        let after = store
-            .nearest_chunks(&table, c.id, &query, 5, 0, None)
-            .unwrap();
-        assert!(!ids(&after).contains(&77));
-        // The in-memory copy still lists 77; its rescoring read fails and it drops out.
-        let after = store
-            .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
-            .unwrap();
-        assert!(!ids(&after).contains(&77));
-        assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
-        // store_vectors skips chunks that no longer exist, and moves the cursor.
-        let stored = store
-            .store_vectors(&table, c.id, &[(77, unit(77, 64))], 77)
-            .unwrap();
-        assert_eq!(stored, 0);
-        assert_eq!(store.embedding_cursor(c.id, "m").unwrap(), 77);
     }
 }

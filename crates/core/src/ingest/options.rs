@@ -1,0 +1,53 @@
+//! How an indexing run behaves.
+
+use std::sync::atomic::Ordering;
+
+use super::chunk::ChunkOptions;
+use super::extract::ExtractLimits;
+
+/// How an indexing run behaves.
+#[derive(Debug, Clone)]
+pub struct IndexOptions {
+    /// Chunk sizes.
+    pub chunk: ChunkOptions,
+    /// Files larger than this are skipped with reason `too_large`. Default 64 MiB.
+    pub max_file_size: u64,
+    /// Extraction threads. Default: the number of cores.
+    pub threads: usize,
+    /// Re-read files that failed before even if they have not changed. Default false.
+    pub retry_failed: bool,
+    /// Set to stop a scan early (the desktop app's pause): what was read so far is kept,
+    /// and the next scan carries on from there.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Limits on zip containers (DOCX, ODT, EPUB).
+    pub(crate) limits: ExtractLimits,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            chunk: ChunkOptions::default(),
+            max_file_size: 64 << 20,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            retry_failed: false,
+            cancel: None,
+            limits: ExtractLimits::default(),
+        }
+    }
+}
+
+impl IndexOptions {
+    /// The same options, stopping early once `cancel` is set.
+    pub fn with_cancel(mut self, cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+}

@@ -1,0 +1,172 @@
+//! What one file turned out to need, decided on a worker thread: read, hash, compare with
+//! what is stored, and extract and chunk only when the content is new.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+
+use super::chunk::chunk_blocks;
+use super::extract::{extract, NotIndexed};
+use super::options::IndexOptions;
+use super::walk::FileStat;
+use crate::store::{DocumentState, DocumentStatus, NewChunk};
+
+/// What one file turned out to need.
+pub(super) enum Outcome {
+    /// Same content, new mtime.
+    Touched { doc_id: i64, stat: FileStat },
+    /// Same content as a document whose file is gone: a rename.
+    Renamed {
+        stat: FileStat,
+        hash: String,
+        from: Vec<i64>,
+    },
+    /// New content.
+    Indexed(IndexedFile),
+    /// Not indexed.
+    NotIndexed(NotIndexedFile),
+}
+
+/// A file with new content, extracted and chunked.
+pub(super) struct IndexedFile {
+    pub stat: FileStat,
+    pub hash: String,
+    pub title: String,
+    pub format: &'static str,
+    pub warning: Option<String>,
+    pub extracted_bytes: u64,
+    pub chunks: Vec<NewChunk>,
+}
+
+/// A file skipped or failed, with its reason.
+pub(super) struct NotIndexedFile {
+    pub stat: FileStat,
+    pub status: DocumentStatus,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Outcome {
+    pub(super) fn not_indexed(
+        stat: FileStat,
+        status: DocumentStatus,
+        reason: &'static str,
+        message: String,
+    ) -> Outcome {
+        Outcome::NotIndexed(NotIndexedFile {
+            stat,
+            status,
+            reason,
+            message,
+        })
+    }
+}
+
+/// Reads, hashes and extracts one file. Runs on a worker thread.
+pub(super) fn process_file(
+    stat: FileStat,
+    prev: Option<&DocumentState>,
+    removed_by_hash: &HashMap<String, Vec<i64>>,
+    options: &IndexOptions,
+) -> Outcome {
+    let bytes = match read_limited(&stat.path, options.max_file_size) {
+        Ok(b) => b,
+        Err(n) => return not_indexed(stat, n),
+    };
+    if bytes.is_empty() {
+        return not_indexed(stat, NotIndexed::skipped("empty", "the file is empty"));
+    }
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    if let Some(p) = prev {
+        if p.status == DocumentStatus::Indexed && p.content_hash.as_deref() == Some(hash.as_str()) {
+            return Outcome::Touched { doc_id: p.id, stat };
+        }
+    }
+    if prev.is_none() {
+        if let Some(from) = removed_by_hash.get(&hash) {
+            return Outcome::Renamed {
+                stat,
+                hash,
+                from: from.clone(),
+            };
+        }
+    }
+    extract_outcome(stat, hash, &bytes, options)
+}
+
+fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
+    match n {
+        NotIndexed::Skipped { reason, message } => {
+            Outcome::not_indexed(stat, DocumentStatus::Skipped, reason, message)
+        }
+        NotIndexed::Failed { reason, message } => {
+            Outcome::not_indexed(stat, DocumentStatus::Failed, reason, message)
+        }
+    }
+}
+
+/// Extracts and chunks content already read and hashed.
+pub(super) fn extract_outcome(
+    stat: FileStat,
+    hash: String,
+    bytes: &[u8],
+    options: &IndexOptions,
+) -> Outcome {
+    let extracted = match extract(&stat.path, bytes, &options.limits) {
+        Ok(e) => e,
+        Err(n) => return not_indexed(stat, n),
+    };
+    let chunks = chunk_blocks(&extracted.blocks, &options.chunk);
+    if chunks.is_empty() {
+        return Outcome::not_indexed(
+            stat,
+            DocumentStatus::Skipped,
+            "no_text",
+            "no indexable text".into(),
+        );
+    }
+    let title = extracted
+        .title
+        .clone()
+        .unwrap_or_else(|| file_name(&stat.path));
+    Outcome::Indexed(IndexedFile {
+        extracted_bytes: extracted.text_bytes() as u64,
+        title,
+        format: extracted.format,
+        warning: extracted.warning,
+        chunks,
+        hash,
+        stat,
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Reads a file, refusing to read past `max` bytes (it may have grown since the walk).
+fn read_limited(path: &Path, max: u64) -> std::result::Result<Vec<u8>, NotIndexed> {
+    let io_failure = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            NotIndexed::failed("vanished", "the file was deleted before it could be read")
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            NotIndexed::failed("unreadable", format!("permission denied: {e}"))
+        }
+        _ => NotIndexed::failed("unreadable", format!("cannot read: {e}")),
+    };
+    let file = std::fs::File::open(path).map_err(io_failure)?;
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_failure)?;
+    if bytes.len() as u64 > max {
+        return Err(NotIndexed::skipped(
+            "too_large",
+            format!("grew past the {} MiB limit while being read", max >> 20),
+        ));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,93 @@
+//! The stages after fusion that need the chunks' rows: the join with SQLite, freshness and
+//! the per-document fold.
+
+use std::collections::HashMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::fusion::{freshness_factor, Candidate};
+use super::{elapsed_us, Freshness, StageTrace};
+use crate::error::Result;
+use crate::store::{ChunkRecord, Store};
+
+/// Candidates in ranked order, best first.
+pub(super) type Ranked = Vec<(i64, Candidate)>;
+
+/// The candidates' chunk rows. SQLite has the last word: a candidate whose chunk was deleted
+/// since the full-text commit is dropped.
+pub(super) fn join_chunks(
+    store: &Store,
+    candidates: &mut HashMap<i64, Candidate>,
+) -> Result<HashMap<i64, ChunkRecord>> {
+    let ids: Vec<i64> = candidates.keys().copied().collect();
+    let chunks: HashMap<i64, ChunkRecord> = store
+        .chunks_by_id(&ids)?
+        .into_iter()
+        .map(|c| (c.id, c))
+        .collect();
+    candidates.retain(|id, _| chunks.contains_key(id));
+    Ok(chunks)
+}
+
+/// Stage `freshness`: each candidate's score times its document's age factor.
+pub(super) fn freshness(
+    candidates: &mut HashMap<i64, Candidate>,
+    chunks: &HashMap<i64, ChunkRecord>,
+    f: &Freshness,
+) -> StageTrace {
+    let t = Instant::now();
+    let now_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as f64)
+        .unwrap_or(0.0);
+    for (id, c) in candidates.iter_mut() {
+        let age_days = chunks[id]
+            .mtime_ns
+            .map(|m| (now_ns - m as f64) / 86_400e9)
+            .unwrap_or(0.0);
+        let factor = freshness_factor(age_days, f.half_life_days, f.weight) as f32;
+        c.scores.freshness = Some(factor);
+        c.total *= factor;
+    }
+    StageTrace {
+        stage: "freshness",
+        variant: None,
+        candidates: candidates.len(),
+        took_us: elapsed_us(t),
+        detail: format!("half-life {} days, weight {}", f.half_life_days, f.weight),
+    }
+}
+
+/// The candidates best first (ties by chunk id, so the order is stable).
+pub(super) fn ranked(candidates: HashMap<i64, Candidate>) -> Ranked {
+    let mut ranked: Ranked = candidates.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.cmp(&b.0)));
+    ranked
+}
+
+/// Stage `fold`: at most `max_per_document` hits per document (0: no limit), the best kept.
+pub(super) fn fold(
+    ranked: &mut Ranked,
+    chunks: &HashMap<i64, ChunkRecord>,
+    max_per_document: usize,
+) -> StageTrace {
+    let t = Instant::now();
+    let before = ranked.len();
+    if max_per_document > 0 {
+        let mut per_document: HashMap<i64, usize> = HashMap::new();
+        ranked.retain(|(id, _)| {
+            let seen = per_document.entry(chunks[id].document_id).or_default();
+            *seen += 1;
+            *seen <= max_per_document
+        });
+    }
+    StageTrace {
+        stage: "fold",
+        variant: None,
+        candidates: ranked.len(),
+        took_us: elapsed_us(t),
+        detail: format!(
+            "at most {max_per_document} per document; {} folded",
+            before - ranked.len()
+        ),
+    }
+}
