@@ -470,6 +470,46 @@ fn download_file(
         .parent()
         .unwrap_or(dest)
         .join(format!(".part-{}", url_key(url)));
+    let have = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
+    let response = request_from(url, have, hub_access).map_err(|e| fail(e.to_string()))?;
+    let status = response.status().as_u16();
+    let hub_sha = response_header(&response, "x-linked-etag")
+        .or_else(|| response_header(&response, "etag"))
+        .filter(|v| v.len() == 64 && v.chars().all(|c| c.is_ascii_hexdigit()));
+    let (done, append) = resume_from(status, have).map_err(fail)?;
+    let progress = |done: u64, total: Option<u64>| {
+        on_progress(&FetchProgress {
+            file: spec.path.clone(),
+            done,
+            total,
+        })
+    };
+    let (done, total) = if status == 416 {
+        (have, Some(have))
+    } else {
+        let length: Option<u64> =
+            response_header(&response, "content-length").and_then(|v| v.parse().ok());
+        let total = length.map(|l| l + done);
+        let done = append_body(response, &part, append, done, total, &progress, &fail)?;
+        (done, total)
+    };
+    if let Some(total) = total {
+        if done < total {
+            return Err(fail(format!(
+                "connection closed after {done} of {total} bytes; run the same command again to resume"
+            )));
+        }
+    }
+    progress(done, total);
+    place_checked(&part, dest, spec, hub_sha, &fail)
+}
+
+/// A GET of `url` from byte `have` on, with the hub's token when `url` is the hub's.
+fn request_from(
+    url: &str,
+    have: u64,
+    hub_access: &HubAccess,
+) -> std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_connect(Some(Duration::from_secs(20)))
         .timeout_recv_body(Some(Duration::from_secs(60)))
@@ -478,7 +518,6 @@ fn download_file(
         .redirect_auth_headers(ureq::config::RedirectAuthHeaders::Never)
         .build()
         .into();
-    let have = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
     let mut request = agent.get(url);
     if let Some(token) = hub_access.token_for(url) {
         request = request.header("Authorization", format!("Bearer {token}"));
@@ -486,98 +525,98 @@ fn download_file(
     if have > 0 {
         request = request.header("Range", format!("bytes={have}-"));
     }
-    let response = request.call().map_err(|e| fail(e.to_string()))?;
-    let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.trim_matches('"')
-                    .trim_start_matches("W/")
-                    .trim_matches('"')
-                    .to_string()
-            })
-    };
-    let hub_sha = header("x-linked-etag")
-        .or_else(|| header("etag"))
-        .filter(|v| v.len() == 64 && v.chars().all(|c| c.is_ascii_hexdigit()));
-    let (mut done, append) = match status {
-        206 => (have, true),
-        200 => (0, false),
-        416 if have > 0 => (have, true), // the part is already whole
-        404 => return Err(fail("not found on the server (404)".into())),
-        401 | 403 => {
-            return Err(fail(format!(
-                "access denied ({status}); the repository may be gated: accept its licence on the hub and set HF_TOKEN"
-            )))
-        }
-        _ => return Err(fail(format!("server answered {status}"))),
-    };
-    let length: Option<u64> = header("content-length").and_then(|v| v.parse().ok());
-    let total = if status == 416 {
-        Some(have)
-    } else {
-        length.map(|l| l + done)
-    };
-    if status != 416 {
-        let mut out = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
-            .open(&part)
-            .map_err(|e| Error::io(&part, e))?;
-        let mut body = response.into_body().into_reader();
-        let mut buf = vec![0u8; 1 << 16];
-        let mut last_report = std::time::Instant::now();
-        loop {
-            let n = body.read(&mut buf).map_err(|e| {
-                fail(format!(
-                    "{e} after {done} bytes; run the same command again to resume"
-                ))
-            })?;
-            if n == 0 {
-                break;
-            }
-            out.write_all(&buf[..n]).map_err(|e| Error::io(&part, e))?;
-            done += n as u64;
-            if last_report.elapsed() >= Duration::from_millis(200) {
-                on_progress(&FetchProgress {
-                    file: spec.path.clone(),
-                    done,
-                    total,
-                });
-                last_report = std::time::Instant::now();
-            }
-        }
-        out.sync_all().map_err(|e| Error::io(&part, e))?;
+    request.call()
+}
+
+/// A response header without quotes or a weak-validator prefix.
+fn response_header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim_matches('"')
+                .trim_start_matches("W/")
+                .trim_matches('"')
+                .to_string()
+        })
+}
+
+/// Where the body starts and whether it extends the part file, from the response status.
+fn resume_from(status: u16, have: u64) -> std::result::Result<(u64, bool), String> {
+    match status {
+        206 => Ok((have, true)),
+        200 => Ok((0, false)),
+        416 if have > 0 => Ok((have, true)), // the part is already whole
+        404 => Err("not found on the server (404)".into()),
+        401 | 403 => Err(format!(
+            "access denied ({status}); the repository may be gated: accept its licence on the hub and set HF_TOKEN"
+        )),
+        _ => Err(format!("server answered {status}")),
     }
-    if let Some(total) = total {
-        if done < total {
-            return Err(fail(format!(
-                "connection closed after {done} of {total} bytes; run the same command again to resume"
-            )));
+}
+
+/// Writes the body to the part file, reporting progress; returns the bytes the part holds.
+fn append_body(
+    response: ureq::http::Response<ureq::Body>,
+    part: &Path,
+    append: bool,
+    mut done: u64,
+    total: Option<u64>,
+    progress: &dyn Fn(u64, Option<u64>),
+    fail: &dyn Fn(String) -> Error,
+) -> Result<u64> {
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(part)
+        .map_err(|e| Error::io(part, e))?;
+    let mut body = response.into_body().into_reader();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut last_report = std::time::Instant::now();
+    loop {
+        let n = body.read(&mut buf).map_err(|e| {
+            fail(format!(
+                "{e} after {done} bytes; run the same command again to resume"
+            ))
+        })?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n]).map_err(|e| Error::io(part, e))?;
+        done += n as u64;
+        if last_report.elapsed() >= Duration::from_millis(200) {
+            progress(done, total);
+            last_report = std::time::Instant::now();
         }
     }
-    on_progress(&FetchProgress {
-        file: spec.path.clone(),
-        done,
-        total,
-    });
-    let (sha256, bytes) = sha256_file(&part)?;
+    out.sync_all().map_err(|e| Error::io(part, e))?;
+    Ok(done)
+}
+
+/// Checks the whole part against the pinned or the hub's sha256 and moves it into place; a
+/// mismatch discards it, so the next attempt starts over.
+fn place_checked(
+    part: &Path,
+    dest: &Path,
+    spec: &FileSpec,
+    hub_sha: Option<String>,
+    fail: &dyn Fn(String) -> Error,
+) -> Result<InstalledFile> {
+    let (sha256, bytes) = sha256_file(part)?;
     let expected = spec.sha256.clone().or(hub_sha);
     if let Some(expected) = expected {
         if !sha256.eq_ignore_ascii_case(&expected) {
-            let _ = std::fs::remove_file(&part);
+            let _ = std::fs::remove_file(part);
             return Err(fail(format!(
                 "checksum mismatch (sha256 {sha256}, expected {expected}); the partial file was discarded, run the command again"
             )));
         }
     }
     let to = dest.join(&spec.path);
-    std::fs::rename(&part, &to).map_err(|e| Error::io(&to, e))?;
+    std::fs::rename(part, &to).map_err(|e| Error::io(&to, e))?;
     Ok(InstalledFile {
         path: spec.path.clone(),
         bytes,
