@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
 use super::{
@@ -372,18 +374,88 @@ impl ChatBackend for EmbeddedBackend {
         let backend = llama_backend()?;
         let prompt = self.prompt(request)?;
         let grammar = self.grammar(request)?;
-        let vocab = self.model.vocab();
-        let tokens = vocab.tokenize(prompt.as_bytes(), false, true);
+        let tokens = self.model.vocab().tokenize(prompt.as_bytes(), false, true);
+        let n_ctx = self.context_size(tokens.len(), request)?;
+        let mut ctx = self.new_context(backend, n_ctx)?;
+        let mut sampler = self.sampler(grammar.as_deref(), request.temperature)?;
+        let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
+        let position = self.evaluate_prompt(&mut ctx, &mut batch, &tokens)?;
+        let max_new = request.max_tokens.min(n_ctx as usize - tokens.len()).max(1);
+        let streams_text = request.tools.is_empty();
+        let generated = self.generate(
+            Decoding {
+                ctx: &mut ctx,
+                batch: &mut batch,
+                sampler: &mut sampler,
+                position,
+            },
+            max_new,
+            started,
+            &mut |piece| {
+                if streams_text {
+                    on_event(StreamEvent::Token(piece));
+                }
+            },
+        )?;
+        let (content, tool_calls) = split_tool_calls(request, generated.text, on_event);
+        Ok(ChatResponse {
+            content,
+            finish_reason: if tool_calls.is_empty() {
+                generated.finish.into()
+            } else {
+                "tool_calls".into()
+            },
+            tool_calls,
+            usage: Usage {
+                prompt_tokens: tokens.len(),
+                completion_tokens: generated.tokens,
+            },
+            first_token_ms: generated.first_token_ms,
+            total_ms: started.elapsed().as_millis() as u64,
+            notices: Vec::new(),
+        })
+    }
+}
+
+/// The state generation advances token by token.
+struct Decoding<'a, 'c> {
+    ctx: &'a mut LlamaContext<'c>,
+    batch: &'a mut LlamaBatch<'c>,
+    sampler: &'a mut LlamaSampler,
+    /// The position of the next token in the context.
+    position: i32,
+}
+
+/// What generation produced.
+struct Generated {
+    text: String,
+    tokens: usize,
+    first_token_ms: Option<u64>,
+    /// `stop` (end of generation) or `length` (the token limit).
+    finish: &'static str,
+}
+
+impl EmbeddedBackend {
+    /// The context size for this request: the configured size within what the model was
+    /// trained on; an error when the prompt leaves no room to answer.
+    fn context_size(&self, prompt_tokens: usize, request: &ChatRequest) -> Result<u32> {
         let n_ctx = self
             .config
             .context_tokens
             .min(self.model.n_ctx_train().max(512));
-        if tokens.len() + request.max_tokens.min(64) > n_ctx as usize {
+        if prompt_tokens + request.max_tokens.min(64) > n_ctx as usize {
             return Err(self.failed(format!(
-                "the prompt is {} tokens, more than the {n_ctx}-token context allows",
-                tokens.len()
+                "the prompt is {prompt_tokens} tokens, more than the {n_ctx}-token context allows"
             )));
         }
+        Ok(n_ctx)
+    }
+
+    fn new_context<'m>(
+        &'m self,
+        backend: &'m LlamaBackend,
+        n_ctx: u32,
+    ) -> Result<LlamaContext<'m>> {
         let threads = i32::try_from(self.threads).unwrap_or(1);
         // The prompt is evaluated in one short burst that every core speeds up; generation is
         // long and token by token, so it leaves a core to the rest of the machine.
@@ -393,40 +465,48 @@ impl ChatBackend for EmbeddedBackend {
             .with_n_batch(BATCH_TOKENS as u32)
             .with_n_threads(threads)
             .with_n_threads_batch(batch_threads);
-        let mut ctx = self
-            .model
+        self.model
             .new_context(backend, params)
-            .map_err(|e| self.failed(format!("cannot create a context: {e}")))?;
+            .map_err(|e| self.failed(format!("cannot create a context: {e}")))
+    }
 
-        let mut sampler = {
-            let mut chain = Vec::new();
-            if let Some(g) = &grammar {
-                chain.push(
-                    LlamaSampler::grammar(&self.model, g, "root")
-                        .map_err(|e| self.failed(format!("the grammar does not load: {e}")))?,
-                );
-            }
-            // Small models loop on greedy decoding ("x.x.x.x"); a mild penalty on recent
-            // tokens breaks the loops without changing what a grammar allows.
-            chain.push(LlamaSampler::penalties(
-                self.model.n_vocab(),
-                64,
-                1.15,
-                0.0,
-                0.0,
-            ));
-            if request.temperature <= 0.0 {
-                chain.push(LlamaSampler::greedy());
-            } else {
-                chain.push(LlamaSampler::top_k(40));
-                chain.push(LlamaSampler::top_p(0.95, 1));
-                chain.push(LlamaSampler::temp(request.temperature));
-                chain.push(LlamaSampler::dist(0x5eed));
-            }
-            LlamaSampler::chain_simple(chain)
-        };
+    /// The sampler chain: the grammar first (when there is one), a repetition penalty, then
+    /// greedy or temperature sampling.
+    fn sampler(&self, grammar: Option<&str>, temperature: f32) -> Result<LlamaSampler> {
+        let mut chain = Vec::new();
+        if let Some(g) = grammar {
+            chain.push(
+                LlamaSampler::grammar(&self.model, g, "root")
+                    .map_err(|e| self.failed(format!("the grammar does not load: {e}")))?,
+            );
+        }
+        // Small models loop on greedy decoding ("x.x.x.x"); a mild penalty on recent
+        // tokens breaks the loops without changing what a grammar allows.
+        chain.push(LlamaSampler::penalties(
+            self.model.n_vocab(),
+            64,
+            1.15,
+            0.0,
+            0.0,
+        ));
+        if temperature <= 0.0 {
+            chain.push(LlamaSampler::greedy());
+        } else {
+            chain.push(LlamaSampler::top_k(40));
+            chain.push(LlamaSampler::top_p(0.95, 1));
+            chain.push(LlamaSampler::temp(temperature));
+            chain.push(LlamaSampler::dist(0x5eed));
+        }
+        Ok(LlamaSampler::chain_simple(chain))
+    }
 
-        let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
+    /// Feeds the prompt in batches; returns the position after it.
+    fn evaluate_prompt(
+        &self,
+        ctx: &mut LlamaContext<'_>,
+        batch: &mut LlamaBatch<'_>,
+        tokens: &[LlamaToken],
+    ) -> Result<i32> {
         let mut position = 0i32;
         for piece in tokens.chunks(BATCH_TOKENS) {
             batch.clear();
@@ -436,83 +516,90 @@ impl ChatBackend for EmbeddedBackend {
                     .add(*token, position + i as i32, &[0], last)
                     .map_err(|e| self.failed(e.to_string()))?;
             }
-            ctx.decode(&mut batch)
+            ctx.decode(batch)
                 .map_err(|e| self.failed(format!("prompt evaluation failed: {e}")))?;
             position += piece.len() as i32;
         }
+        Ok(position)
+    }
 
-        let max_new = request.max_tokens.min(n_ctx as usize - tokens.len()).max(1);
-        let streams_text = request.tools.is_empty();
+    /// Samples up to `max_new` tokens, handing each decoded piece of text to `on_piece`.
+    fn generate(
+        &self,
+        decoding: Decoding<'_, '_>,
+        max_new: usize,
+        started: Instant,
+        on_piece: &mut dyn FnMut(&str),
+    ) -> Result<Generated> {
+        let Decoding {
+            ctx,
+            batch,
+            sampler,
+            mut position,
+        } = decoding;
+        let vocab = self.model.vocab();
         let mut decoder = encoding_rs::UTF_8.new_decoder();
-        let mut text = String::new();
         let mut piece_bytes = Vec::new();
-        let mut first_token_ms = None;
-        let mut generated = 0usize;
-        let mut finish = "length";
-        while generated < max_new {
+        let mut out = Generated {
+            text: String::new(),
+            tokens: 0,
+            first_token_ms: None,
+            finish: "length",
+        };
+        while out.tokens < max_new {
             // `sample` also accepts the token into every sampler of the chain (the grammar
             // included); accepting it a second time would abort inside llama.cpp.
-            let token = sampler.sample(&ctx, batch.n_tokens() - 1);
-            if first_token_ms.is_none() {
-                first_token_ms = Some(started.elapsed().as_millis() as u64);
+            let token = sampler.sample(ctx, batch.n_tokens() - 1);
+            if out.first_token_ms.is_none() {
+                out.first_token_ms = Some(started.elapsed().as_millis() as u64);
             }
             if vocab.is_eog(token) {
-                finish = "stop";
+                out.finish = "stop";
                 break;
             }
-            generated += 1;
+            out.tokens += 1;
             piece_bytes.clear();
             vocab.token_to_piece_into(token, &mut piece_bytes, false, None);
             let mut piece = String::with_capacity(piece_bytes.len() + 4);
             let _ = decoder.decode_to_string(&piece_bytes, &mut piece, false);
             if !piece.is_empty() {
-                if streams_text {
-                    on_event(StreamEvent::Token(&piece));
-                }
-                text.push_str(&piece);
+                on_piece(&piece);
+                out.text.push_str(&piece);
             }
             batch.clear();
             batch
                 .add(token, position, &[0], true)
                 .map_err(|e| self.failed(e.to_string()))?;
             position += 1;
-            ctx.decode(&mut batch)
+            ctx.decode(batch)
                 .map_err(|e| self.failed(format!("generation failed: {e}")))?;
         }
-
-        let (content, tool_calls) = if request.tools.is_empty() {
-            (text, Vec::new())
-        } else {
-            let (content, calls) = parse_tool_turn(&text);
-            if calls.is_empty() {
-                on_event(StreamEvent::Token(&content));
-            }
-            for (i, c) in calls.iter().enumerate() {
-                on_event(StreamEvent::ToolCallDelta {
-                    index: i,
-                    name: Some(&c.name),
-                    arguments: &c.arguments,
-                });
-            }
-            (content, calls)
-        };
-        Ok(ChatResponse {
-            content,
-            finish_reason: if tool_calls.is_empty() {
-                finish.into()
-            } else {
-                "tool_calls".into()
-            },
-            tool_calls,
-            usage: Usage {
-                prompt_tokens: tokens.len(),
-                completion_tokens: generated,
-            },
-            first_token_ms,
-            total_ms: started.elapsed().as_millis() as u64,
-            notices: Vec::new(),
-        })
+        Ok(out)
     }
+}
+
+/// With tools offered, the text is a tool turn: its calls are parsed out and streamed as
+/// deltas (the text was not streamed token by token); without tools it is the answer.
+fn split_tool_calls(
+    request: &ChatRequest,
+    text: String,
+    on_event: &mut dyn FnMut(StreamEvent<'_>),
+) -> (String, Vec<ToolCall>) {
+    if request.tools.is_empty() {
+        return (text, Vec::new());
+    }
+    let (content, calls) = parse_tool_turn(&text);
+    if calls.is_empty() {
+        on_event(StreamEvent::Token(&content));
+    }
+    for (i, c) in calls.iter().enumerate() {
+        on_event(StreamEvent::ToolCallDelta {
+            index: i,
+            name: Some(&c.name),
+            arguments: &c.arguments,
+        });
+    }
+    (content, calls)
 }
 
 #[cfg(test)]
