@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
@@ -20,7 +20,7 @@ use quarry_core::orchestrator::{
 use quarry_core::{Library, Principal, RunOptions};
 use serde_json::{json, Value};
 
-use common::Fixture;
+use common::{http, Fixture};
 
 const PUMP: &str = "# XR-200 pump\n\nThe XR-200 pump needs an inlet pressure of 4 bar. \
 Service the XR-200 pump every 600 hours and replace its seals yearly.\n";
@@ -504,23 +504,10 @@ fn serve_script(replies: Vec<String>) -> Script {
     std::thread::spawn(move || {
         for reply in replies {
             let (mut stream, _) = listener.accept().unwrap();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if line.trim().is_empty() {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
+            let request = http::read_request(&stream).expect("a whole request");
             seen.lock()
                 .unwrap()
-                .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                .push(serde_json::from_slice(&request.body).unwrap_or(Value::Null));
             // "ERR <json>" replies with a server error instead of a stream.
             let (status, kind, reply) = match reply.strip_prefix("ERR ") {
                 Some(body) => (

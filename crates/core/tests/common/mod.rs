@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+pub mod http;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
