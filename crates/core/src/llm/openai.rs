@@ -670,6 +670,20 @@ fn parse_sse_line(line: &str) -> SseLine<'_> {
     }
 }
 
+/// An `error` a server put in its stream, in either dialect, ends the answer.
+fn reported_error(chunk: &Value) -> std::result::Result<(), String> {
+    match chunk.get("error").filter(|e| !e.is_null()) {
+        Some(error) => Err(format!(
+            "the server reported an error: {}",
+            cut(
+                &error_value_message(&json!({ "error": error })).unwrap_or_default(),
+                MAX_ERROR_CHARS
+            )
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Gathers a streamed answer and forwards its pieces to the caller.
 struct Collector<'e, 'f> {
     started: Instant,
@@ -742,15 +756,7 @@ impl<'e, 'f> Collector<'e, 'f> {
 
     /// One chunk of an OpenAI stream, or a whole non-streamed reply (`message` for `delta`).
     fn openai_chunk(&mut self, chunk: &Value) -> std::result::Result<(), String> {
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(format!(
-                "the server reported an error: {}",
-                cut(
-                    &error_value_message(&json!({ "error": error })).unwrap_or_default(),
-                    MAX_ERROR_CHARS
-                )
-            ));
-        }
+        reported_error(chunk)?;
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let count = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
             self.usage = Some(Usage {
@@ -797,15 +803,7 @@ impl<'e, 'f> Collector<'e, 'f> {
 
     /// One line of an Ollama stream; true when it is the last.
     fn ollama_chunk(&mut self, chunk: &Value) -> std::result::Result<bool, String> {
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(format!(
-                "the server reported an error: {}",
-                cut(
-                    &error_value_message(&json!({ "error": error })).unwrap_or_default(),
-                    MAX_ERROR_CHARS
-                )
-            ));
-        }
+        reported_error(chunk)?;
         if let Some(message) = chunk.get("message") {
             if let Some(text) = message.get("content").and_then(Value::as_str) {
                 self.token(text);

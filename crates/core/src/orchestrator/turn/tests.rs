@@ -171,6 +171,24 @@ impl Stub {
     }
 }
 
+/// The administrator's turn on "How do ferns reproduce?", the backend opened by `open`.
+fn ask_about_ferns(
+    ctx: &EngineContext<'_>,
+    open: &OpenBackend<'_>,
+    on_event: &mut dyn FnMut(TurnEvent<'_>),
+) -> TurnResult {
+    let options = ChatOptions::new(Principal::administrator());
+    run(
+        ctx,
+        &NoPipelines,
+        "How do ferns reproduce?",
+        &options,
+        open,
+        on_event,
+    )
+    .unwrap()
+}
+
 #[test]
 fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cited() {
     let stub = Stub::new();
@@ -181,7 +199,6 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     });
     let scripted: Arc<dyn ChatBackend> = backend.clone();
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
-    let options = ChatOptions::new(Principal::administrator());
     let mut tokens = String::new();
     let mut on_event = |e: TurnEvent<'_>| {
         if let TurnEvent::Token(t) = e {
@@ -189,15 +206,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
         }
     };
 
-    let result = run(
-        &ctx,
-        &NoPipelines,
-        "How do ferns reproduce?",
-        &options,
-        &open,
-        &mut on_event,
-    )
-    .unwrap();
+    let result = ask_about_ferns(&ctx, &open, &mut on_event);
 
     // knowledge_search ran first, and admitted both passages, nearest first.
     assert_eq!(result.mode, "knowledge");
@@ -278,17 +287,8 @@ fn an_unopenable_backend_falls_back_to_the_extractive_answer_from_the_same_evide
     let open = |_: &BackendConfig| -> Result<Option<Arc<dyn ChatBackend>>> {
         Err(Error::LlmUnavailable("no model here".into()))
     };
-    let options = ChatOptions::new(Principal::administrator());
 
-    let result = run(
-        &ctx,
-        &NoPipelines,
-        "How do ferns reproduce?",
-        &options,
-        &open,
-        &mut |_| {},
-    )
-    .unwrap();
+    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
 
     assert_eq!(result.backend, "extractive");
     assert_eq!(result.notices.len(), 1, "{:?}", result.notices);
