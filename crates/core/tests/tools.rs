@@ -25,6 +25,13 @@ fn fixture(files: &[(&str, String)]) -> Fixture {
     f
 }
 
+/// [`fixture`] with one note `a.md`, and the administrator's session on it.
+fn one_note(text: &str) -> (Fixture, EvidenceSession) {
+    let f = fixture(&[("a.md", text.to_string())]);
+    let s = admin(&f.library);
+    (f, s)
+}
+
 fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
     ToolDefinition {
         slug: slug.into(),
@@ -87,8 +94,7 @@ fn long_document(sections: usize) -> String {
 
 #[test]
 fn every_escape_is_refused_with_a_clear_error() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain text");
     let escapes = [
         ("socket", "    import socket\n    socket.create_connection(('127.0.0.1', 9))", "network access"),
         ("ssh", "    return {'value': open(os.path.expanduser('~/.ssh/id_rsa')).read()}", "reading"),
@@ -152,8 +158,7 @@ fn every_escape_is_refused_with_a_clear_error() {
 
 #[test]
 fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain text");
     let hog = limited_action(
         &f.library,
         "hog",
@@ -193,8 +198,7 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
 
 #[test]
 fn workers_are_reused_between_calls() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain text");
     // A call counter kept in a stdlib module: 1 in a fresh worker, 2 in a reused one.
     let tool = action(&f.library, "counter", "    import json\n    json.calls = getattr(json, 'calls', 0) + 1\n    return {'value': str(json.calls)}");
     assert_eq!(
@@ -264,8 +268,7 @@ fn nothing_a_call_leaves_behind_reaches_another_caller() {
 
 #[test]
 fn undeclared_ctx_operations_are_refused_by_the_host() {
-    let f = fixture(&[("a.md", "# A\n\nturbine".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nturbine");
     // `c` aliases ctx, so static analysis does not see the search: the manifest is empty.
     let tool = action(
         &f.library,
@@ -304,8 +307,7 @@ fn serve_once(body: &'static str) -> (String, std::thread::JoinHandle<()>) {
 
 #[test]
 fn egress_goes_only_to_allowlisted_origins_through_the_host() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let (allowed, server) = serve_once("hello from the allowlist");
     let source = "from quarry import BaseModel\nclass Inputs(BaseModel):\n    url: str\nclass Output(BaseModel):\n    value: str = ''\nasync def run(input, ctx):\n    r = await ctx.http_get(input['url'])\n    return {'value': r['body']}\n";
     let mut tool = code_tool("fetcher", ToolType::Action, source);
@@ -408,8 +410,7 @@ fn saving_validates_the_source_and_derives_its_shapes() {
 
 #[test]
 fn expand_multi_query_keeps_the_normalised_query_and_adds_one_identifier_variant() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let tool = f.library.tool("expand_multi_query").unwrap();
     let input = |q: &str| json!({"query": q, "history": [], "variants": []});
     let out = call(
@@ -498,8 +499,7 @@ fn selected(out: &Value) -> Vec<String> {
 
 #[test]
 fn llm_select_and_expand_dedupes_and_keeps_the_first_thirty_in_order() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let tool = f.library.tool("llm_select_and_expand").unwrap();
     assert!(
         tool.derived.as_ref().unwrap().manifest.is_empty(),
@@ -524,8 +524,7 @@ fn llm_select_and_expand_dedupes_and_keeps_the_first_thirty_in_order() {
 
 #[test]
 fn iterative_context_chunk_orders_by_score_with_stable_ties_and_keeps_eighty() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let tool = f.library.tool("iterative-context-chunk").unwrap();
     let r = refs(&s, &f.library, 100);
     // Scores in tiers of ten: ties within a tier must keep their input order.
@@ -555,8 +554,7 @@ fn iterative_context_chunk_orders_by_score_with_stable_ties_and_keeps_eighty() {
 
 #[test]
 fn noop_chunk_returns_the_issued_references_unchanged() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = admin(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let r = refs(&s, &f.library, 5);
     let candidates: Vec<Value> = [3, 1, 1, 4, 0]
         .iter()
