@@ -79,6 +79,11 @@ fn limited_action(
     library.create_tool(tool).unwrap()
 }
 
+/// Calls `tool` with no input; the call must be refused.
+fn refused(library: &Library, s: &EvidenceSession, tool: &ToolDefinition) -> (String, String) {
+    error_of(call(library, s, tool, json!({})))
+}
+
 fn error_of(result: quarry_core::Result<Value>) -> (String, String) {
     let e = result.expect_err("the call must be refused");
     (e.code().to_string(), e.to_string())
@@ -131,7 +136,7 @@ fn every_escape_is_refused_with_a_clear_error() {
         assert!(got >= isolation, "{got:?} is stronger than {isolation:?}");
         for (slug, body, expected) in &escapes {
             let tool = action(&library, &format!("escape-{slug}-{}", got as u8), body);
-            let (code, message) = error_of(call(&library, &s, &tool, json!({})));
+            let (code, message) = refused(&library, &s, &tool);
             assert_eq!(code, "tool_failed", "{slug} ({got:?}): {message}");
             assert!(
                 message.contains("refused by the sandbox"),
@@ -165,7 +170,7 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
         "    blocks = [bytearray(50_000_000) for _ in range(40)]\n    return {'value': str(len(blocks))}",
         Limits { timeout_ms: 10_000, memory_mb: 200 },
     );
-    let (code, message) = error_of(call(&f.library, &s, &hog, json!({})));
+    let (code, message) = refused(&f.library, &s, &hog);
     assert_eq!(code, "tool_failed");
     assert!(
         message.contains("memory limit of 200 MB") || message.contains("exited"),
@@ -181,7 +186,7 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
             memory_mb: 256,
         },
     );
-    let (code, message) = error_of(call(&f.library, &s, &spin, json!({})));
+    let (code, message) = refused(&f.library, &s, &spin);
     assert_eq!(code, "tool_timeout", "{message}");
     assert!(message.contains("300 ms"));
 
@@ -276,7 +281,7 @@ fn undeclared_ctx_operations_are_refused_by_the_host() {
         "    c = ctx\n    await c.search('turbine')\n    return {}",
     );
     assert!(tool.derived.as_ref().unwrap().manifest.is_empty());
-    let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
+    let (code, message) = refused(&f.library, &s, &tool);
     assert_eq!(code, "tool_failed");
     assert!(
         message.contains("ctx.search is not declared in this tool's evidence manifest"),
