@@ -6,13 +6,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use common::{write, TestEnv};
+use common::{http, write, TestEnv};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -510,26 +510,16 @@ fn fake_hub(
         let mut cut = cut_first;
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            if reader.read_line(&mut request_line).is_err() {
+            let Some(request) = http::read_request(&stream) else {
                 continue;
-            }
-            let path = request_line
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or("/")
-                .to_string();
+            };
+            let path = request.path.clone();
             let mut range_start = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("range: bytes=") {
-                    seen.lock().unwrap().push(format!("{path} {}", v.trim()));
-                    range_start = v.trim().trim_end_matches('-').parse().unwrap_or(0);
+            if let Some(v) = request.header("range") {
+                let v = v.to_ascii_lowercase();
+                if let Some(v) = v.strip_prefix("bytes=") {
+                    seen.lock().unwrap().push(format!("{path} {v}"));
+                    range_start = v.trim_end_matches('-').parse().unwrap_or(0);
                 }
             }
             let Some(body) = files.get(&path) else {

@@ -16,6 +16,9 @@ use crate::retrieve::{SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, Store, VectorTable};
 use crate::tools::Executor;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 /// What retrieval offers the layers above it: the calls that need the library's indexes and
 /// model caches. `search` and `embedder` are required; `embed_query` and `sign_index` have
 /// defaults a stub can keep (`knowledge_search` uses them).

@@ -3,9 +3,10 @@
 //! model-led path, scripted tool calls replayed by a loopback OpenAI-compatible server, so a
 //! model's forged, expired or cross-conversation references can be aimed at the host.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::Write;
 use std::net::TcpListener;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use quarry_core::evidence::EvidenceSession;
@@ -16,14 +17,10 @@ use quarry_core::orchestrator::{
     self, conversation, revisions, BackendConfig, ChatOptions, OrchestratorConfig, ToolChoice,
     TurnResult, DEFAULT_CONFIG,
 };
-use quarry_core::{IndexOptions, Library, Principal, RunOptions};
+use quarry_core::{Library, Principal, RunOptions};
 use serde_json::{json, Value};
 
-struct Fixture {
-    _data: tempfile::TempDir,
-    _docs: tempfile::TempDir,
-    library: Library,
-}
+use common::{http, Fixture};
 
 const PUMP: &str = "# XR-200 pump\n\nThe XR-200 pump needs an inlet pressure of 4 bar. \
 Service the XR-200 pump every 600 hours and replace its seals yearly.\n";
@@ -33,28 +30,18 @@ Each read moves an entry to the front of the list.\n";
 const FERNS: &str = "# Ferns\n\nFerns reproduce by spores, not seeds. \
 The spores grow on the underside of the fronds.\n";
 
+/// One collection `notes` of three short notes, indexed and embedded.
 fn fixture() -> Fixture {
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    for (name, text) in [("pump.md", PUMP), ("cache.md", CACHE), ("ferns.md", FERNS)] {
-        std::fs::write(docs.path().join(name), text).unwrap();
-    }
-    let mut library = Library::open(data.path()).unwrap();
-    library
-        .create_collection("notes", "internal", "english")
-        .unwrap();
-    library.add_source(docs.path(), "notes", &[], &[]).unwrap();
-    let mut writer = library.writer().unwrap();
-    writer.index_all(&IndexOptions::default(), &|_| {}).unwrap();
-    writer
-        .embed_pending(&|_| {}, &AtomicBool::new(false))
-        .unwrap();
-    drop(writer);
-    Fixture {
-        _data: data,
-        _docs: docs,
-        library,
-    }
+    let mut f = Fixture::new();
+    f.add_collection(
+        "notes",
+        "internal",
+        "",
+        &[("pump.md", PUMP), ("cache.md", CACHE), ("ferns.md", FERNS)],
+    );
+    f.reindex();
+    f.embed();
+    f
 }
 
 fn smollm2() -> Arc<EmbeddedBackend> {
@@ -517,23 +504,10 @@ fn serve_script(replies: Vec<String>) -> Script {
     std::thread::spawn(move || {
         for reply in replies {
             let (mut stream, _) = listener.accept().unwrap();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if line.trim().is_empty() {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
+            let request = http::read_request(&stream).expect("a whole request");
             seen.lock()
                 .unwrap()
-                .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                .push(serde_json::from_slice(&request.body).unwrap_or(Value::Null));
             // "ERR <json>" replies with a server error instead of a stream.
             let (status, kind, reply) = match reply.strip_prefix("ERR ") {
                 Some(body) => (
@@ -772,23 +746,18 @@ fn the_tool_filter_gate_vetoes_calls_outside_the_profile() {
 
 #[test]
 fn secrets_in_documents_are_redacted_before_the_model_sees_them() {
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    std::fs::write(
-        docs.path().join("deploy.md"),
-        "# Deploy notes\n\nThe deploy server password = hunter2-secret and the AWS key is AKIAABCDEFGHIJKLMNOP for the pump telemetry.\n",
-    )
-    .unwrap();
-    let mut library = Library::open(data.path()).unwrap();
-    library
-        .create_collection("ops", "internal", "english")
-        .unwrap();
-    library.add_source(docs.path(), "ops", &[], &[]).unwrap();
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
+    let mut f = Fixture::new();
+    f.add_collection(
+        "ops",
+        "internal",
+        "",
+        &[(
+            "deploy.md",
+            "# Deploy notes\n\nThe deploy server password = hunter2-secret and the AWS key is AKIAABCDEFGHIJKLMNOP for the pump telemetry.\n",
+        )],
+    );
+    f.reindex();
+    let library = &f.library;
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "deploy server password"})),
         sse_answer("See [1]."),
@@ -903,8 +872,8 @@ fn a_bad_model_file_is_a_clear_error_naming_it() {
 
 #[test]
 fn apply_works_on_a_fresh_library() {
-    let data = tempfile::tempdir().unwrap();
-    let library = Library::open(data.path()).unwrap();
+    let f = Fixture::new();
+    let library = &f.library;
     let applied = revisions::apply(library.store(), DEFAULT_CONFIG, "carol").unwrap();
     // The seed is revision 1, applied on first use; this is revision 2.
     assert_eq!(
@@ -916,8 +885,8 @@ fn apply_works_on_a_fresh_library() {
 
 #[test]
 fn applying_a_configuration_is_audited_with_who_applied_which_revision() {
-    let data = tempfile::tempdir().unwrap();
-    let library = Library::open(data.path()).unwrap();
+    let f = Fixture::new();
+    let library = &f.library;
     let carol = Principal {
         label: "carol".into(),
         ..Principal::administrator()

@@ -2,18 +2,18 @@
 //! Fail points are process-global: each test holds a `FailScenario`, which runs the tests one
 //! at a time and clears every point when the test ends, even when it panics.
 
+mod common;
+
 use fail::FailScenario;
 use quarry_core::{DocumentStatus, IndexOptions, Library, SearchRequest};
 
+use common::Fixture;
+
+/// A library with one source `c` holding `files`, not indexed yet.
 fn library_with(files: &[(&str, &str)]) -> (tempfile::TempDir, tempfile::TempDir, Library) {
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    for (name, text) in files {
-        std::fs::write(docs.path().join(name), text).unwrap();
-    }
-    let mut library = Library::open(data.path()).unwrap();
-    library.add_source(docs.path(), "c", &[], &[]).unwrap();
-    (data, docs, library)
+    let mut f = Fixture::new();
+    f.add_source("c", "", files);
+    (f.data, f.docs, f.library)
 }
 
 #[test]

@@ -3,20 +3,23 @@
 //! check, namespace resolution, one embedding, the per-namespace fan-out, the merge, the output
 //! shape, per-namespace failures, the caller's authorization and the admitted evidence.
 
+mod common;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 use quarry_core::auth::{PrincipalKind, Scope};
 use quarry_core::context::EngineContext;
-use quarry_core::evidence::{EvidenceKey, EvidenceSession};
+use quarry_core::evidence::EvidenceKey;
 use quarry_core::models::Models;
 use quarry_core::orchestrator::knowledge_search::{
     KnowledgeSearch, KnowledgeSearchConfig, KnowledgeSearchOutcome,
 };
 use quarry_core::store::Store;
-use quarry_core::{IndexOptions, Library, LibraryOptions, LibraryWriter, Principal};
+use quarry_core::{LibraryOptions, Principal};
 use serde_json::{json, Value};
+
+use common::{admin, session};
 
 const MODEL: &str = "all-minilm-l6-v2-int8";
 
@@ -84,11 +87,23 @@ const CORPUS: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
+/// The shared fixture with the evidence key tool calls run under.
 struct Fixture {
-    _data: tempfile::TempDir,
-    docs: tempfile::TempDir,
-    library: Library,
+    base: common::Fixture,
     key: EvidenceKey,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = common::Fixture;
+    fn deref(&self) -> &common::Fixture {
+        &self.base
+    }
+}
+
+impl std::ops::DerefMut for Fixture {
+    fn deref_mut(&mut self) -> &mut common::Fixture {
+        &mut self.base
+    }
 }
 
 impl Fixture {
@@ -101,70 +116,23 @@ impl Fixture {
 /// A library with the three collections of [`CORPUS`], indexed and embedded with MiniLM.
 fn fixture() -> Fixture {
     installed_models();
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    let options = LibraryOptions {
+    let mut base = common::Fixture::with_options(LibraryOptions {
         ort_threads: Some(1),
         ..LibraryOptions::default()
-    };
-    let mut library = Library::open_with(data.path(), options).unwrap();
+    });
     for (collection, files) in CORPUS {
-        let dir = docs.path().join(collection);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, text) in *files {
-            std::fs::write(dir.join(name), text).unwrap();
-        }
-        library
-            .create_collection(collection, "internal", "english")
-            .unwrap();
-        library.add_source(&dir, collection, &[], &[]).unwrap();
+        base.add_collection(collection, "internal", collection, files);
     }
-    reindex(&mut library);
-    embed(&mut library);
-    let key = library.evidence_key().unwrap();
-    Fixture {
-        _data: data,
-        docs,
-        library,
-        key,
-    }
-}
-
-/// Runs `f` with the library's writer (the lock waits out the fork-to-exec window of workers
-/// this process starts; see lock.rs).
-fn with_writer<T>(library: &mut Library, f: impl FnOnce(&mut LibraryWriter<'_>) -> T) -> T {
-    f(&mut library.writer().unwrap())
-}
-
-fn reindex(library: &mut Library) {
-    with_writer(library, |w| w.index_all(&IndexOptions::default(), &|_| {})).unwrap();
-}
-
-fn embed(library: &mut Library) {
-    with_writer(library, |w| {
-        w.embed_pending(&|_| {}, &AtomicBool::new(false))
-    })
-    .unwrap();
+    base.reindex();
+    base.embed();
+    let key = base.library.evidence_key().unwrap();
+    Fixture { base, key }
 }
 
 /// Adds a collection with one file, indexed (not embedded).
 fn add_collection(fx: &mut Fixture, name: &str, sensitivity: &str, file: &str, text: &str) {
-    let dir = fx.docs.path().join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(file), text).unwrap();
-    fx.library
-        .create_collection(name, sensitivity, "english")
-        .unwrap();
-    fx.library.add_source(&dir, name, &[], &[]).unwrap();
-    reindex(&mut fx.library);
-}
-
-fn session(library: &Library, principal: Principal) -> EvidenceSession {
-    EvidenceSession::new(library.evidence_key().unwrap(), principal).unwrap()
-}
-
-fn admin(library: &Library) -> EvidenceSession {
-    session(library, Principal::administrator())
+    fx.add_collection(name, sensitivity, name, &[(file, text)]);
+    fx.reindex();
 }
 
 fn scoped(collections: &[&str], ceiling: &str) -> Principal {
@@ -791,7 +759,7 @@ fn a_query_that_cannot_be_embedded_is_an_embed_query_error() {
         models: Some(Models::at(vec![PathBuf::from(empty.path())])),
         ..LibraryOptions::default()
     };
-    let without_models = Library::open_with(fx.library.data_dir(), options).unwrap();
+    let without_models = fx.reopen(options);
     let key = without_models.evidence_key().unwrap();
     let out = boot(config(&["garden"])).call(
         &without_models.engine_context(&key),
@@ -821,7 +789,7 @@ fn a_caller_scoped_to_one_collection_never_sees_another() {
         "secret.md",
         "# Rose breeding plan\n\nThe secret cross of two climbing roses.\n",
     );
-    embed(&mut fx.library);
+    fx.embed();
     let reader = session(&fx.library, scoped(&["garden", "vault"], "internal"));
     let all = ["garden", "kitchen", "space", "vault"];
 

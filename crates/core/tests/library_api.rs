@@ -1,27 +1,26 @@
 //! The library's public API on real SQLite files and tantivy directories, without the binary:
 //! previews resolved by the chunk's own document, and stored source settings that fail closed.
 
+mod common;
+
 use quarry_core::{IndexOptions, Library, SearchMode, SearchRequest};
+
+use common::Fixture;
 
 /// One folder, indexed into two collections.
 fn one_folder_in_two_collections() -> (tempfile::TempDir, tempfile::TempDir, Library) {
-    let docs = tempfile::tempdir().unwrap();
-    std::fs::write(
-        docs.path().join("pump.md"),
-        "# Pump\n\nThe bilge pump is serviced every spring.\n\n## Seals\n\nReplace the seals.\n",
-    )
-    .unwrap();
-    std::fs::write(docs.path().join("keep.md"), "# Keep\n\nkeep this file\n").unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let mut library = Library::open(data.path()).unwrap();
-    library.add_source(docs.path(), "first", &[], &[]).unwrap();
-    library.add_source(docs.path(), "second", &[], &[]).unwrap();
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
-    (docs, data, library)
+    let mut f = Fixture::new();
+    let files = [
+        (
+            "pump.md",
+            "# Pump\n\nThe bilge pump is serviced every spring.\n\n## Seals\n\nReplace the seals.\n",
+        ),
+        ("keep.md", "# Keep\n\nkeep this file\n"),
+    ];
+    f.add_source("first", "", &files);
+    f.add_source("second", "", &[] as &[(&str, &str)]);
+    f.reindex();
+    (f.docs, f.data, f.library)
 }
 
 #[test]

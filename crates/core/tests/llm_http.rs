@@ -1,7 +1,9 @@
 //! The HTTP LLM backends: recorded streams replayed by a loopback server, then a real
 //! llama-server (built by `scripts/llama-server.sh`) running SmolLM2.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,25 +18,23 @@ use quarry_core::llm::{
 use quarry_core::Error;
 use serde_json::{json, Value};
 
+use common::http;
+
 // ---------------------------------------------------------------------------------------------
 // A loopback server replaying canned answers
 // ---------------------------------------------------------------------------------------------
 
-/// One request as the server saw it.
+/// One request as the server saw it, its body read as JSON.
 #[derive(Debug, Clone)]
 struct Recorded {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
+    request: http::Request,
     body: Value,
 }
 
-impl Recorded {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+impl std::ops::Deref for Recorded {
+    type Target = http::Request;
+    fn deref(&self) -> &http::Request {
+        &self.request
     }
 }
 
@@ -114,36 +114,9 @@ impl MockServer {
 }
 
 fn read_request(stream: &TcpStream) -> Option<Recorded> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let path = parts.next()?.to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (name, value) = line.split_once(':')?;
-        headers.push((name.trim().to_string(), value.trim().to_string()));
-    }
-    let length: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(Recorded {
-        method,
-        path,
-        headers,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-    })
+    let request = http::read_request(stream)?;
+    let body = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    Some(Recorded { request, body })
 }
 
 fn write_answer(mut stream: TcpStream, answer: &Canned) -> std::io::Result<()> {

@@ -1,7 +1,11 @@
 //! The in-memory sign bits stay in step with the library: vectors embedded after the copy was
 //! made join it, deleted ones drop out of results, and many deletions trigger a rebuild.
 
-use quarry_core::{IndexOptions, Library};
+mod common;
+
+use quarry_core::Library;
+
+use common::{reindex, Fixture};
 
 fn vector(seed: i64) -> Vec<f32> {
     (0..384)
@@ -13,14 +17,6 @@ fn vector(seed: i64) -> Vec<f32> {
             }
         })
         .collect()
-}
-
-fn reindex(library: &mut Library) {
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
 }
 
 fn embed_everything(library: &mut Library) -> usize {
@@ -48,17 +44,15 @@ fn embed_everything(library: &mut Library) -> usize {
 
 #[test]
 fn the_copy_follows_new_and_deleted_vectors() {
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    for i in 0..5 {
-        std::fs::write(
-            docs.path().join(format!("{i}.md")),
-            format!("# Note {i}\n\nText number {i}."),
-        )
-        .unwrap();
-    }
-    let mut library = Library::open(data.path()).unwrap();
-    library.add_source(docs.path(), "notes", &[], &[]).unwrap();
+    let mut f = Fixture::new();
+    let notes: Vec<(String, String)> = (0..5)
+        .map(|i| (format!("{i}.md"), format!("# Note {i}\n\nText number {i}.")))
+        .collect();
+    let notes: Vec<(&str, &String)> = notes.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    f.add_source("notes", "", &notes);
+    let Fixture {
+        docs, mut library, ..
+    } = f;
     reindex(&mut library);
     assert_eq!(embed_everything(&mut library), 5);
     let collection = library.collections().unwrap().remove(0);

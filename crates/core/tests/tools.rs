@@ -1,6 +1,8 @@
 //! Code tools, the sandbox, evidence references and authorization, on real libraries with a
 //! real Python worker.
 
+mod common;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -10,47 +12,24 @@ use quarry_core::auth::{NewKey, PrincipalKind, Scope};
 use quarry_core::evidence::EvidenceSession;
 use quarry_core::pipeline::MAX_NEIGHBOR_RADIUS;
 use quarry_core::tools::{Executor, Limits, NetworkIsolation, ToolDefinition, ToolType};
-use quarry_core::{
-    IndexOptions, Library, LibraryOptions, Principal, RunOptions, SearchMode, SearchRequest,
-};
+use quarry_core::{Library, LibraryOptions, Principal, RunOptions, SearchMode, SearchRequest};
 use serde_json::{json, Value};
 
-struct Fixture {
-    _data: tempfile::TempDir,
-    docs: tempfile::TempDir,
-    library: Library,
-}
+use common::{admin, reindex, session, Fixture};
 
 /// A library with one collection `notes` indexed (full text only) from `files`.
 fn fixture(files: &[(&str, String)]) -> Fixture {
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    for (name, text) in files {
-        std::fs::write(docs.path().join(name), text).unwrap();
-    }
-    let mut library = Library::open(data.path()).unwrap();
-    library
-        .create_collection("notes", "internal", "english")
-        .unwrap();
-    library.add_source(docs.path(), "notes", &[], &[]).unwrap();
-    reindex(&mut library);
-    Fixture {
-        _data: data,
-        docs,
-        library,
-    }
+    let mut f = Fixture::new();
+    f.add_collection("notes", "internal", "", files);
+    f.reindex();
+    f
 }
 
-fn reindex(library: &mut Library) {
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
-}
-
-fn session(library: &Library) -> EvidenceSession {
-    EvidenceSession::new(library.evidence_key().unwrap(), Principal::administrator()).unwrap()
+/// [`fixture`] with one note `a.md`, and the administrator's session on it.
+fn one_note(text: &str) -> (Fixture, EvidenceSession) {
+    let f = fixture(&[("a.md", text.to_string())]);
+    let s = admin(&f.library);
+    (f, s)
 }
 
 fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
@@ -100,6 +79,11 @@ fn limited_action(
     library.create_tool(tool).unwrap()
 }
 
+/// Calls `tool` with no input; the call must be refused.
+fn refused(library: &Library, s: &EvidenceSession, tool: &ToolDefinition) -> (String, String) {
+    error_of(call(library, s, tool, json!({})))
+}
+
 fn error_of(result: quarry_core::Result<Value>) -> (String, String) {
     let e = result.expect_err("the call must be refused");
     (e.code().to_string(), e.to_string())
@@ -115,8 +99,7 @@ fn long_document(sections: usize) -> String {
 
 #[test]
 fn every_escape_is_refused_with_a_clear_error() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain text");
     let escapes = [
         ("socket", "    import socket\n    socket.create_connection(('127.0.0.1', 9))", "network access"),
         ("ssh", "    return {'value': open(os.path.expanduser('~/.ssh/id_rsa')).read()}", "reading"),
@@ -148,12 +131,12 @@ fn every_escape_is_refused_with_a_clear_error() {
             executor: Executor::default().with_max_isolation(isolation),
             ..LibraryOptions::default()
         };
-        let library = Library::open_with(f.library.data_dir(), options).unwrap();
+        let library = f.reopen(options);
         let got = library.executor().check().unwrap();
         assert!(got >= isolation, "{got:?} is stronger than {isolation:?}");
         for (slug, body, expected) in &escapes {
             let tool = action(&library, &format!("escape-{slug}-{}", got as u8), body);
-            let (code, message) = error_of(call(&library, &s, &tool, json!({})));
+            let (code, message) = refused(&library, &s, &tool);
             assert_eq!(code, "tool_failed", "{slug} ({got:?}): {message}");
             assert!(
                 message.contains("refused by the sandbox"),
@@ -180,15 +163,14 @@ fn every_escape_is_refused_with_a_clear_error() {
 
 #[test]
 fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain text");
     let hog = limited_action(
         &f.library,
         "hog",
         "    blocks = [bytearray(50_000_000) for _ in range(40)]\n    return {'value': str(len(blocks))}",
         Limits { timeout_ms: 10_000, memory_mb: 200 },
     );
-    let (code, message) = error_of(call(&f.library, &s, &hog, json!({})));
+    let (code, message) = refused(&f.library, &s, &hog);
     assert_eq!(code, "tool_failed");
     assert!(
         message.contains("memory limit of 200 MB") || message.contains("exited"),
@@ -204,7 +186,7 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
             memory_mb: 256,
         },
     );
-    let (code, message) = error_of(call(&f.library, &s, &spin, json!({})));
+    let (code, message) = refused(&f.library, &s, &spin);
     assert_eq!(code, "tool_timeout", "{message}");
     assert!(message.contains("300 ms"));
 
@@ -221,8 +203,7 @@ fn memory_and_time_limits_end_the_call_and_the_next_call_works() {
 
 #[test]
 fn workers_are_reused_between_calls() {
-    let f = fixture(&[("a.md", "# A\n\nplain text".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain text");
     // A call counter kept in a stdlib module: 1 in a fresh worker, 2 in a reused one.
     let tool = action(&f.library, "counter", "    import json\n    json.calls = getattr(json, 'calls', 0) + 1\n    return {'value': str(json.calls)}");
     assert_eq!(
@@ -244,7 +225,7 @@ fn nothing_a_call_leaves_behind_reaches_another_caller() {
         "stash",
         "    import json\n    seen = getattr(json, 'stash', 'nothing')\n    json.stash = 'left by an earlier call'\n    return {'value': seen}",
     );
-    let admin = session(&f.library);
+    let admin = admin(&f.library);
     assert_eq!(
         call(&f.library, &admin, &tool, json!({})).unwrap()["value"],
         "nothing"
@@ -260,7 +241,7 @@ fn nothing_a_call_leaves_behind_reaches_another_caller() {
         label: "alice".into(),
         ..Principal::administrator()
     };
-    let alice = EvidenceSession::new(f.library.evidence_key().unwrap(), alice).unwrap();
+    let alice = session(&f.library, alice);
     assert_eq!(
         call(&f.library, &alice, &tool, json!({})).unwrap()["value"],
         "nothing"
@@ -292,8 +273,7 @@ fn nothing_a_call_leaves_behind_reaches_another_caller() {
 
 #[test]
 fn undeclared_ctx_operations_are_refused_by_the_host() {
-    let f = fixture(&[("a.md", "# A\n\nturbine".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nturbine");
     // `c` aliases ctx, so static analysis does not see the search: the manifest is empty.
     let tool = action(
         &f.library,
@@ -301,7 +281,7 @@ fn undeclared_ctx_operations_are_refused_by_the_host() {
         "    c = ctx\n    await c.search('turbine')\n    return {}",
     );
     assert!(tool.derived.as_ref().unwrap().manifest.is_empty());
-    let (code, message) = error_of(call(&f.library, &s, &tool, json!({})));
+    let (code, message) = refused(&f.library, &s, &tool);
     assert_eq!(code, "tool_failed");
     assert!(
         message.contains("ctx.search is not declared in this tool's evidence manifest"),
@@ -332,8 +312,7 @@ fn serve_once(body: &'static str) -> (String, std::thread::JoinHandle<()>) {
 
 #[test]
 fn egress_goes_only_to_allowlisted_origins_through_the_host() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let (allowed, server) = serve_once("hello from the allowlist");
     let source = "from quarry import BaseModel\nclass Inputs(BaseModel):\n    url: str\nclass Output(BaseModel):\n    value: str = ''\nasync def run(input, ctx):\n    r = await ctx.http_get(input['url'])\n    return {'value': r['body']}\n";
     let mut tool = code_tool("fetcher", ToolType::Action, source);
@@ -436,8 +415,7 @@ fn saving_validates_the_source_and_derives_its_shapes() {
 
 #[test]
 fn expand_multi_query_keeps_the_normalised_query_and_adds_one_identifier_variant() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let tool = f.library.tool("expand_multi_query").unwrap();
     let input = |q: &str| json!({"query": q, "history": [], "variants": []});
     let out = call(
@@ -526,8 +504,7 @@ fn selected(out: &Value) -> Vec<String> {
 
 #[test]
 fn llm_select_and_expand_dedupes_and_keeps_the_first_thirty_in_order() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let tool = f.library.tool("llm_select_and_expand").unwrap();
     assert!(
         tool.derived.as_ref().unwrap().manifest.is_empty(),
@@ -552,8 +529,7 @@ fn llm_select_and_expand_dedupes_and_keeps_the_first_thirty_in_order() {
 
 #[test]
 fn iterative_context_chunk_orders_by_score_with_stable_ties_and_keeps_eighty() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let tool = f.library.tool("iterative-context-chunk").unwrap();
     let r = refs(&s, &f.library, 100);
     // Scores in tiers of ten: ties within a tier must keep their input order.
@@ -583,8 +559,7 @@ fn iterative_context_chunk_orders_by_score_with_stable_ties_and_keeps_eighty() {
 
 #[test]
 fn noop_chunk_returns_the_issued_references_unchanged() {
-    let f = fixture(&[("a.md", "# A\n\nplain".into())]);
-    let s = session(&f.library);
+    let (f, s) = one_note("# A\n\nplain");
     let r = refs(&s, &f.library, 5);
     let candidates: Vec<Value> = [3, 1, 1, 4, 0]
         .iter()
@@ -615,7 +590,7 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
         ),
         ("other.md", "# Other\n\nA note about turbine noise.".into()),
     ]);
-    let s = session(&f.library);
+    let s = admin(&f.library);
     let lib = &f.library;
 
     // search_documents: one match per document, with a snippet and an opaque source_ref.
@@ -735,7 +710,7 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
 fn forged_foreign_expired_and_stale_references_are_rejected() {
     let mut f = fixture(&[("a.md", "# Alpha\n\nThe alpha document about gears.".into())]);
     let store = || f.library.store();
-    let s = session(&f.library);
+    let s = admin(&f.library);
     let chunk = store()
         .chunks_by_id(&store().all_chunk_ids().unwrap())
         .unwrap()
@@ -768,17 +743,13 @@ fn forged_foreign_expired_and_stale_references_are_rejected() {
         label: "alice".into(),
         ..Principal::administrator()
     };
-    let other_principal = EvidenceSession::new(f.library.evidence_key().unwrap(), alice).unwrap();
+    let other_principal = session(&f.library, alice);
     assert!(reason(&good, &other_principal).contains("not issued to this caller"));
-    let other_run = session(&f.library);
+    let other_run = admin(&f.library);
     assert!(reason(&good, &other_run).contains("another run"));
     // A reference from another library (another key) is forged as far as this one knows.
     let stranger = fixture(&[("b.md", "# B\n\nbeta".into())]);
-    let foreign = EvidenceSession::new(
-        stranger.library.evidence_key().unwrap(),
-        Principal::administrator(),
-    )
-    .unwrap();
+    let foreign = admin(&stranger.library);
     assert!(reason(&foreign.issue_chunk(&chunk), &s).contains("invalid signature"));
     // Expired.
     let short = s.clone().with_ttl_secs(0);
@@ -814,23 +785,17 @@ const LABELS: [&str; 4] = ["public", "internal", "confidential", "restricted"];
 
 /// Six collections across the four labels, each with two documents that all mention zebras.
 fn scoped_library() -> (tempfile::TempDir, tempfile::TempDir, Library) {
-    let data = tempfile::tempdir().unwrap();
-    let docs = tempfile::tempdir().unwrap();
-    let mut library = Library::open(data.path()).unwrap();
+    let mut f = Fixture::new();
     for c in 0..6 {
         let name = format!("c{c}");
-        let folder = docs.path().join(&name);
-        std::fs::create_dir_all(&folder).unwrap();
-        for d in 0..2 {
-            std::fs::write(folder.join(format!("d{d}.md")), format!("# {name} doc {d}\n\nZebras graze in collection {name}, document {d}. Stripes and savanna.")).unwrap();
-        }
-        library
-            .create_collection(&name, LABELS[c % 4], "english")
-            .unwrap();
-        library.add_source(&folder, &name, &[], &[]).unwrap();
+        let files: Vec<(String, String)> = (0..2)
+            .map(|d| (format!("d{d}.md"), format!("# {name} doc {d}\n\nZebras graze in collection {name}, document {d}. Stripes and savanna.")))
+            .collect();
+        let files: Vec<(&str, &String)> = files.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        f.add_collection(&name, LABELS[c % 4], &name, &files);
     }
-    reindex(&mut library);
-    (data, docs, library)
+    f.reindex();
+    (f.data, f.docs, f.library)
 }
 
 mod property {
@@ -898,7 +863,7 @@ mod property {
                 prop_assert!(readable.contains(&entry.collection), "pipeline admitted {}", entry.collection);
             }
 
-            let session = EvidenceSession::new(library.evidence_key().unwrap(), principal.clone()).unwrap();
+            let session = session(library, principal.clone());
             let out = call(library, &session, &library.tool("search_documents").unwrap(), json!({"query": query, "limit": 50})).unwrap();
             for m in out["matches"].as_array().unwrap() {
                 let path = m["path"].as_str().unwrap();

@@ -5,6 +5,8 @@
 #[path = "../../../core/tests/common/fixtures.rs"]
 mod fixtures;
 pub use fixtures::*;
+#[path = "../../../core/tests/common/http.rs"]
+pub mod http;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

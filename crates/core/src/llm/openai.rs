@@ -510,19 +510,49 @@ fn flattened(m: &ChatMessage) -> Option<(Role, String)> {
     }
 }
 
-fn openai_message(m: &ChatMessage, flatten: bool) -> Value {
+/// `m` in a server's form: as text when `flatten` asks for it and it is a tool turn, else
+/// as `native` writes it, else as a plain role and content.
+fn message_json(
+    m: &ChatMessage,
+    flatten: bool,
+    native: fn(&ChatMessage) -> Option<Value>,
+) -> Value {
     if flatten {
         if let Some((role, content)) = flattened(m) {
             return json!({"role": role.as_str(), "content": content});
         }
     }
-    match m.role {
-        Role::Tool => json!({
+    native(m).unwrap_or_else(|| json!({"role": m.role.as_str(), "content": m.content}))
+}
+
+/// What both bodies start with: the model, the messages in the server's form, and the tools
+/// when they are sent.
+fn body_start(
+    model: &str,
+    request: &ChatRequest,
+    with_tools: bool,
+    message: impl Fn(&ChatMessage) -> Value,
+) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("model".into(), model.into());
+    body.insert(
+        "messages".into(),
+        request.messages.iter().map(message).collect(),
+    );
+    if with_tools && !request.tools.is_empty() {
+        body.insert("tools".into(), tools_json(request));
+    }
+    body
+}
+
+fn openai_message(m: &ChatMessage, flatten: bool) -> Value {
+    message_json(m, flatten, |m| match m.role {
+        Role::Tool => Some(json!({
             "role": "tool",
             "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
             "content": m.content,
-        }),
-        Role::Assistant if !m.tool_calls.is_empty() => json!({
+        })),
+        Role::Assistant if !m.tool_calls.is_empty() => Some(json!({
             "role": "assistant",
             // OpenAI's documented form for a turn that only calls tools.
             "content": if m.content.is_empty() { Value::Null } else { Value::from(m.content.as_str()) },
@@ -531,9 +561,9 @@ fn openai_message(m: &ChatMessage, flatten: bool) -> Value {
                 "type": "function",
                 "function": {"name": c.name, "arguments": c.arguments},
             })).collect::<Vec<_>>(),
-        }),
-        role => json!({"role": role.as_str(), "content": m.content}),
-    }
+        })),
+        _ => None,
+    })
 }
 
 /// The `/chat/completions` body.
@@ -543,21 +573,11 @@ fn openai_body(
     with_tools: bool,
     flatten: bool,
 ) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), config.model.as_str().into());
-    body.insert(
-        "messages".into(),
-        request
-            .messages
-            .iter()
-            .map(|m| openai_message(m, flatten))
-            .collect(),
-    );
-    if with_tools && !request.tools.is_empty() {
-        body.insert("tools".into(), tools_json(request));
-        if request.require_tool {
-            body.insert("tool_choice".into(), "required".into());
-        }
+    let mut body = body_start(&config.model, request, with_tools, |m| {
+        openai_message(m, flatten)
+    });
+    if with_tools && !request.tools.is_empty() && request.require_tool {
+        body.insert("tool_choice".into(), "required".into());
     }
     body.insert("stream".into(), true.into());
     body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -583,20 +603,15 @@ fn openai_body(
 }
 
 fn ollama_message(m: &ChatMessage, flatten: bool) -> Value {
-    if flatten {
-        if let Some((role, content)) = flattened(m) {
-            return json!({"role": role.as_str(), "content": content});
-        }
-    }
-    match m.role {
+    message_json(m, flatten, |m| match m.role {
         // Ollama reads `tool_name` (newer) or `name` (older); unknown fields are ignored.
-        Role::Tool => json!({
+        Role::Tool => Some(json!({
             "role": "tool",
             "content": m.content,
             "tool_name": m.name,
             "name": m.name,
-        }),
-        Role::Assistant if !m.tool_calls.is_empty() => json!({
+        })),
+        Role::Assistant if !m.tool_calls.is_empty() => Some(json!({
             "role": "assistant",
             "content": m.content,
             "tool_calls": m.tool_calls.iter().map(|c| json!({
@@ -609,26 +624,14 @@ fn ollama_message(m: &ChatMessage, flatten: bool) -> Value {
                         .unwrap_or_else(|| json!({})),
                 },
             })).collect::<Vec<_>>(),
-        }),
-        role => json!({"role": role.as_str(), "content": m.content}),
-    }
+        })),
+        _ => None,
+    })
 }
 
 /// The `/api/chat` body. A grammar cannot be sent: Ollama has no such option.
 fn ollama_body(model: &str, request: &ChatRequest, with_tools: bool, flatten: bool) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), model.into());
-    body.insert(
-        "messages".into(),
-        request
-            .messages
-            .iter()
-            .map(|m| ollama_message(m, flatten))
-            .collect(),
-    );
-    if with_tools && !request.tools.is_empty() {
-        body.insert("tools".into(), tools_json(request));
-    }
+    let mut body = body_start(model, request, with_tools, |m| ollama_message(m, flatten));
     body.insert("stream".into(), true.into());
     body.insert(
         "options".into(),
@@ -664,6 +667,20 @@ fn parse_sse_line(line: &str) -> SseLine<'_> {
         "" => SseLine::Skip,
         "[DONE]" => SseLine::Done,
         data => SseLine::Data(data),
+    }
+}
+
+/// An `error` a server put in its stream, in either dialect, ends the answer.
+fn reported_error(chunk: &Value) -> std::result::Result<(), String> {
+    match chunk.get("error").filter(|e| !e.is_null()) {
+        Some(error) => Err(format!(
+            "the server reported an error: {}",
+            cut(
+                &error_value_message(&json!({ "error": error })).unwrap_or_default(),
+                MAX_ERROR_CHARS
+            )
+        )),
+        None => Ok(()),
     }
 }
 
@@ -739,15 +756,7 @@ impl<'e, 'f> Collector<'e, 'f> {
 
     /// One chunk of an OpenAI stream, or a whole non-streamed reply (`message` for `delta`).
     fn openai_chunk(&mut self, chunk: &Value) -> std::result::Result<(), String> {
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(format!(
-                "the server reported an error: {}",
-                cut(
-                    &error_value_message(&json!({ "error": error })).unwrap_or_default(),
-                    MAX_ERROR_CHARS
-                )
-            ));
-        }
+        reported_error(chunk)?;
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let count = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
             self.usage = Some(Usage {
@@ -794,15 +803,7 @@ impl<'e, 'f> Collector<'e, 'f> {
 
     /// One line of an Ollama stream; true when it is the last.
     fn ollama_chunk(&mut self, chunk: &Value) -> std::result::Result<bool, String> {
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(format!(
-                "the server reported an error: {}",
-                cut(
-                    &error_value_message(&json!({ "error": error })).unwrap_or_default(),
-                    MAX_ERROR_CHARS
-                )
-            ));
-        }
+        reported_error(chunk)?;
         if let Some(message) = chunk.get("message") {
             if let Some(text) = message.get("content").and_then(Value::as_str) {
                 self.token(text);

@@ -630,6 +630,10 @@ fn url_key(url: &str) -> String {
 }
 
 #[cfg(test)]
+#[path = "../../tests/common/http.rs"]
+mod test_http;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -730,7 +734,6 @@ mod tests {
     }
 
     fn recorder(redirect_to: Option<String>) -> Recorder {
-        use std::io::BufRead;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -738,28 +741,11 @@ mod tests {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
-                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
+                let Some(request) = test_http::read_request(&stream) else {
                     continue;
-                }
-                let path = request_line
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap_or("/")
-                    .to_string();
-                let mut authorization = None;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some((name, value)) = line.split_once(':') {
-                        if name.eq_ignore_ascii_case("authorization") {
-                            authorization = Some(value.trim().to_string());
-                        }
-                    }
-                }
+                };
+                let path = request.path.clone();
+                let authorization = request.header("authorization").map(String::from);
                 log.lock().unwrap().push((path.clone(), authorization));
                 let reply = match (path.strip_prefix("/moved"), &redirect_to) {
                     (Some(rest), Some(to)) => format!(

@@ -115,6 +115,15 @@ impl StageReport {
     }
 }
 
+/// `note()` when `count` is not zero, else nothing: a stage's detail names only what happened.
+fn unless_none(count: usize, note: impl FnOnce() -> String) -> String {
+    if count > 0 {
+        note()
+    } else {
+        String::new()
+    }
+}
+
 fn us(since: Instant) -> u64 {
     since.elapsed().as_micros() as u64
 }
@@ -239,11 +248,9 @@ fn run_query_tool(
     let detail = format!(
         "{} stream(s){}",
         kept.len(),
-        if dropped > 0 {
-            format!("; {dropped} over the limit of {bound} dropped")
-        } else {
-            String::new()
-        }
+        unless_none(dropped, || format!(
+            "; {dropped} over the limit of {bound} dropped"
+        ))
     );
     Ok((
         StageReport::of_call("query", tool, input, report, detail),
@@ -302,11 +309,7 @@ fn run_chunk_tool(
         "{} of {} candidate(s) kept{}",
         kept.len(),
         candidates.len(),
-        if refused > 0 {
-            format!("; {refused} reference(s) refused")
-        } else {
-            String::new()
-        }
+        unless_none(refused, || format!("; {refused} reference(s) refused"))
     );
     Ok((
         StageReport::of_call("chunk", tool, input, report, detail),

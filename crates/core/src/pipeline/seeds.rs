@@ -121,6 +121,7 @@ mod tests {
 
     use super::*;
     use crate::pipeline::show;
+    use crate::store::test_support::temp_store;
 
     fn default_versions(store: &Store) -> (Vec<i64>, SavedPipeline) {
         let view = show(store, DEFAULT_PIPELINE).unwrap();
@@ -132,8 +133,7 @@ mod tests {
 
     #[test]
     fn a_library_seeded_without_python_is_derived_once_python_is_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("q.db")).unwrap();
+        let (_dir, store) = temp_store();
         let no_python = Executor::new(PathBuf::from("/nonexistent/python3"));
         install_seeds(&store, &no_python).unwrap();
         assert_eq!(tools::list(&store, None, None).unwrap().len(), 12);

@@ -11,16 +11,15 @@ use serde_json::json;
 use super::run::{run_resolved, test_tool, RunOptions, TestInput};
 use super::{Budget, PipelineDefinition, ResolvedPipeline};
 use crate::auth::{Principal, Scope};
+use crate::context::testing::StubEngine;
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
-use crate::evidence::EvidenceKey;
 use crate::fulltext::Snippet;
-use crate::models::Models;
 use crate::retrieve::{Hit, SearchMode, SearchRequest, SearchResults, StageScores};
-use crate::store::writes::{write_revision, Extraction, FileFacts};
+use crate::store::test_support::{self, collection_with_source};
 use crate::store::{ChunkLocation, NewChunk, Store};
-use crate::tools::{self, Executor, ToolDefinition, ToolType};
+use crate::tools::{self, ToolDefinition, ToolType};
 
 /// Returns its hits for any request, and keeps every request.
 pub(crate) struct StubRetrieval {
@@ -50,11 +49,7 @@ impl Retrieval for StubRetrieval {
 /// A store with collections `notes` (internal) and `secret` (restricted), one document in
 /// each: `/notes/note.md` has chunks "note 0" … "note 3", `/secret/secret.md` has "secret 0".
 pub(crate) struct Fixture {
-    _dir: tempfile::TempDir,
-    pub store: Store,
-    models: Models,
-    pub executor: Executor,
-    key: EvidenceKey,
+    pub stub: StubEngine,
     /// Chunk ids of `notes`, in document order.
     pub notes: Vec<i64>,
     /// The chunk id of `secret`.
@@ -63,31 +58,20 @@ pub(crate) struct Fixture {
 
 impl Fixture {
     pub fn new() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let notes = write_document(&mut store, "notes", "internal", "note", 4);
-        let secret = write_document(&mut store, "secret", "restricted", "secret", 1)[0];
-        let key = EvidenceKey::load_or_create(&store).unwrap();
+        let (mut notes, mut secret) = (Vec::new(), 0);
+        let stub = StubEngine::new(|store| {
+            notes = write_document(store, "notes", "internal", "note", 4);
+            secret = write_document(store, "secret", "restricted", "secret", 1)[0];
+        });
         Fixture {
-            models: Models::at(vec![dir.path().join("models")]),
-            // Never started: these pipelines have no code tools.
-            executor: Executor::new(PathBuf::from("/nonexistent/python")),
-            _dir: dir,
-            store,
-            key,
+            stub,
             notes,
             secret,
         }
     }
 
     pub fn engine<'a>(&'a self, retrieval: &'a StubRetrieval) -> EngineContext<'a> {
-        EngineContext {
-            store: &self.store,
-            models: &self.models,
-            executor: &self.executor,
-            evidence_key: &self.key,
-            retrieval,
-        }
+        self.stub.engine(retrieval)
     }
 
     /// A retrieval that finds these chunks, best first, scored 1.0, 0.75, 0.5, …
@@ -104,7 +88,7 @@ impl Fixture {
 
     /// A hit on a chunk, with the chunk's own path (`/gone.md` for one not in the store).
     fn hit(&self, rank: usize, chunk_id: i64, score: f32) -> Hit {
-        let chunk = self.store.chunks_by_id(&[chunk_id]).unwrap().pop();
+        let chunk = self.stub.store.chunks_by_id(&[chunk_id]).unwrap().pop();
         Hit {
             rank,
             score,
@@ -133,11 +117,8 @@ fn write_document(
     word: &str,
     chunks: usize,
 ) -> Vec<i64> {
-    let c = store
-        .create_collection(collection, sensitivity, "english", "test-model")
-        .unwrap();
     let root = PathBuf::from(format!("/{collection}"));
-    let source = store.create_source(&c, &root, &[], &[]).unwrap();
+    let source = collection_with_source(store, collection, sensitivity, "test-model", &root);
     let chunks: Vec<NewChunk> = (0..chunks)
         .map(|i| NewChunk {
             text: format!("{word} {i}"),
@@ -147,29 +128,7 @@ fn write_document(
         })
         .collect();
     let path = root.join(format!("{word}.md"));
-    let tx = store.write().unwrap();
-    let document = write_revision(
-        &tx,
-        source.id,
-        &FileFacts {
-            path: &path,
-            size: 1,
-            mtime_ns: 1,
-        },
-        &Extraction {
-            content_hash: word,
-            title: word,
-            format: "markdown",
-            warning: None,
-            extracted_bytes: 1,
-        },
-        &chunks,
-    )
-    .unwrap();
-    tx.commit().unwrap();
-    store
-        .chunks_of_document(document)
-        .unwrap()
+    test_support::write_document(store, &source, &path, word, 1, &chunks)
         .iter()
         .map(|c| c.id)
         .collect()
@@ -298,7 +257,7 @@ fn a_blocking_problem_stops_the_run_before_it_searches() {
 #[test]
 fn the_tool_tester_lists_refused_references_with_their_reason() {
     let f = Fixture::new();
-    tools::create(&f.store, &f.executor, retrieval_tool("lex")).unwrap();
+    tools::create(&f.stub.store, &f.stub.executor, retrieval_tool("lex")).unwrap();
     // The stub ignores scopes, as a retrieval bug would: the tester must still refuse what
     // the caller may not read, and say so.
     let stub = f.stub(&[f.notes[0], f.secret, f.notes[2]]);

@@ -269,6 +269,7 @@ mod tests {
 
     use super::*;
     use crate::embed::normalized;
+    use crate::store::test_support::temp_store;
     use crate::store::SignIndex;
 
     fn ask(store: &Store, name: &str, model: &str) -> Result<Checked<CollectionHits>> {
@@ -296,8 +297,7 @@ mod tests {
 
     #[test]
     fn a_collection_query_says_why_it_cannot_answer_as_a_search_does() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let (_dir, mut store) = temp_store();
         let c = store
             .create_collection("c", "internal", "english", "m")
             .unwrap();

@@ -21,6 +21,9 @@ mod tools;
 mod vectors;
 pub(crate) mod writes;
 
+#[cfg(test)]
+pub(crate) mod test_support;
+
 pub use audit::AuditRecord;
 pub(crate) use audit::NewAuditRecord;
 pub use conversations::Conversation;
@@ -676,6 +679,7 @@ pub(crate) const CHUNK_SELECT: &str =
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::{collection_with_source, temp_store, write_skipped};
     use super::*;
 
     #[test]
@@ -689,12 +693,9 @@ mod tests {
 
     #[test]
     fn document_states_cover_exactly_a_path_and_what_is_below_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let c = store
-            .create_collection("c", "internal", "english", "test-model")
-            .unwrap();
-        let source = store.create_source(&c, Path::new("/a"), &[], &[]).unwrap();
+        let (_dir, mut store) = temp_store();
+        let source =
+            collection_with_source(&mut store, "c", "internal", "test-model", Path::new("/a"));
         let tx = store.write().unwrap();
         for p in [
             "/a/b",
@@ -704,20 +705,7 @@ mod tests {
             "/a/b0",
             "/a/b.md",
         ] {
-            let file = writes::FileFacts {
-                path: Path::new(p),
-                size: 1,
-                mtime_ns: 1,
-            };
-            writes::write_not_indexed(
-                &tx,
-                source.id,
-                &file,
-                DocumentStatus::Skipped,
-                "hidden",
-                "x",
-            )
-            .unwrap();
+            write_skipped(&tx, &source, Path::new(p));
         }
         tx.commit().unwrap();
         let mut found: Vec<String> = store
@@ -739,8 +727,7 @@ mod tests {
 
     #[test]
     fn ids_are_never_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let (_dir, mut store) = temp_store();
         let a = store
             .create_collection("a", "internal", "english", "test-model")
             .unwrap();

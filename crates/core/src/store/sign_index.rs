@@ -294,11 +294,11 @@ impl SignIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::temp_store;
 
     #[test]
     fn shadow_table_read_matches_the_row_by_row_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let (_dir, mut store) = temp_store();
         let a = store
             .create_collection("a", "internal", "english", "test-model")
             .unwrap();
@@ -359,8 +359,7 @@ mod tests {
 
     #[test]
     fn exact_and_sign_bit_search_agree_and_deleted_chunks_lose_their_vectors() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
+        let (_dir, mut store) = temp_store();
         let c = store
             .create_collection("c", "internal", "english", "test-model")
             .unwrap();

@@ -268,32 +268,17 @@ pub(crate) fn delete_document(tx: &Transaction<'_>, id: i64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::store::test_support::{collection_with_source, temp_store, write_skipped};
 
     #[test]
     fn document_path_reads_the_stored_path_and_refuses_a_missing_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("q.db")).unwrap();
-        let c = store
-            .create_collection("c", "internal", "english", "test-model")
-            .unwrap();
-        let source = store.create_source(&c, Path::new("/a"), &[], &[]).unwrap();
+        let (_dir, mut store) = temp_store();
+        let source =
+            collection_with_source(&mut store, "c", "internal", "test-model", Path::new("/a"));
         let tx = store.write().unwrap();
-        let file = FileFacts {
-            path: Path::new("/a/b.md"),
-            size: 1,
-            mtime_ns: 1,
-        };
-        write_not_indexed(
-            &tx,
-            source.id,
-            &file,
-            DocumentStatus::Skipped,
-            "hidden",
-            "x",
-        )
-        .unwrap();
-        let id = document_id(&tx, source.id, file.path).unwrap().unwrap();
+        let path = Path::new("/a/b.md");
+        write_skipped(&tx, &source, path);
+        let id = document_id(&tx, source.id, path).unwrap().unwrap();
         assert_eq!(document_path(&tx, id).unwrap(), PathBuf::from("/a/b.md"));
         let err = document_path(&tx, id + 1000).unwrap_err();
         assert!(matches!(err, Error::Internal(_)), "{err:?}");

@@ -12,7 +12,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -68,7 +68,8 @@ impl Worker {
         self.stdin.flush()
     }
 
-    fn kill(mut self) {
+    /// Kills the process and reaps it; the worker is not used again.
+    fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -157,7 +158,7 @@ impl Executor {
     /// Stops every idle worker (the next call starts a fresh one).
     pub fn stop_idle(&self) {
         let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
-        for (_, worker) in idle {
+        for (_, mut worker) in idle {
             worker.kill();
         }
     }
@@ -243,12 +244,41 @@ impl Executor {
     }
 
     fn spawn(&self, memory_mb: u64, wanted: NetworkIsolation) -> Result<Worker> {
-        let unavailable = |reason: String| Error::PythonUnavailable { reason };
         let interpreter = self.interpreter()?;
+        let mut child = self
+            .worker_command(&interpreter, memory_mb, wanted)
+            .spawn()
+            .map_err(|e| unavailable(format!("cannot start `{}`: {e}", self.python.display())))?;
+        let stdin = child.stdin.take().expect("piped");
+        let lines = read_lines(child.stdout.take().expect("piped"));
+        log_lines(child.stderr.take().expect("piped"));
+        self.await_ready(&mut child, &lines)?;
+        let isolation = match wanted {
+            NetworkIsolation::Namespace if !only_loopback(child.id()) => {
+                NetworkIsolation::AuditHookOnly
+            }
+            other => other,
+        };
+        Ok(Worker {
+            child,
+            stdin,
+            lines,
+            isolation,
+        })
+    }
+
+    /// The worker's command line, in bubblewrap when `wanted` is the sandbox, with an empty
+    /// environment but for the worker's settings.
+    fn worker_command(
+        &self,
+        interpreter: &Interpreter,
+        memory_mb: u64,
+        wanted: NetworkIsolation,
+    ) -> Command {
         let mut command = match (&self.bwrap, wanted) {
             (Some(bwrap), NetworkIsolation::Sandbox) => {
                 let mut command = Command::new(bwrap);
-                command.args(sandbox_arguments(&interpreter));
+                command.args(sandbox_arguments(interpreter));
                 command.arg(&interpreter.executable);
                 command
             }
@@ -267,41 +297,11 @@ impl Executor {
         if wanted == NetworkIsolation::Namespace {
             isolate_in_network_namespace(&mut command);
         }
-        let mut child = command
-            .spawn()
-            .map_err(|e| unavailable(format!("cannot start `{}`: {e}", self.python.display())))?;
-        let stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            // Lines are bounded: a tool cannot make the host buffer more than this.
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut line = Vec::new();
-                match (&mut reader)
-                    .take(MAX_LINE_BYTES + 1)
-                    .read_until(b'\n', &mut line)
-                {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if line.len() as u64 > MAX_LINE_BYTES => {
-                        let _ = tx.send(r#"{"op":"oversized"}"#.to_string());
-                        break;
-                    }
-                    Ok(_) => {
-                        let text = String::from_utf8_lossy(&line).trim_end().to_string();
-                        if tx.send(text).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-                tracing::debug!(target: "quarry::tools::worker", "{line}");
-            }
-        });
+        command
+    }
+
+    /// Waits for the worker's `ready`; one that does not say it in time is killed.
+    fn await_ready(&self, child: &mut Child, lines: &Receiver<String>) -> Result<()> {
         let ready = lines.recv_timeout(START_TIMEOUT).map_err(|_| {
             let status = child.try_wait().ok().flatten();
             let _ = child.kill();
@@ -316,18 +316,7 @@ impl Executor {
         if ready["op"] != "ready" {
             return Err(unavailable(format!("unexpected worker output: {ready}")));
         }
-        let isolation = match wanted {
-            NetworkIsolation::Namespace if !only_loopback(child.id()) => {
-                NetworkIsolation::AuditHookOnly
-            }
-            other => other,
-        };
-        Ok(Worker {
-            child,
-            stdin,
-            lines,
-            isolation,
-        })
+        Ok(())
     }
 
     /// Derives a code tool's shapes and evidence manifest from its source (see `worker.py`).
@@ -396,91 +385,172 @@ impl Executor {
             return Ok(Err(CallError::Worker("the tool worker exited".into())));
         }
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let line = match worker.lines.recv_timeout(remaining) {
-                Ok(line) => line,
-                Err(RecvTimeoutError::Timeout) => {
-                    worker.kill();
-                    return Ok(Err(CallError::Timeout(timeout_ms)));
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let status = worker.child.wait().ok();
-                    // The kernel's answer to running past RLIMIT_AS can be a kill, not a MemoryError.
-                    return Ok(Err(CallError::Worker(format!(
-                        "the tool worker exited ({})",
-                        status.map_or("unknown status".into(), |s| s.to_string())
-                    ))));
-                }
+            let (line, message) = match next_message(&mut worker, deadline, timeout_ms) {
+                Ok(next) => next,
+                Err(e) => return Ok(Err(e)),
             };
-            let message: Value = match serde_json::from_str(&line) {
-                Ok(m) => m,
-                Err(_) => {
-                    worker.kill();
-                    return Ok(Err(CallError::Worker(format!(
-                        "garbled worker output: {line}"
-                    ))));
-                }
-            };
-            match message["op"].as_str() {
-                Some("ctx") => {
-                    let name = message["name"].as_str().unwrap_or("");
-                    let reply = match ctx(name, &message["args"], &message["kwargs"]) {
-                        Ok(value) => json!({"op": "ctx_result", "ok": true, "value": value}),
-                        Err(error) => json!({"op": "ctx_result", "ok": false, "error": error}),
-                    };
-                    if worker.send(&reply).is_err() {
-                        worker.kill();
-                        return Ok(Err(CallError::Worker("the tool worker exited".into())));
-                    }
-                }
-                Some("result") => {
-                    let logs = message["logs"]
-                        .as_array()
-                        .map(|l| {
-                            l.iter()
-                                .filter_map(|x| x.as_str().map(String::from))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let isolation = worker.isolation;
-                    if message["fatal"] != true && in_step(&mut worker) {
-                        self.give_back(memory_mb, owner, worker);
-                    } else {
-                        worker.kill();
-                    }
-                    if message["ok"] == true {
-                        return Ok(Ok(CallOutcome {
-                            output: message["output"].clone(),
-                            logs,
-                            isolation,
-                        }));
-                    }
-                    let error = &message["error"];
-                    let text = error["message"].as_str().unwrap_or("failed").to_string();
-                    let line = error["line"].as_u64().map(|l| l as u32);
-                    return Ok(Err(match error["kind"].as_str() {
-                        Some("sandbox") => CallError::Sandbox(text),
-                        Some("memory") => CallError::Memory(memory_mb),
-                        Some("ctx") => CallError::Ctx(text),
-                        _ => CallError::Exception(text, line),
-                    }));
-                }
-                Some("oversized") => {
-                    worker.kill();
-                    return Ok(Err(CallError::Worker(format!(
-                        "the tool's output is larger than {} MiB",
-                        MAX_LINE_BYTES >> 20
-                    ))));
-                }
-                _ => {
-                    worker.kill();
-                    return Ok(Err(CallError::Worker(format!(
-                        "unexpected worker output: {line}"
-                    ))));
-                }
+            if message["op"] != "ctx" {
+                return Ok(self.finish(worker, &line, &message, memory_mb, owner));
+            }
+            if let Err(e) = answer_ctx(&mut worker, &message, ctx) {
+                return Ok(Err(e));
             }
         }
     }
+
+    /// Ends a call on the worker's last message. A worker that returned a result and is
+    /// still in step goes back to the pool; any other is killed.
+    fn finish(
+        &self,
+        mut worker: Worker,
+        line: &str,
+        message: &Value,
+        memory_mb: u64,
+        owner: &str,
+    ) -> CallResult {
+        let failure = match message["op"].as_str() {
+            Some("result") => None,
+            Some("oversized") => Some(format!(
+                "the tool's output is larger than {} MiB",
+                MAX_LINE_BYTES >> 20
+            )),
+            _ => Some(format!("unexpected worker output: {line}")),
+        };
+        if let Some(failure) = failure {
+            worker.kill();
+            return Err(CallError::Worker(failure));
+        }
+        let isolation = worker.isolation;
+        if message["fatal"] != true && in_step(&mut worker) {
+            self.give_back(memory_mb, owner, worker);
+        } else {
+            worker.kill();
+        }
+        outcome_of(message, isolation, memory_mb)
+    }
+}
+
+/// What a call returns: its outcome, or why it failed.
+type CallResult = std::result::Result<CallOutcome, CallError>;
+
+fn unavailable(reason: String) -> Error {
+    Error::PythonUnavailable { reason }
+}
+
+/// Reads the worker's stdout into lines on a thread of its own. Lines are bounded: a tool
+/// cannot make the host buffer more than `MAX_LINE_BYTES`.
+fn read_lines(stdout: ChildStdout) -> Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        loop {
+            let mut line = Vec::new();
+            match (&mut reader)
+                .take(MAX_LINE_BYTES + 1)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line.len() as u64 > MAX_LINE_BYTES => {
+                    let _ = tx.send(r#"{"op":"oversized"}"#.to_string());
+                    break;
+                }
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                    if tx.send(text).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    lines
+}
+
+/// Forwards the worker's stderr to the debug log.
+fn log_lines(stderr: ChildStderr) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            tracing::debug!(target: "quarry::tools::worker", "{line}");
+        }
+    });
+}
+
+/// The worker's next message, raw and parsed. Running out of time, the worker's exit and
+/// garbled output each end the call.
+fn next_message(
+    worker: &mut Worker,
+    deadline: Instant,
+    timeout_ms: u64,
+) -> std::result::Result<(String, Value), CallError> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let line = match worker.lines.recv_timeout(remaining) {
+        Ok(line) => line,
+        Err(RecvTimeoutError::Timeout) => {
+            worker.kill();
+            return Err(CallError::Timeout(timeout_ms));
+        }
+        Err(RecvTimeoutError::Disconnected) => {
+            let status = worker.child.wait().ok();
+            // The kernel's answer to running past RLIMIT_AS can be a kill, not a MemoryError.
+            return Err(CallError::Worker(format!(
+                "the tool worker exited ({})",
+                status.map_or("unknown status".into(), |s| s.to_string())
+            )));
+        }
+    };
+    match serde_json::from_str(&line) {
+        Ok(message) => Ok((line, message)),
+        Err(_) => {
+            worker.kill();
+            Err(CallError::Worker(format!("garbled worker output: {line}")))
+        }
+    }
+}
+
+/// Answers one ctx operation the tool asked for.
+fn answer_ctx(
+    worker: &mut Worker,
+    message: &Value,
+    ctx: &mut dyn FnMut(&str, &Value, &Value) -> std::result::Result<Value, String>,
+) -> std::result::Result<(), CallError> {
+    let name = message["name"].as_str().unwrap_or("");
+    let reply = match ctx(name, &message["args"], &message["kwargs"]) {
+        Ok(value) => json!({"op": "ctx_result", "ok": true, "value": value}),
+        Err(error) => json!({"op": "ctx_result", "ok": false, "error": error}),
+    };
+    if worker.send(&reply).is_err() {
+        worker.kill();
+        return Err(CallError::Worker("the tool worker exited".into()));
+    }
+    Ok(())
+}
+
+/// A `result` message as the call's outcome: the output and logs, or the tool's error.
+fn outcome_of(message: &Value, isolation: NetworkIsolation, memory_mb: u64) -> CallResult {
+    if message["ok"] == true {
+        let logs = message["logs"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Ok(CallOutcome {
+            output: message["output"].clone(),
+            logs,
+            isolation,
+        });
+    }
+    let error = &message["error"];
+    let text = error["message"].as_str().unwrap_or("failed").to_string();
+    let line = error["line"].as_u64().map(|l| l as u32);
+    Err(match error["kind"].as_str() {
+        Some("sandbox") => CallError::Sandbox(text),
+        Some("memory") => CallError::Memory(memory_mb),
+        Some("ctx") => CallError::Ctx(text),
+        _ => CallError::Exception(text, line),
+    })
 }
 
 impl Drop for Executor {

@@ -76,82 +76,115 @@ fn check(value: &Value, schema: &Value, path: &str) -> Result<(), String> {
         return Ok(());
     };
     if let Some(options) = schema.get("anyOf").and_then(Value::as_array) {
-        let mut first_error = None;
-        for option in options {
-            match check(value, option, path) {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        return Err(first_error.unwrap_or_else(|| format!("{} matches no allowed shape", at(path))));
+        return check_any_of(value, options, path);
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            return Err(format!(
-                "{} must be one of {}",
-                at(path),
-                Value::Array(allowed.clone())
-            ));
-        }
-    }
-    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
-        let actual = type_name(value);
-        let fits = actual == expected || (expected == "number" && actual == "integer");
-        if !fits {
-            return Err(format!("{} must be {expected}, not {actual}", at(path)));
-        }
-    }
+    check_enum(value, schema, path)?;
+    check_type(value, schema, path)?;
     match value {
-        Value::Number(n) => {
-            let x = n.as_f64().unwrap_or(f64::NAN);
-            let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
-            if let Some(min) = bound("minimum").filter(|m| x < *m) {
-                return Err(format!("{} must be at least {min}", at(path)));
-            }
-            if let Some(max) = bound("maximum").filter(|m| x > *m) {
-                return Err(format!("{} must be at most {max}", at(path)));
-            }
-            if let Some(min) = bound("exclusiveMinimum").filter(|m| x <= *m) {
-                return Err(format!("{} must be more than {min}", at(path)));
-            }
-            if let Some(max) = bound("exclusiveMaximum").filter(|m| x >= *m) {
-                return Err(format!("{} must be less than {max}", at(path)));
-            }
-        }
-        Value::String(s) => {
-            let chars = s.chars().count() as u64;
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-                if chars < min {
-                    return Err(format!("{} must have at least {min} characters", at(path)));
-                }
-            }
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-                if chars > max {
-                    return Err(format!("{} must have at most {max} characters", at(path)));
-                }
+        Value::Number(n) => check_number(n.as_f64().unwrap_or(f64::NAN), schema, path),
+        Value::String(s) => check_string(s, schema, path),
+        Value::Array(items) => check_array(items, schema, path),
+        Value::Object(map) => check_object(map, schema, path),
+        _ => Ok(()),
+    }
+}
+
+/// The first option that fits wins; otherwise the first option's error says why.
+fn check_any_of(value: &Value, options: &[Value], path: &str) -> Result<(), String> {
+    let mut first_error = None;
+    for option in options {
+        match check(value, option, path) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                first_error.get_or_insert(e);
             }
         }
-        Value::Array(items) => {
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-                if (items.len() as u64) < min {
-                    return Err(format!("{} must have at least {min} items", at(path)));
-                }
-            }
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-                if items.len() as u64 > max {
-                    return Err(format!("{} must have at most {max} items", at(path)));
-                }
-            }
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    check(item, item_schema, &format!("{path}[{i}]"))?;
-                }
-            }
+    }
+    Err(first_error.unwrap_or_else(|| format!("{} matches no allowed shape", at(path))))
+}
+
+fn check_enum(value: &Value, schema: &Map<String, Value>, path: &str) -> Result<(), String> {
+    match schema.get("enum").and_then(Value::as_array) {
+        Some(allowed) if !allowed.contains(value) => Err(format!(
+            "{} must be one of {}",
+            at(path),
+            Value::Array(allowed.clone())
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// An integer is also a number.
+fn check_type(value: &Value, schema: &Map<String, Value>, path: &str) -> Result<(), String> {
+    let Some(expected) = schema.get("type").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let actual = type_name(value);
+    let fits = actual == expected || (expected == "number" && actual == "integer");
+    if !fits {
+        return Err(format!("{} must be {expected}, not {actual}", at(path)));
+    }
+    Ok(())
+}
+
+fn check_number(x: f64, schema: &Map<String, Value>, path: &str) -> Result<(), String> {
+    let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+    if let Some(min) = bound("minimum").filter(|m| x < *m) {
+        return Err(format!("{} must be at least {min}", at(path)));
+    }
+    if let Some(max) = bound("maximum").filter(|m| x > *m) {
+        return Err(format!("{} must be at most {max}", at(path)));
+    }
+    if let Some(min) = bound("exclusiveMinimum").filter(|m| x <= *m) {
+        return Err(format!("{} must be more than {min}", at(path)));
+    }
+    if let Some(max) = bound("exclusiveMaximum").filter(|m| x >= *m) {
+        return Err(format!("{} must be less than {max}", at(path)));
+    }
+    Ok(())
+}
+
+/// `minLength`/`maxLength` (or `minItems`/`maxItems`) against a length of `unit`s.
+fn check_count(
+    count: u64,
+    schema: &Map<String, Value>,
+    [min_key, max_key]: [&str; 2],
+    unit: &str,
+    path: &str,
+) -> Result<(), String> {
+    let limit = |k: &str| schema.get(k).and_then(Value::as_u64);
+    if let Some(min) = limit(min_key).filter(|m| count < *m) {
+        return Err(format!("{} must have at least {min} {unit}", at(path)));
+    }
+    if let Some(max) = limit(max_key).filter(|m| count > *m) {
+        return Err(format!("{} must have at most {max} {unit}", at(path)));
+    }
+    Ok(())
+}
+
+fn check_string(s: &str, schema: &Map<String, Value>, path: &str) -> Result<(), String> {
+    let chars = s.chars().count() as u64;
+    check_count(
+        chars,
+        schema,
+        ["minLength", "maxLength"],
+        "characters",
+        path,
+    )
+}
+
+fn check_array(items: &[Value], schema: &Map<String, Value>, path: &str) -> Result<(), String> {
+    check_count(
+        items.len() as u64,
+        schema,
+        ["minItems", "maxItems"],
+        "items",
+        path,
+    )?;
+    if let Some(item_schema) = schema.get("items") {
+        for (i, item) in items.iter().enumerate() {
+            check(item, item_schema, &format!("{path}[{i}]"))?;
         }
-        Value::Object(map) => check_object(map, schema, path)?,
-        _ => {}
     }
     Ok(())
 }

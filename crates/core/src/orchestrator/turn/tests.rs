@@ -8,17 +8,15 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::*;
+use crate::context::testing::StubEngine;
 use crate::context::Retrieval;
 use crate::embed::Embedder;
-use crate::evidence::EvidenceKey;
 use crate::llm::{BackendInfo, ChatRequest, ChatResponse, StreamEvent};
-use crate::models::Models;
 use crate::orchestrator::config::{OrchestratorConfig, DEFAULT_CONFIG};
 use crate::orchestrator::{conversation, revisions};
 use crate::retrieve::{SearchRequest, SearchResults};
-use crate::store::writes::{self, Extraction, FileFacts};
+use crate::store::test_support::{collection_with_source, write_document};
 use crate::store::{now_unix, ChunkLocation, NewChunk, Store};
-use crate::tools::Executor;
 use crate::{Error, Principal};
 
 const MODEL: &str = "stub-embedder";
@@ -109,49 +107,32 @@ impl ChatBackend for ScriptedBackend {
 /// A store with one collection embedded by [`MODEL`]: `ferns.md` (vector `[1, 0, 0, 0]`)
 /// and `pump.md` (`[0, 1, 0, 0]`), and a `default` configuration whose only mode is the
 /// seeded `knowledge` mode. Returns the chunk ids, ferns first.
-fn seeded_store(dir: &Path) -> (Store, Vec<i64>) {
-    let mut store = Store::open(&dir.join("quarry.db")).unwrap();
-    let collection = store
-        .create_collection("notes", "internal", "english", MODEL)
-        .unwrap();
-    let source = store
-        .create_source(&collection, Path::new("/docs"), &[], &[])
-        .unwrap();
+fn seed(store: &mut Store) -> Vec<i64> {
+    let source = collection_with_source(store, "notes", "internal", MODEL, Path::new("/docs"));
     let mut chunk_ids = Vec::new();
     for (file, title, text) in [
         ("/docs/ferns.md", "Ferns", FERNS),
         ("/docs/pump.md", "Pump", PUMP),
     ] {
-        let tx = store.write().unwrap();
-        let document = writes::write_revision(
-            &tx,
-            source.id,
-            &FileFacts {
-                path: Path::new(file),
-                size: text.len() as i64,
-                mtime_ns: 1,
+        let chunk = NewChunk {
+            text: text.into(),
+            heading_path: title.into(),
+            location: ChunkLocation {
+                line_start: Some(1),
+                line_end: Some(1),
+                ..ChunkLocation::default()
             },
-            &Extraction {
-                content_hash: title,
-                title,
-                format: "markdown",
-                warning: None,
-                extracted_bytes: text.len() as i64,
-            },
-            &[NewChunk {
-                text: text.into(),
-                heading_path: title.into(),
-                location: ChunkLocation {
-                    line_start: Some(1),
-                    line_end: Some(1),
-                    ..ChunkLocation::default()
-                },
-                token_count: 10,
-            }],
-        )
-        .unwrap();
-        tx.commit().unwrap();
-        chunk_ids.push(store.chunks_of_document(document).unwrap()[0].id);
+            token_count: 10,
+        };
+        let written = write_document(
+            store,
+            &source,
+            Path::new(file),
+            title,
+            text.len() as i64,
+            &[chunk],
+        );
+        chunk_ids.push(written[0].id);
     }
     let table = store.ensure_vector_table(MODEL, 4).unwrap();
     let vectors = vec![
@@ -159,7 +140,7 @@ fn seeded_store(dir: &Path) -> (Store, Vec<i64>) {
         (chunk_ids[1], vec![0.0, 1.0, 0.0, 0.0]),
     ];
     store
-        .store_vectors(&table, collection.id, &vectors, chunk_ids[1])
+        .store_vectors(&table, source.collection_id, &vectors, chunk_ids[1])
         .unwrap();
 
     let mut config = OrchestratorConfig::seed();
@@ -168,44 +149,44 @@ fn seeded_store(dir: &Path) -> (Store, Vec<i64>) {
     store
         .insert_orchestrator_config_if_absent(DEFAULT_CONFIG, &config.to_json(), now_unix())
         .unwrap();
-    revisions::apply(&store, DEFAULT_CONFIG, "test").unwrap();
-    (store, chunk_ids)
+    revisions::apply(store, DEFAULT_CONFIG, "test").unwrap();
+    chunk_ids
 }
 
-/// What the stub context lends: a seeded store and the rest of an engine that is never used.
+/// The seeded stub engine, answering through [`CannedRetrieval`].
 struct Stub {
-    _dir: tempfile::TempDir,
-    store: Store,
+    engine: StubEngine,
     chunk_ids: Vec<i64>,
-    models: Models,
-    executor: Executor,
-    key: EvidenceKey,
 }
 
 impl Stub {
     fn new() -> Stub {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, chunk_ids) = seeded_store(dir.path());
-        let key = EvidenceKey::load_or_create(&store).unwrap();
-        Stub {
-            models: Models::at(vec![dir.path().join("models")]),
-            executor: Executor::new("python3".into()),
-            _dir: dir,
-            store,
-            chunk_ids,
-            key,
-        }
+        let mut chunk_ids = Vec::new();
+        let engine = StubEngine::new(|store| chunk_ids = seed(store));
+        Stub { engine, chunk_ids }
     }
 
     fn ctx(&self) -> EngineContext<'_> {
-        EngineContext {
-            store: &self.store,
-            models: &self.models,
-            executor: &self.executor,
-            evidence_key: &self.key,
-            retrieval: &CannedRetrieval,
-        }
+        self.engine.engine(&CannedRetrieval)
     }
+}
+
+/// The administrator's turn on "How do ferns reproduce?", the backend opened by `open`.
+fn ask_about_ferns(
+    ctx: &EngineContext<'_>,
+    open: &OpenBackend<'_>,
+    on_event: &mut dyn FnMut(TurnEvent<'_>),
+) -> TurnResult {
+    let options = ChatOptions::new(Principal::administrator());
+    run(
+        ctx,
+        &NoPipelines,
+        "How do ferns reproduce?",
+        &options,
+        open,
+        on_event,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -218,7 +199,6 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     });
     let scripted: Arc<dyn ChatBackend> = backend.clone();
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
-    let options = ChatOptions::new(Principal::administrator());
     let mut tokens = String::new();
     let mut on_event = |e: TurnEvent<'_>| {
         if let TurnEvent::Token(t) = e {
@@ -226,15 +206,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
         }
     };
 
-    let result = run(
-        &ctx,
-        &NoPipelines,
-        "How do ferns reproduce?",
-        &options,
-        &open,
-        &mut on_event,
-    )
-    .unwrap();
+    let result = ask_about_ferns(&ctx, &open, &mut on_event);
 
     // knowledge_search ran first, and admitted both passages, nearest first.
     assert_eq!(result.mode, "knowledge");
@@ -315,17 +287,8 @@ fn an_unopenable_backend_falls_back_to_the_extractive_answer_from_the_same_evide
     let open = |_: &BackendConfig| -> Result<Option<Arc<dyn ChatBackend>>> {
         Err(Error::LlmUnavailable("no model here".into()))
     };
-    let options = ChatOptions::new(Principal::administrator());
 
-    let result = run(
-        &ctx,
-        &NoPipelines,
-        "How do ferns reproduce?",
-        &options,
-        &open,
-        &mut |_| {},
-    )
-    .unwrap();
+    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
 
     assert_eq!(result.backend, "extractive");
     assert_eq!(result.notices.len(), 1, "{:?}", result.notices);
