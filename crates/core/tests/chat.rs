@@ -807,7 +807,13 @@ async def run(input, ctx):
         description: String::new(),
         tool_type: ToolType::Action,
         settings: json!({}),
-        limits: None,
+        // The process's one SmolLM2 answers one request at a time, and this binary's other
+        // tests share it: a generous limit keeps the test about reaching the model, not about
+        // how busy the machine is.
+        limits: Some(quarry_core::tools::Limits {
+            timeout_ms: 120_000,
+            ..Default::default()
+        }),
         egress: None,
         model: Some(default_llm_model().into()),
         source: Some(source.into()),
