@@ -101,15 +101,34 @@ fn dc_title(xml: &str) -> Option<String> {
     (!title.is_empty()).then_some(title)
 }
 
-/// DOCX: paragraphs of `word/document.xml`; `Heading N` / `Title` styles become headings.
-pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, NotIndexed> {
-    let mut container = Container::open(bytes, limits, "DOCX")?;
-    let xml = container.read("word/document.xml")?;
-    let title = if container.has("docProps/core.xml") {
-        dc_title(&container.read("docProps/core.xml")?)
+/// A document container's main XML part, and the Dublin Core title of its metadata part when
+/// it has one.
+fn body_and_title(
+    bytes: &[u8],
+    limits: &ExtractLimits,
+    format: &str,
+    body: &str,
+    metadata: &str,
+) -> Result<(String, Option<String>), NotIndexed> {
+    let mut container = Container::open(bytes, limits, format)?;
+    let xml = container.read(body)?;
+    let title = if container.has(metadata) {
+        dc_title(&container.read(metadata)?)
     } else {
         None
     };
+    Ok((xml, title))
+}
+
+/// DOCX: paragraphs of `word/document.xml`; `Heading N` / `Title` styles become headings.
+pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, NotIndexed> {
+    let (xml, title) = body_and_title(
+        bytes,
+        limits,
+        "DOCX",
+        "word/document.xml",
+        "docProps/core.xml",
+    )?;
     let mut reader = Reader::from_str(&xml);
     let mut blocks = Vec::new();
     let mut buf = String::new();
@@ -189,13 +208,7 @@ fn push_block(
 
 /// ODT: `text:h` (with its outline level) and `text:p` of `content.xml`.
 pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, NotIndexed> {
-    let mut container = Container::open(bytes, limits, "ODT")?;
-    let xml = container.read("content.xml")?;
-    let title = if container.has("meta.xml") {
-        dc_title(&container.read("meta.xml")?)
-    } else {
-        None
-    };
+    let (xml, title) = body_and_title(bytes, limits, "ODT", "content.xml", "meta.xml")?;
     let mut reader = Reader::from_str(&xml);
     let mut blocks = Vec::new();
     let mut buf = String::new();
