@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::ids::{ChunkId, DocumentId, RevisionId};
 use crate::retrieve::SearchRequest;
 use crate::store::ChunkRecord;
 use crate::tools::{schema, CallError, ToolDefinition};
@@ -344,8 +345,8 @@ fn search_as_caller(
         .retrieval
         .search(&request)
         .map_err(|e| e.to_string())?;
-    let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
-    let chunks: HashMap<i64, ChunkRecord> = env
+    let ids: Vec<ChunkId> = results.hits.iter().map(|h| h.chunk_id).collect();
+    let chunks: HashMap<ChunkId, ChunkRecord> = env
         .engine
         .store
         .chunks_by_id(&ids)
@@ -411,8 +412,8 @@ fn op_search_documents(
 /// Chunks of one document revision from `start`, at most `limit` (+1 to tell if more remain).
 fn chunks_from(
     env: &ToolEnvironment<'_>,
-    document_id: i64,
-    revision_id: i64,
+    document_id: DocumentId,
+    revision_id: RevisionId,
     start: i64,
     limit: i64,
 ) -> std::result::Result<Vec<ChunkRecord>, String> {

@@ -14,6 +14,7 @@ use crate::auth::Principal;
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::ids::ChunkId;
 use crate::retrieve::{SearchRequest, StageTrace, WeightedQuery};
 use crate::store::{ChunkRecord, Store};
 use crate::tools::{ToolDefinition, ToolType};
@@ -153,8 +154,8 @@ fn retrieve_candidates(
     request.collections = env.collections.clone();
     request.scope = Some(env.session.principal.scope.clone());
     let results = env.engine.retrieval.search(&request)?;
-    let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
-    let chunks: HashMap<i64, ChunkRecord> = env
+    let ids: Vec<ChunkId> = results.hits.iter().map(|h| h.chunk_id).collect();
+    let chunks: HashMap<ChunkId, ChunkRecord> = env
         .engine
         .store
         .chunks_by_id(&ids)?
@@ -314,7 +315,7 @@ fn run_chunk_tool(
     ))
 }
 
-fn entry_chunk(env: &ToolEnvironment<'_>, chunk_id: i64) -> Result<ChunkRecord> {
+fn entry_chunk(env: &ToolEnvironment<'_>, chunk_id: ChunkId) -> Result<ChunkRecord> {
     env.engine
         .store
         .chunks_by_id(&[chunk_id])?

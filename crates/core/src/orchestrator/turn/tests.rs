@@ -11,6 +11,7 @@ use super::*;
 use crate::context::Retrieval;
 use crate::embed::Embedder;
 use crate::evidence::EvidenceKey;
+use crate::ids::ChunkId;
 use crate::llm::{BackendInfo, ChatRequest, ChatResponse, StreamEvent};
 use crate::models::Models;
 use crate::orchestrator::config::{OrchestratorConfig, DEFAULT_CONFIG};
@@ -109,7 +110,7 @@ impl ChatBackend for ScriptedBackend {
 /// A store with one collection embedded by [`MODEL`]: `ferns.md` (vector `[1, 0, 0, 0]`)
 /// and `pump.md` (`[0, 1, 0, 0]`), and a `default` configuration whose only mode is the
 /// seeded `knowledge` mode. Returns the chunk ids, ferns first.
-fn seeded_store(dir: &Path) -> (Store, Vec<i64>) {
+fn seeded_store(dir: &Path) -> (Store, Vec<ChunkId>) {
     let mut store = Store::open(&dir.join("quarry.db")).unwrap();
     let collection = store
         .create_collection("notes", "internal", "english", MODEL)
@@ -176,7 +177,7 @@ fn seeded_store(dir: &Path) -> (Store, Vec<i64>) {
 struct Stub {
     _dir: tempfile::TempDir,
     store: Store,
-    chunk_ids: Vec<i64>,
+    chunk_ids: Vec<ChunkId>,
     models: Models,
     executor: Executor,
     key: EvidenceKey,
@@ -239,7 +240,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     // knowledge_search ran first, and admitted both passages, nearest first.
     assert_eq!(result.mode, "knowledge");
     assert_eq!(result.backend, "scripted canned");
-    let admitted: Vec<(i64, i64, &str, &str)> = result
+    let admitted: Vec<(i64, ChunkId, &str, &str)> = result
         .evidence
         .iter()
         .map(|i| (i.n, i.chunk_id, i.text.as_str(), i.admitted_by.as_str()))
@@ -304,7 +305,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     );
     assert_eq!(
         messages[1].citations.as_ref().unwrap()[0]["chunk_id"],
-        chunk_ids[0]
+        chunk_ids[0].0
     );
 }
 
