@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::candidate::{Candidate, FoundDocument, PageChunk};
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
@@ -60,41 +61,9 @@ pub struct ToolCallReport {
     pub took_us: u64,
 }
 
-/// A candidate as tools see it.
-pub(crate) fn candidate_json(
-    session: &EvidenceSession,
-    chunk: &ChunkRecord,
-    rank: usize,
-    score: f32,
-    snippet: &str,
-) -> Value {
-    json!({
-        "evidence_ref": session.issue_chunk(chunk),
-        "source_ref": session.issue_source(chunk.document_id, chunk.revision_id),
-        "rank": rank,
-        "score": score,
-        "title": chunk.title.clone().unwrap_or_default(),
-        "path": chunk.path.display().to_string(),
-        "collection": chunk.collection,
-        "snippet": snippet,
-        "text": chunk.text,
-        "ordinal": chunk.ordinal,
-    })
-}
-
-fn chunk_json(session: &EvidenceSession, chunk: &ChunkRecord) -> Value {
-    json!({
-        "evidence_ref": session.issue_chunk(chunk),
-        "ordinal": chunk.ordinal,
-        "text": chunk.text,
-        "title": chunk.title.clone().unwrap_or_default(),
-        "path": chunk.path.display().to_string(),
-        "location": {
-            "page": chunk.location.page,
-            "line_start": chunk.location.line_start,
-            "line_end": chunk.location.line_end,
-        },
-    })
+/// A `ctx` answer as the JSON the tool receives.
+fn answer(value: impl Serialize) -> std::result::Result<Value, String> {
+    serde_json::to_value(value).map_err(|e| e.to_string())
 }
 
 /// Runs a code tool: input checked (action tools), the call made with every ctx operation
@@ -375,14 +344,14 @@ fn op_search(
     let retrieval = arg(args, kwargs, 2, "retrieval").and_then(Value::as_str);
     let tool = retrieval_tool(env, retrieval)?;
     let hits = search_as_caller(env, tool, &query, top_k, false)?;
-    Ok(Value::Array(
-        hits.iter()
-            .enumerate()
-            .map(|(i, (chunk, score, snippet))| {
-                candidate_json(env.session, chunk, i + 1, *score, snippet)
-            })
-            .collect(),
-    ))
+    let found: Vec<Candidate> = hits
+        .iter()
+        .enumerate()
+        .map(|(i, (chunk, score, snippet))| {
+            Candidate::issue(env.session, chunk, i + 1, *score, snippet)
+        })
+        .collect();
+    answer(found)
 }
 
 fn op_search_documents(
@@ -394,19 +363,11 @@ fn op_search_documents(
     let limit = int_arg(args, kwargs, 1, "limit", 10)?.clamp(1, 50) as usize;
     let tool = retrieval_tool(env, None)?;
     let hits = search_as_caller(env, tool, &query, limit, true)?;
-    Ok(Value::Array(
-        hits.iter()
-            .map(|(chunk, score, snippet)| {
-                json!({
-                    "source_ref": env.session.issue_source(chunk.document_id, chunk.revision_id),
-                    "title": chunk.title.clone().unwrap_or_default(),
-                    "path": chunk.path.display().to_string(),
-                    "snippet": snippet,
-                    "score": score,
-                })
-            })
-            .collect(),
-    ))
+    let found: Vec<FoundDocument> = hits
+        .iter()
+        .map(|(chunk, score, snippet)| FoundDocument::issue(env.session, chunk, *score, snippet))
+        .collect();
+    answer(found)
 }
 
 /// Chunks of one document revision from `start`, at most `limit` (+1 to tell if more remain).
@@ -472,7 +433,7 @@ fn op_fetch_document_chunks(
         None
     };
     Ok(json!({
-        "chunks": chunks.iter().map(|c| chunk_json(env.session, c)).collect::<Vec<_>>(),
+        "chunks": chunks.iter().map(|c| PageChunk::issue(env.session, c)).collect::<Vec<_>>(),
         "cursor": cursor,
     }))
 }
@@ -545,7 +506,7 @@ fn op_fetch_neighbors(
         "chunks": chunks
             .iter()
             .filter(|c| c.id != entry.chunk_id)
-            .map(|c| chunk_json(env.session, c))
+            .map(|c| PageChunk::issue(env.session, c))
             .collect::<Vec<_>>(),
         "radius": radius,
     }))
