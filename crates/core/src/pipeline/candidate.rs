@@ -147,6 +147,31 @@ pub(crate) struct PageChunk<'a> {
     pub title: String,
 }
 
+/// A page of a document's chunks (`ctx.fetch_document_chunks`), with a cursor to the next.
+#[derive(Debug, Serialize)]
+pub(crate) struct DocumentPage<'a> {
+    pub chunks: Vec<PageChunk<'a>>,
+    pub cursor: Option<String>,
+}
+
+/// A chunk's neighbours in its document (`ctx.fetch_neighbors`), itself left out.
+#[derive(Debug, Serialize)]
+pub(crate) struct Neighbors<'a> {
+    pub chunks: Vec<PageChunk<'a>>,
+    pub radius: i64,
+}
+
+/// A document's text from a cursor on (`ctx.fetch_source_document`), with the references of
+/// the chunks it joins.
+#[derive(Debug, Serialize)]
+pub(crate) struct SourceDocument {
+    pub cursor: Option<String>,
+    pub evidence_refs: Vec<String>,
+    pub path: String,
+    pub text: String,
+    pub title: String,
+}
+
 /// Where a page chunk is: page and lines, no byte offsets.
 #[derive(Debug, Serialize)]
 pub(crate) struct PageLocation {
@@ -314,6 +339,38 @@ mod tests {
                 },
             });
             assert_eq!(text(&PageChunk::issue(&session, &chunk)), page.to_string());
+
+            let paged = DocumentPage {
+                chunks: vec![PageChunk::issue(&session, &chunk)],
+                cursor: None,
+            };
+            assert_eq!(
+                text(&paged),
+                json!({"chunks": [page.clone()], "cursor": null}).to_string()
+            );
+            let neighbors = Neighbors {
+                chunks: vec![PageChunk::issue(&session, &chunk)],
+                radius: 2,
+            };
+            assert_eq!(
+                text(&neighbors),
+                json!({"chunks": [page], "radius": 2}).to_string()
+            );
+            let whole = SourceDocument {
+                cursor: Some("c".into()),
+                evidence_refs: vec!["r".into()],
+                path: "/docs/ferns.md".into(),
+                text: chunk.text.clone(),
+                title: chunk.title.clone().unwrap_or_default(),
+            };
+            let old = json!({
+                "title": chunk.title.clone().unwrap_or_default(),
+                "path": "/docs/ferns.md",
+                "text": chunk.text,
+                "evidence_refs": ["r"],
+                "cursor": "c",
+            });
+            assert_eq!(text(&whole), old.to_string());
         }
     }
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::candidate::{Candidate, FoundDocument, PageChunk};
+use super::candidate::{
+    Candidate, DocumentPage, FoundDocument, Neighbors, PageChunk, SourceDocument,
+};
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
@@ -432,10 +434,13 @@ fn op_fetch_document_chunks(
     } else {
         None
     };
-    Ok(json!({
-        "chunks": chunks.iter().map(|c| PageChunk::issue(env.session, c)).collect::<Vec<_>>(),
-        "cursor": cursor,
-    }))
+    answer(DocumentPage {
+        chunks: chunks
+            .iter()
+            .map(|c| PageChunk::issue(env.session, c))
+            .collect(),
+        cursor,
+    })
 }
 
 fn op_fetch_source_document(
@@ -474,13 +479,15 @@ fn op_fetch_source_document(
             .issue_cursor(source.document_id, source.revision_id, next.ordinal)
     });
     let first = chunks.first();
-    Ok(json!({
-        "title": first.and_then(|c| c.title.clone()).unwrap_or_default(),
-        "path": first.map(|c| c.path.display().to_string()).unwrap_or_default(),
-        "text": text,
-        "evidence_refs": refs,
-        "cursor": cursor,
-    }))
+    answer(SourceDocument {
+        cursor,
+        evidence_refs: refs,
+        path: first
+            .map(|c| c.path.display().to_string())
+            .unwrap_or_default(),
+        text,
+        title: first.and_then(|c| c.title.clone()).unwrap_or_default(),
+    })
 }
 
 fn op_fetch_neighbors(
@@ -502,14 +509,14 @@ fn op_fetch_neighbors(
         start,
         entry.ordinal + radius - start + 1,
     )?;
-    Ok(json!({
-        "chunks": chunks
+    answer(Neighbors {
+        chunks: chunks
             .iter()
             .filter(|c| c.id != entry.chunk_id)
             .map(|c| PageChunk::issue(env.session, c))
-            .collect::<Vec<_>>(),
-        "radius": radius,
-    }))
+            .collect(),
+        radius,
+    })
 }
 
 /// `scheme://host[:port]` of a URL.
