@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use quarry_core::{EmbedProgress, IndexEvent, IndexProgress, WatchEvent};
+use quarry_core::{EmbedProgress, IndexEvent, IndexProgress, SourceId, WatchEvent};
 use serde::Serialize;
 
 use crate::error::CommandError;
@@ -51,7 +51,7 @@ pub enum WatchMode {
 /// One source's activity.
 #[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct SourceActivity {
-    pub source_id: i64,
+    pub source_id: SourceId,
     pub phase: Phase,
     pub watch: Option<WatchMode>,
     /// Totals of the latest run over this source.
@@ -98,11 +98,11 @@ pub struct ActivityState {
     seq: u64,
     state: IndexerState,
     error: Option<CommandError>,
-    sources: BTreeMap<i64, SourceActivity>,
+    sources: BTreeMap<SourceId, SourceActivity>,
     embedding: BTreeMap<String, EmbedProgress>,
     embedding_unavailable: Option<String>,
     last_change: Option<LastChange>,
-    current_source: Option<i64>,
+    current_source: Option<SourceId>,
 }
 
 impl Default for ActivityState {
@@ -151,7 +151,7 @@ impl ActivityState {
     }
 
     /// Keeps exactly these sources (added or removed elsewhere), new ones queued.
-    pub fn sync_sources(&mut self, ids: &[i64]) {
+    pub fn sync_sources(&mut self, ids: &[SourceId]) {
         self.seq += 1;
         self.sources.retain(|id, _| ids.contains(id));
         for &id in ids {
@@ -167,7 +167,7 @@ impl ActivityState {
 
     /// The entry of a source the watcher has started on (a source added by another process
     /// appears here first).
-    fn started(&mut self, id: i64) -> &mut SourceActivity {
+    fn started(&mut self, id: SourceId) -> &mut SourceActivity {
         self.sources.entry(id).or_insert_with(|| SourceActivity {
             source_id: id,
             phase: Phase::Queued,
@@ -268,7 +268,7 @@ impl ActivityState {
     }
 
     #[cfg(test)]
-    fn phase_of(&self, id: i64) -> Option<Phase> {
+    fn phase_of(&self, id: SourceId) -> Option<Phase> {
         self.sources.get(&id).map(|s| s.phase)
     }
 }
@@ -291,27 +291,27 @@ mod tests {
     fn a_scan_moves_a_source_from_queued_through_indexing_to_done() {
         let mut state = ActivityState::default();
         state.set_state(IndexerState::Running, None);
-        state.sync_sources(&[7]);
-        assert_eq!(state.phase_of(7), Some(Phase::Queued));
+        state.sync_sources(&[SourceId(7)]);
+        assert_eq!(state.phase_of(SourceId(7)), Some(Phase::Queued));
 
         let root = PathBuf::from("/docs");
         let started = state.apply(
             &WatchEvent::Index(IndexEvent::ScanStarted {
-                source_id: 7,
+                source_id: SourceId(7),
                 root: root.clone(),
             }),
             0,
         );
         assert!(started.milestone);
-        assert_eq!(state.phase_of(7), Some(Phase::Scanning));
+        assert_eq!(state.phase_of(SourceId(7)), Some(Phase::Scanning));
         state.apply(
             &WatchEvent::Index(IndexEvent::ScanFinished {
-                source_id: 7,
+                source_id: SourceId(7),
                 discovered: 10,
             }),
             0,
         );
-        assert_eq!(state.phase_of(7), Some(Phase::Indexing));
+        assert_eq!(state.phase_of(SourceId(7)), Some(Phase::Indexing));
         let batch = state.apply(
             &WatchEvent::Index(IndexEvent::BatchCommitted {
                 progress: progress(4, 10),
@@ -343,7 +343,7 @@ mod tests {
                 sources_changed: true
             }
         );
-        assert_eq!(state.phase_of(7), Some(Phase::Done));
+        assert_eq!(state.phase_of(SourceId(7)), Some(Phase::Done));
         let json = serde_json::to_value(state.snapshot()).unwrap();
         assert_eq!(json["state"], "running");
         assert_eq!(json["sources"][0]["phase"], "done");
@@ -356,26 +356,26 @@ mod tests {
         state.set_state(IndexerState::Running, None);
         state.apply(
             &WatchEvent::Watching {
-                source_id: 1,
+                source_id: SourceId(1),
                 root: PathBuf::from("/a"),
             },
             0,
         );
         state.apply(
             &WatchEvent::Index(IndexEvent::ScanStarted {
-                source_id: 1,
+                source_id: SourceId(1),
                 root: PathBuf::from("/a"),
             }),
             0,
         );
-        state.sync_sources(&[1, 2]);
+        state.sync_sources(&[SourceId(1), SourceId(2)]);
         state.apply(
             &WatchEvent::Index(IndexEvent::Finished {
                 progress: IndexProgress::default(),
             }),
             0,
         );
-        assert_eq!(state.phase_of(1), Some(Phase::Done));
+        assert_eq!(state.phase_of(SourceId(1)), Some(Phase::Done));
         let before = state.snapshot().seq;
         state.set_state(IndexerState::Paused, None);
         assert!(
@@ -394,11 +394,11 @@ mod tests {
     #[test]
     fn removed_sources_leave_the_activity_and_changes_are_remembered() {
         let mut state = ActivityState::default();
-        state.sync_sources(&[1, 2]);
-        state.sync_sources(&[2]);
-        assert_eq!(state.phase_of(1), None);
+        state.sync_sources(&[SourceId(1), SourceId(2)]);
+        state.sync_sources(&[SourceId(2)]);
+        assert_eq!(state.phase_of(SourceId(1)), None);
         // The rest of a removed source's scan does not bring it back.
-        state.current_source = Some(1);
+        state.current_source = Some(SourceId(1));
         state.apply(
             &WatchEvent::Index(IndexEvent::BatchCommitted {
                 progress: IndexProgress::default(),
@@ -407,12 +407,12 @@ mod tests {
         );
         state.apply(
             &WatchEvent::Index(IndexEvent::ScanFinished {
-                source_id: 1,
+                source_id: SourceId(1),
                 discovered: 3,
             }),
             0,
         );
-        assert_eq!(state.phase_of(1), None);
+        assert_eq!(state.phase_of(SourceId(1)), None);
         let effects = state.apply(
             &WatchEvent::Changed {
                 paths: vec![PathBuf::from("/a/b.md")],

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use quarry_core::models::{ModelKind, ModelListing, RuntimeStatus, SetupProblem};
 use quarry_core::store::EmbeddingCoverage;
 use quarry_core::{
-    ChunkInContext, Collection, DocumentRecord, SearchMode, SearchRequest, SearchResults, Source,
-    Stats,
+    ChunkId, ChunkInContext, Collection, DocumentId, DocumentRecord, SearchMode, SearchRequest,
+    SearchResults, Source, SourceId, Stats,
 };
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, State};
@@ -140,7 +140,7 @@ fn expand_home(path: &str) -> PathBuf {
 
 #[tauri::command]
 #[specta::specta]
-pub async fn remove_source(engine: EngineState<'_>, id: i64) -> CommandResult<()> {
+pub async fn remove_source(engine: EngineState<'_>, id: SourceId) -> CommandResult<()> {
     blocking(&engine, move |engine| {
         engine.library().remove_source(id)?;
         engine.sources_edited()?;
@@ -189,7 +189,7 @@ pub async fn set_indexing_paused(engine: EngineState<'_>, paused: bool) -> Comma
 #[specta::specta]
 pub async fn list_problems(
     engine: EngineState<'_>,
-    source_id: Option<i64>,
+    source_id: Option<SourceId>,
 ) -> CommandResult<Vec<DocumentRecord>> {
     blocking(&engine, move |engine| {
         Ok(engine
@@ -202,7 +202,7 @@ pub async fn list_problems(
 
 #[tauri::command]
 #[specta::specta]
-pub async fn retry_file(engine: EngineState<'_>, document_id: i64) -> CommandResult<()> {
+pub async fn retry_file(engine: EngineState<'_>, document_id: DocumentId) -> CommandResult<()> {
     blocking(&engine, move |engine| Ok(engine.retry(document_id)?)).await
 }
 
@@ -242,7 +242,7 @@ const PREVIEW_CONTEXT: usize = 3;
 /// The chunk among its neighbours in its own document.
 #[tauri::command]
 #[specta::specta]
-pub async fn preview(engine: EngineState<'_>, chunk_id: i64) -> CommandResult<ChunkInContext> {
+pub async fn preview(engine: EngineState<'_>, chunk_id: ChunkId) -> CommandResult<ChunkInContext> {
     blocking(&engine, move |engine| {
         engine
             .library()
@@ -259,7 +259,7 @@ fn chunk_gone() -> CommandError {
 
 fn find_chunk(
     library: &quarry_core::Library,
-    chunk_id: i64,
+    chunk_id: ChunkId,
 ) -> CommandResult<quarry_core::ChunkRecord> {
     library
         .store()
@@ -276,7 +276,7 @@ fn find_chunk(
 pub async fn open_result(
     app: AppHandle,
     engine: EngineState<'_>,
-    chunk_id: i64,
+    chunk_id: ChunkId,
 ) -> CommandResult<String> {
     blocking(&engine, move |engine| {
         let chunk = find_chunk(&engine.library(), chunk_id)?;

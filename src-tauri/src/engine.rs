@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use quarry_core::{
-    DocumentStatus, Error, IndexOptions, Library, WatchEvent, WatchOptions, WatchRequests,
+    DocumentId, DocumentStatus, Error, IndexOptions, Library, SourceId, WatchEvent, WatchOptions,
+    WatchRequests,
 };
 
 use crate::activity::{Activity, ActivityState, Effects, IndexerState};
@@ -55,7 +56,7 @@ impl Engine {
     pub fn open(data_dir: &Path, notify: Notify) -> quarry_core::Result<Engine> {
         let library = Library::open(data_dir)?;
         let mut state = ActivityState::default();
-        let ids: Vec<i64> = library.sources()?.iter().map(|s| s.id).collect();
+        let ids: Vec<SourceId> = library.sources()?.iter().map(|s| s.id).collect();
         state.sync_sources(&ids);
         Ok(Engine {
             data_dir: data_dir.to_path_buf(),
@@ -133,7 +134,7 @@ impl Engine {
 
     /// Queues a document's file to be read again, even if it failed and is unchanged. The
     /// document is named by id: a path can belong to two collections' sources.
-    pub fn retry(&self, document_id: i64) -> quarry_core::Result<()> {
+    pub fn retry(&self, document_id: DocumentId) -> quarry_core::Result<()> {
         let document = self
             .library()
             .document_by_id(document_id)?
@@ -147,7 +148,7 @@ impl Engine {
 
     /// Re-reads the sources after one was added or removed here.
     pub fn sources_edited(&self) -> quarry_core::Result<()> {
-        let ids: Vec<i64> = self.library().sources()?.iter().map(|s| s.id).collect();
+        let ids: Vec<SourceId> = self.library().sources()?.iter().map(|s| s.id).collect();
         {
             // Sent under the lock, so snapshots leave in the order they were taken.
             let mut a = lock(&self.activity);

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use quarry_core::{IndexEvent, IndexOptions, Library, SearchMode, SearchRequest};
+use quarry_core::{ChunkId, IndexEvent, IndexOptions, Library, SearchMode, SearchRequest};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -196,9 +196,9 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
 /// Queries made of words sampled from indexed chunks (deterministic), timed one by one.
 fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<()> {
     let stats = library.status()?.stats;
-    let ids: Vec<i64> = {
+    let ids: Vec<ChunkId> = {
         let step = (stats.chunks.max(1) as usize / 200).max(1);
-        (1..=200).map(|i| (i * step) as i64).collect()
+        (1..=200).map(|i| ChunkId((i * step) as i64)).collect()
     };
     let chunks = library.chunks_by_id(&ids)?;
     let words: Vec<String> = chunks
@@ -430,7 +430,7 @@ fn vector_bench(n: usize, dim: usize, queries: usize, breadths: &[usize]) -> Res
             let index = if in_memory { Some(&mut index) } else { None };
             let got = store.nearest_chunks(&table, collection.id, q, k, breadth, index)?;
             times.push(t.elapsed().as_secs_f64() * 1000.0);
-            found += got.iter().filter(|(id, _)| want.contains(id)).count();
+            found += got.iter().filter(|(id, _)| want.contains(&id.0)).count();
         }
         let p50 = percentile(&mut times, 0.5);
         println!(
@@ -549,12 +549,12 @@ fn hybrid_bench(path: &std::path::Path, queries: usize) -> Result<ExitCode> {
         let mut store = quarry_core::store::Store::open(&db)?;
         let table = store.ensure_vector_table(&model, dim)?;
         for group in ids.chunks(10_000) {
-            let rows: Vec<(i64, Vec<f32>)> = group
+            let rows: Vec<(ChunkId, Vec<f32>)> = group
                 .iter()
                 .map(|&id| {
                     (
                         id,
-                        rng.unit_near(&centres[id as usize % centres.len()], 0.9),
+                        rng.unit_near(&centres[id.0 as usize % centres.len()], 0.9),
                     )
                 })
                 .collect();

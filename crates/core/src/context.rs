@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::evidence::EvidenceKey;
+use crate::ids::CollectionId;
 use crate::models::Models;
 use crate::retrieve::{SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, Store, VectorTable};
@@ -38,7 +39,7 @@ pub trait Retrieval {
     fn sign_index(
         &self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
     ) -> Result<Option<SharedSignIndex>> {
         let _ = (table, collection_id);
         Ok(None)

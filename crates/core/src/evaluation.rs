@@ -4,6 +4,7 @@
 
 use crate::error::Result;
 use crate::eval::{self, BeirSet, EvalScores};
+use crate::ids::ChunkId;
 use crate::pipeline::ResolvedPipeline;
 use crate::retrieve::RetrievalSettings;
 use crate::store::ChunkRecord;
@@ -33,12 +34,12 @@ impl Library {
     }
 
     /// The chunks with these ids that are still indexed, in the order given.
-    pub fn chunks_by_id(&self, ids: &[i64]) -> Result<Vec<ChunkRecord>> {
+    pub fn chunks_by_id(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>> {
         self.store().chunks_by_id(ids)
     }
 
     /// Every indexed chunk's id, ascending.
-    pub fn chunk_ids(&self) -> Result<Vec<i64>> {
+    pub fn chunk_ids(&self) -> Result<Vec<ChunkId>> {
         self.store().all_chunk_ids()
     }
 }

@@ -21,6 +21,7 @@ use sha2::Sha256;
 
 use crate::auth::{random_hex, Principal};
 use crate::error::{Error, Result};
+use crate::ids::{ChunkId, DocumentId, RevisionId};
 use crate::store::{now_unix, ChunkLocation, ChunkRecord, Store};
 
 /// How long a reference stays valid by default: long enough for a conversation, short
@@ -99,10 +100,10 @@ pub struct Claims {
     pub run: String,
     /// Document id.
     #[serde(rename = "d")]
-    pub document_id: i64,
+    pub document_id: DocumentId,
     /// The document revision it was read from.
     #[serde(rename = "v")]
-    pub revision_id: i64,
+    pub revision_id: RevisionId,
     /// Chunk id (chunk references) or the next ordinal (cursors).
     #[serde(rename = "n", default)]
     pub item: i64,
@@ -119,11 +120,11 @@ pub struct LedgerEntry {
     /// A reference to its document, for paging.
     pub source_ref: String,
     /// Chunk id.
-    pub chunk_id: i64,
+    pub chunk_id: ChunkId,
     /// Document id.
-    pub document_id: i64,
+    pub document_id: DocumentId,
     /// Document revision.
-    pub revision_id: i64,
+    pub revision_id: RevisionId,
     /// Position in the document.
     pub ordinal: i64,
     /// The file.
@@ -164,7 +165,7 @@ pub struct EvidenceLedger {
     /// Refused references.
     pub rejected: Vec<RejectedRef>,
     #[serde(skip)]
-    admitted: HashSet<i64>,
+    admitted: HashSet<ChunkId>,
 }
 
 impl EvidenceLedger {
@@ -243,7 +244,13 @@ impl EvidenceSession {
         self
     }
 
-    fn issue(&self, kind: RefKind, document_id: i64, revision_id: i64, item: i64) -> String {
+    fn issue(
+        &self,
+        kind: RefKind,
+        document_id: DocumentId,
+        revision_id: RevisionId,
+        item: i64,
+    ) -> String {
         let claims = Claims {
             kind,
             principal: self.principal.id.clone(),
@@ -264,17 +271,22 @@ impl EvidenceSession {
             RefKind::Chunk,
             chunk.document_id,
             chunk.revision_id,
-            chunk.id,
+            chunk.id.0,
         )
     }
 
     /// A reference to a document revision.
-    pub fn issue_source(&self, document_id: i64, revision_id: i64) -> String {
+    pub fn issue_source(&self, document_id: DocumentId, revision_id: RevisionId) -> String {
         self.issue(RefKind::Source, document_id, revision_id, 0)
     }
 
     /// A cursor at `next_ordinal` in a document revision.
-    pub fn issue_cursor(&self, document_id: i64, revision_id: i64, next_ordinal: i64) -> String {
+    pub fn issue_cursor(
+        &self,
+        document_id: DocumentId,
+        revision_id: RevisionId,
+        next_ordinal: i64,
+    ) -> String {
         self.issue(RefKind::Cursor, document_id, revision_id, next_ordinal)
     }
 
@@ -388,7 +400,7 @@ impl EvidenceSession {
         let claims = self.open(reference, RefKind::Chunk)?;
         self.check_document(store, &claims)?;
         let chunk = store
-            .chunks_by_id(&[claims.item])?
+            .chunks_by_id(&[ChunkId(claims.item)])?
             .into_iter()
             .next()
             .ok_or_else(|| Error::EvidenceRejected("the chunk is no longer indexed".into()))?;

@@ -15,6 +15,7 @@ use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::evidence::{EvidenceKey, EvidenceSession};
+use crate::ids::CollectionId;
 use crate::pipeline::{
     self, PipelineDefinition, PipelineRun, PipelineView, ReadinessProblem, ResolvedPipeline,
     RunOptions, SavedPipeline, ToolCallReport, ToolEnvironment,
@@ -37,7 +38,7 @@ impl Retrieval for Library {
     fn sign_index(
         &self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
     ) -> Result<Option<SharedSignIndex>> {
         Library::sign_index(self, table, collection_id).map(Some)
     }

@@ -35,6 +35,7 @@ mod evaluation;
 pub mod evidence;
 pub mod fulltext;
 mod governance;
+mod ids;
 pub mod ingest;
 mod library;
 pub mod llm;
@@ -48,6 +49,7 @@ pub mod tools;
 
 pub use auth::{Principal, Scope};
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
+pub use ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};
 pub use ingest::{
     ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
     WatchRequests,

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::embed::{Embedder, Reranker};
 use crate::error::{Error, Result};
 use crate::fulltext::{language_by_name, FullText};
+use crate::ids::{ChunkId, CollectionId, DocumentId, SourceId};
 use crate::ingest::walk::overrides;
 use crate::ingest::{
     backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, ScanScope,
@@ -38,7 +39,7 @@ pub struct Library {
     lane_embedders: Mutex<HashMap<String, Arc<Embedder>>>,
     rerankers: Mutex<HashMap<String, Arc<Reranker>>>,
     /// In-memory sign bits per (vector table, collection), kept for the process's searches.
-    sign_indexes: Mutex<HashMap<(String, i64), SharedSignIndex>>,
+    sign_indexes: Mutex<HashMap<(String, CollectionId), SharedSignIndex>>,
     ort_threads: Option<usize>,
     /// Python workers for code tools, started on first use and reused.
     pub(crate) executor: crate::tools::Executor,
@@ -96,7 +97,7 @@ pub struct ChunkInContext {
     /// The chunk and its neighbours, in document order.
     pub chunks: Vec<ChunkRecord>,
     /// The chunk asked for.
-    pub focus_chunk_id: i64,
+    pub focus_chunk_id: ChunkId,
 }
 
 /// Whether SQLite and the full-text index agree.
@@ -107,9 +108,9 @@ pub struct ConsistencyReport {
     /// Live documents in tantivy.
     pub fulltext_chunks: usize,
     /// In SQLite, not searchable.
-    pub missing_from_fulltext: Vec<i64>,
+    pub missing_from_fulltext: Vec<ChunkId>,
     /// Searchable, not in SQLite.
-    pub stale_in_fulltext: Vec<i64>,
+    pub stale_in_fulltext: Vec<ChunkId>,
     /// Documents sharing a path within a source (must be none).
     pub duplicate_paths: i64,
 }
@@ -200,7 +201,7 @@ impl Library {
     pub fn sign_index(
         &self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
     ) -> Result<Arc<Mutex<SignIndex>>> {
         let key = (table.table.clone(), collection_id);
         let existing = self
@@ -332,7 +333,7 @@ impl Library {
     /// Finds a source by id or by folder path.
     pub fn find_source(&self, id_or_path: &str) -> Result<Source> {
         let sources = self.store.sources()?;
-        if let Ok(id) = id_or_path.parse::<i64>() {
+        if let Ok(id) = id_or_path.parse::<i64>().map(SourceId) {
             if let Some(s) = sources.iter().find(|s| s.id == id) {
                 return Ok(s.clone());
             }
@@ -346,7 +347,7 @@ impl Library {
     }
 
     /// Removes a source; its documents leave the index.
-    pub fn remove_source(&mut self, id: i64) -> Result<()> {
+    pub fn remove_source(&mut self, id: SourceId) -> Result<()> {
         self.store.delete_source(id)?;
         self.try_sync_fulltext()
     }
@@ -365,7 +366,7 @@ impl Library {
         self.fulltext.refresh()?;
         let embedder = |id: &str| self.embedder(id);
         let reranker = |id: &str| self.reranker(id);
-        let sign_index = |t: &VectorTable, c: i64| self.sign_index(t, c).map(Some);
+        let sign_index = |t: &VectorTable, c: CollectionId| self.sign_index(t, c).map(Some);
         retrieve::search(
             &SearchContext {
                 store: &self.store,
@@ -407,7 +408,7 @@ impl Library {
     /// document id, never by path: one folder can be a source of two collections.
     pub fn chunk_in_context(
         &self,
-        chunk_id: i64,
+        chunk_id: ChunkId,
         context: usize,
     ) -> Result<Option<ChunkInContext>> {
         let Some(focus) = self.store.chunks_by_id(&[chunk_id])?.into_iter().next() else {
@@ -428,14 +429,14 @@ impl Library {
     }
 
     /// The document with this id, if it is still in the index.
-    pub fn document_by_id(&self, id: i64) -> Result<Option<DocumentRecord>> {
+    pub fn document_by_id(&self, id: DocumentId) -> Result<Option<DocumentRecord>> {
         self.store.document_by_id(id)
     }
 
     /// Compares SQLite's chunks with tantivy's committed documents.
     pub fn verify(&self) -> Result<ConsistencyReport> {
         self.fulltext.refresh()?;
-        let sqlite: std::collections::BTreeSet<i64> =
+        let sqlite: std::collections::BTreeSet<ChunkId> =
             self.store.all_chunk_ids()?.into_iter().collect();
         let fulltext = self.fulltext.chunk_ids()?;
         let duplicate_paths = self.store.duplicate_document_paths()?;

@@ -702,7 +702,7 @@ fn a_namespace_embedded_with_another_model_is_a_warning_and_the_rest_still_answe
     assert_eq!(legacy.embedding_model.as_deref(), Some("other-model"));
     let table = store.ensure_vector_table("other-model", 8).unwrap();
     let pending = store.pending_chunks(legacy.id, "other-model", 100).unwrap();
-    let rows: Vec<(i64, Vec<f32>)> = pending
+    let rows: Vec<(quarry_core::ChunkId, Vec<f32>)> = pending
         .iter()
         .map(|p| (p.id, quarry_core::embed::normalized(vec![1.0; 8])))
         .collect();

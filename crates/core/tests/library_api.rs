@@ -55,8 +55,14 @@ fn a_preview_shows_the_hit_s_own_document_when_a_folder_is_in_two_collections() 
             .collection,
         "second"
     );
-    assert!(library.chunk_in_context(i64::MAX, 3).unwrap().is_none());
-    assert!(library.document_by_id(i64::MAX).unwrap().is_none());
+    assert!(library
+        .chunk_in_context(quarry_core::ChunkId(i64::MAX), 3)
+        .unwrap()
+        .is_none());
+    assert!(library
+        .document_by_id(quarry_core::DocumentId(i64::MAX))
+        .unwrap()
+        .is_none());
 }
 
 #[test]

@@ -3,11 +3,12 @@
 
 mod common;
 
-use quarry_core::Library;
+use quarry_core::{ChunkId, Library};
 
 use common::{reindex, Fixture};
 
-fn vector(seed: i64) -> Vec<f32> {
+fn vector(chunk: ChunkId) -> Vec<f32> {
+    let seed = chunk.0;
     (0..384)
         .map(|d| {
             if (seed * 31 + d * 7) % 5 < 2 {
@@ -30,7 +31,7 @@ fn embed_everything(library: &mut Library) -> usize {
     let table = store
         .ensure_vector_table("all-minilm-l6-v2-int8", 384)
         .unwrap();
-    let rows: Vec<(i64, Vec<f32>)> = pending
+    let rows: Vec<(ChunkId, Vec<f32>)> = pending
         .iter()
         .map(|p| (p.id, quarry_core::embed::normalized(vector(p.id))))
         .collect();

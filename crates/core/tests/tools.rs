@@ -487,7 +487,7 @@ fn refs(s: &EvidenceSession, library: &Library, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {
             let mut chunk = template.clone();
-            chunk.id = 10_000 + i as i64;
+            chunk.id = quarry_core::ChunkId(10_000 + i as i64);
             s.issue_chunk(&chunk)
         })
         .collect()

@@ -10,21 +10,21 @@ export const commands = {
 	listCollections: () => __TAURI_INVOKE<Collection[]>("list_collections"),
 	listSources: () => __TAURI_INVOKE<Source[]>("list_sources"),
 	addSource: (path: string, collection: string, include: string[], exclude: string[]) => __TAURI_INVOKE<Source>("add_source", { path, collection, include, exclude }),
-	removeSource: (id: number) => __TAURI_INVOKE<null>("remove_source", { id }),
+	removeSource: (id: SourceId) => __TAURI_INVOKE<null>("remove_source", { id }),
 	/**  The native folder dialog; `None` when cancelled. */
 	pickFolder: () => __TAURI_INVOKE<string | null>("pick_folder"),
 	activity: () => __TAURI_INVOKE<Activity>("activity"),
 	setIndexingPaused: (paused: boolean) => __TAURI_INVOKE<Activity>("set_indexing_paused", { paused }),
-	listProblems: (sourceId: number | null) => __TAURI_INVOKE<DocumentRecord[]>("list_problems", { sourceId }),
-	retryFile: (documentId: number) => __TAURI_INVOKE<null>("retry_file", { documentId }),
+	listProblems: (sourceId: SourceId | null) => __TAURI_INVOKE<DocumentRecord[]>("list_problems", { sourceId }),
+	retryFile: (documentId: DocumentId) => __TAURI_INVOKE<null>("retry_file", { documentId }),
 	search: (args: SearchArgs) => __TAURI_INVOKE<SearchResults>("search", { args }),
 	/**  The chunk among its neighbours in its own document. */
-	preview: (chunkId: number) => __TAURI_INVOKE<ChunkInContext>("preview", { chunkId }),
+	preview: (chunkId: ChunkId) => __TAURI_INVOKE<ChunkInContext>("preview", { chunkId }),
 	/**
 	 *  Opens the file of an indexed chunk at its page or line. Only indexed files can be opened:
 	 *  the page names a chunk, never a path.
 	 */
-	openResult: (chunkId: number) => __TAURI_INVOKE<string>("open_result", { chunkId }),
+	openResult: (chunkId: ChunkId) => __TAURI_INVOKE<string>("open_result", { chunkId }),
 	getSettings: () => __TAURI_INVOKE<Settings>("get_settings"),
 	saveSettings: (settings: Settings) => __TAURI_INVOKE<Settings>("save_settings", { settings }),
 };
@@ -62,6 +62,9 @@ export type AppStatus = {
 	activity: Activity,
 };
 
+/**  A chunk (`chunks.id`): also the vector rowid and the full-text `chunk_id`. */
+export type ChunkId = number;
+
 /**  A chunk with its neighbours, as a result preview shows it. */
 export type ChunkInContext = {
 	/**  The chunk's own document. */
@@ -69,7 +72,7 @@ export type ChunkInContext = {
 	/**  The chunk and its neighbours, in document order. */
 	chunks: ChunkRecord[],
 	/**  The chunk asked for. */
-	focus_chunk_id: number,
+	focus_chunk_id: ChunkId,
 };
 
 /**
@@ -92,11 +95,11 @@ export type ChunkLocation = {
 /**  A stored chunk with what a hit needs to show it. */
 export type ChunkRecord = {
 	/**  Never reused; equals the vector rowid and the full-text `chunk_id`. */
-	id: number,
+	id: ChunkId,
 	/**  Owning document. */
-	document_id: number,
+	document_id: DocumentId,
 	/**  The revision it was cut from. */
-	revision_id: number,
+	revision_id: RevisionId,
 	/**  Position in the document, from 0. */
 	ordinal: number,
 	/**  Text. */
@@ -120,7 +123,7 @@ export type ChunkRecord = {
 /**  A named set of sources: the `namespace` of `knowledge_search`. */
 export type Collection = {
 	/**  Never reused. */
-	id: number,
+	id: CollectionId,
 	/**  Unique name: letters, digits, `-`, `_`, `.`. */
 	name: string,
 	/**  Sensitivity label (e.g. `public`, `internal`, `confidential`). */
@@ -135,6 +138,9 @@ export type Collection = {
 	pending_model: string | null,
 };
 
+/**  A collection (`collections.id`). */
+export type CollectionId = number;
+
 /**  A failed command, serialised as `{code, kind, message}`. */
 export type CommandError = {
 	code: string,
@@ -142,12 +148,15 @@ export type CommandError = {
 	message: string,
 };
 
+/**  A document (`documents.id`): one file of one source. */
+export type DocumentId = number;
+
 /**  One file known to the library. */
 export type DocumentRecord = {
 	/**  Never reused. */
-	id: number,
+	id: DocumentId,
 	/**  Owning source. */
-	source_id: number,
+	source_id: SourceId,
 	/**  Owning collection's name. */
 	collection: string,
 	/**  Absolute path. */
@@ -171,7 +180,7 @@ export type DocumentRecord = {
 	/**  Extractor that read it (`markdown`, `pdf`, ...). */
 	format: string | null,
 	/**  Current revision. */
-	revision_id: number | null,
+	revision_id: RevisionId | null,
 	/**  Current chunks. */
 	chunk_count: number,
 	/**  Unix seconds of the last change to this row. */
@@ -241,9 +250,9 @@ export type Hit = {
 	/**  Per-stage scores. */
 	scores: StageScores,
 	/**  The chunk. */
-	chunk_id: number,
+	chunk_id: ChunkId,
 	/**  Its document. */
-	document_id: number,
+	document_id: DocumentId,
 	/**  The file. */
 	path: string,
 	/**  Document title. */
@@ -371,6 +380,9 @@ export type ReasonCount = {
 	count: number,
 };
 
+/**  A revision (`revisions.id`): one indexed version of a document. */
+export type RevisionId = number;
+
 /**  The ONNX Runtime library: where it was found, or what is wrong with it. */
 export type RuntimeStatus = {
 	/**  Found and usable. */
@@ -443,9 +455,9 @@ export type Snippet = {
 /**  A folder indexed into a collection. */
 export type Source = {
 	/**  Never reused. */
-	id: number,
+	id: SourceId,
 	/**  Owning collection. */
-	collection_id: number,
+	collection_id: CollectionId,
 	/**  Owning collection's name. */
 	collection: string,
 	/**  Absolute folder. */
@@ -468,13 +480,16 @@ export type Source = {
 
 /**  One source's activity. */
 export type SourceActivity = {
-	source_id: number,
+	source_id: SourceId,
 	phase: Phase,
 	watch: WatchMode | null,
 	/**  Totals of the latest run over this source. */
 	progress: IndexProgress | null,
 	degraded_reason: string | null,
 };
+
+/**  A source (`sources.id`): one folder of one collection. */
+export type SourceId = number;
 
 /**  Whether a source's folder was reachable at the last scan. */
 export type SourceStatus = 

@@ -27,6 +27,7 @@ use tantivy::snippet::SnippetGenerator;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 use crate::error::{Error, Result};
+use crate::ids::{ChunkId, CollectionId};
 use crate::store::Store;
 use schema::Fields;
 
@@ -39,7 +40,7 @@ const SYNC_BATCH: usize = 5_000;
 #[derive(Debug, Clone)]
 pub struct FulltextHit {
     /// The chunk.
-    pub chunk_id: i64,
+    pub chunk_id: ChunkId,
     /// BM25 score (with field boosts).
     pub score: f32,
 }
@@ -163,7 +164,7 @@ impl FullText {
             for entry in &entries {
                 writer.delete_term(Term::from_field_u64(
                     self.fields.chunk_id,
-                    entry.chunk_id as u64,
+                    entry.chunk_id.0 as u64,
                 ));
                 if entry.upsert {
                     upserts.insert(entry.chunk_id);
@@ -212,7 +213,7 @@ impl FullText {
     }
 
     /// Every chunk id in the committed index, for consistency checks.
-    pub fn chunk_ids(&self) -> Result<BTreeSet<i64>> {
+    pub fn chunk_ids(&self) -> Result<BTreeSet<ChunkId>> {
         let searcher = self.reader.searcher();
         let mut ids = BTreeSet::new();
         for segment in searcher.segment_readers() {
@@ -223,7 +224,7 @@ impl FullText {
                     continue;
                 }
                 if let Some(id) = column.first(doc) {
-                    ids.insert(id as i64);
+                    ids.insert(ChunkId(id as i64));
                 }
             }
         }
@@ -258,7 +259,7 @@ impl FullText {
                 .collection_ids
                 .iter()
                 .map(|id| {
-                    let term = Term::from_field_u64(self.fields.collection_id, *id as u64);
+                    let term = Term::from_field_u64(self.fields.collection_id, id.0 as u64);
                     (
                         Occur::Should,
                         Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
@@ -282,7 +283,7 @@ impl FullText {
                 .and_then(|v| v.as_u64())
                 .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
             hits.push(FulltextHit {
-                chunk_id: chunk_id as i64,
+                chunk_id: ChunkId(chunk_id as i64),
                 score,
             });
         }
@@ -309,7 +310,7 @@ pub struct FulltextQuery<'a> {
     /// Stemming languages of the collections searched.
     pub languages: &'a [String],
     /// Restrict to these collections (empty: all).
-    pub collection_ids: &'a [i64],
+    pub collection_ids: &'a [CollectionId],
     /// How many hits.
     pub limit: usize,
 }

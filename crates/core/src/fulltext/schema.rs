@@ -104,9 +104,9 @@ impl Fields {
             .or_else(|_| self.language(DEFAULT_LANGUAGE))
             .expect("the default language is always in the schema");
         let mut doc = TantivyDocument::default();
-        doc.add_u64(self.chunk_id, row.chunk_id as u64);
-        doc.add_u64(self.document_id, row.document_id as u64);
-        doc.add_u64(self.collection_id, row.collection_id as u64);
+        doc.add_u64(self.chunk_id, row.chunk_id.0 as u64);
+        doc.add_u64(self.document_id, row.document_id.0 as u64);
+        doc.add_u64(self.collection_id, row.collection_id.0 as u64);
         doc.add_text(lang.title, &row.title);
         doc.add_text(lang.heading, &row.heading_path);
         doc.add_text(lang.body, &row.text);

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::embed::Embedder;
 use crate::error::Result;
+use crate::ids::ChunkId;
 use crate::store::{EmbeddingCoverage, Store};
 
 /// Chunks embedded per transaction (the model runs them one at a time, see
@@ -90,7 +91,8 @@ pub(crate) fn backfill(
             };
             let texts: Vec<&str> = pending.iter().map(|p| p.text.as_str()).collect();
             let vectors = embedder.embed(&texts)?;
-            let rows: Vec<(i64, Vec<f32>)> = pending.iter().map(|p| p.id).zip(vectors).collect();
+            let rows: Vec<(ChunkId, Vec<f32>)> =
+                pending.iter().map(|p| p.id).zip(vectors).collect();
             store.store_vectors(&table, collection.id, &rows, last)?;
             this_run += rows.len() as u64;
             embedded_total += rows.len() as u64;

@@ -12,14 +12,15 @@ use super::progress::{IndexEvent, IndexProgress};
 use super::run::Run;
 use super::walk::FileStat;
 use crate::error::{Error, Result};
+use crate::ids::{DocumentId, SourceId};
 use crate::store::writes::{self, Extraction, FileFacts};
 use crate::store::{DocumentStatus, Store};
 
 /// Collects outcomes and commits them in batches.
 pub(super) struct BatchWriter<'o> {
-    source_id: i64,
+    source_id: SourceId,
     /// Removed documents that a rename took over: they are not deleted.
-    pub claimed: HashSet<i64>,
+    pub claimed: HashSet<DocumentId>,
     pending: Vec<Outcome>,
     batch_started: Instant,
     batches: u64,
@@ -28,7 +29,11 @@ pub(super) struct BatchWriter<'o> {
 
 impl<'o> BatchWriter<'o> {
     /// A writer for `source_id`, starting with `pending` (rows that need no reading).
-    pub(super) fn new(source_id: i64, pending: Vec<Outcome>, options: &'o IndexOptions) -> Self {
+    pub(super) fn new(
+        source_id: SourceId,
+        pending: Vec<Outcome>,
+        options: &'o IndexOptions,
+    ) -> Self {
         BatchWriter {
             source_id,
             claimed: HashSet::new(),

@@ -18,6 +18,7 @@ use super::run::Run;
 use super::walk::{walk, FileStat, WalkItem};
 use crate::error::Result;
 use crate::fulltext::FullText;
+use crate::ids::{DocumentId, SourceId};
 use crate::store::writes;
 use crate::store::{DocumentState, DocumentStatus, Source, SourceStatus, Store};
 
@@ -117,7 +118,7 @@ fn walk_scope(
 /// What SQLite holds for the documents under `scope_paths`, by path.
 fn stored_states(
     store: &Store,
-    source_id: i64,
+    source_id: SourceId,
     scope_paths: &[PathBuf],
 ) -> Result<HashMap<PathBuf, DocumentState>> {
     let mut states = HashMap::new();
@@ -214,12 +215,12 @@ fn plan(
 fn read_and_write(
     store: &mut Store,
     fulltext: &mut FullText,
-    source_id: i64,
+    source_id: SourceId,
     plan: Plan,
     removed: &[&DocumentState],
     options: &IndexOptions,
     run: &mut Run<'_>,
-) -> Result<HashSet<i64>> {
+) -> Result<HashSet<DocumentId>> {
     let removed_by_hash = renamable(removed);
     let Plan { work, rows } = plan;
     let mut writer = BatchWriter::new(source_id, rows, options);
@@ -265,8 +266,8 @@ fn read_and_write(
 }
 
 /// The removed documents a new file with the same content would be a rename of, by hash.
-fn renamable(removed: &[&DocumentState]) -> HashMap<String, Vec<i64>> {
-    let mut by_hash: HashMap<String, Vec<i64>> = HashMap::new();
+fn renamable(removed: &[&DocumentState]) -> HashMap<String, Vec<DocumentId>> {
+    let mut by_hash: HashMap<String, Vec<DocumentId>> = HashMap::new();
     for doc in removed {
         if let (DocumentStatus::Indexed, Some(hash)) = (doc.status, &doc.content_hash) {
             by_hash.entry(hash.clone()).or_default().push(doc.id);
@@ -279,10 +280,10 @@ fn renamable(removed: &[&DocumentState]) -> HashMap<String, Vec<i64>> {
 fn delete_gone(
     store: &mut Store,
     removed: &[&DocumentState],
-    claimed: &HashSet<i64>,
+    claimed: &HashSet<DocumentId>,
     progress: &mut IndexProgress,
 ) -> Result<()> {
-    let gone: Vec<i64> = removed
+    let gone: Vec<DocumentId> = removed
         .iter()
         .map(|d| d.id)
         .filter(|id| !claimed.contains(id))

@@ -9,17 +9,18 @@ use super::chunk::chunk_blocks;
 use super::extract::{extract, NotIndexed};
 use super::options::IndexOptions;
 use super::walk::FileStat;
+use crate::ids::DocumentId;
 use crate::store::{DocumentState, DocumentStatus, NewChunk};
 
 /// What one file turned out to need.
 pub(super) enum Outcome {
     /// Same content, new mtime.
-    Touched { doc_id: i64, stat: FileStat },
+    Touched { doc_id: DocumentId, stat: FileStat },
     /// Same content as a document whose file is gone: a rename.
     Renamed {
         stat: FileStat,
         hash: String,
-        from: Vec<i64>,
+        from: Vec<DocumentId>,
     },
     /// New content.
     Indexed(IndexedFile),
@@ -66,7 +67,7 @@ impl Outcome {
 pub(super) fn process_file(
     stat: FileStat,
     prev: Option<&DocumentState>,
-    removed_by_hash: &HashMap<String, Vec<i64>>,
+    removed_by_hash: &HashMap<String, Vec<DocumentId>>,
     options: &IndexOptions,
 ) -> Outcome {
     let bytes = match read_limited(&stat.path, options.max_file_size) {

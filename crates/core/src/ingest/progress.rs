@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::ids::SourceId;
 use serde::Serialize;
 
 /// Running totals of one indexing run.
@@ -61,7 +62,7 @@ pub enum IndexEvent {
     /// A source's walk began.
     ScanStarted {
         /// Source id.
-        source_id: i64,
+        source_id: SourceId,
         /// Its folder.
         #[serde(serialize_with = "crate::store::serialize_path")]
         root: PathBuf,
@@ -69,14 +70,14 @@ pub enum IndexEvent {
     /// A source's walk finished.
     ScanFinished {
         /// Source id.
-        source_id: i64,
+        source_id: SourceId,
         /// Entries found in scope.
         discovered: u64,
     },
     /// A source's folder is gone; its documents are kept.
     SourceMissing {
         /// Source id.
-        source_id: i64,
+        source_id: SourceId,
         /// Its folder.
         #[serde(serialize_with = "crate::store::serialize_path")]
         root: PathBuf,

@@ -28,6 +28,7 @@ use super::progress::IndexEvent;
 use super::run::Run;
 use crate::error::{Error, Result};
 use crate::fulltext::FullText;
+use crate::ids::SourceId;
 use crate::store::{Source, Store};
 
 /// How the watcher behaves.
@@ -83,7 +84,7 @@ pub enum WatchEvent {
     /// A source is watched with OS events.
     Watching {
         /// Source id.
-        source_id: i64,
+        source_id: SourceId,
         /// Its folder.
         #[serde(serialize_with = "crate::store::serialize_path")]
         root: PathBuf,
@@ -91,7 +92,7 @@ pub enum WatchEvent {
     /// A source falls back to periodic rescans.
     Degraded {
         /// Source id.
-        source_id: i64,
+        source_id: SourceId,
         /// Why.
         reason: String,
     },
@@ -163,7 +164,7 @@ struct Watcher<'a> {
     stop: &'a AtomicBool,
     debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
     events: mpsc::Receiver<DebounceEventResult>,
-    sources: HashMap<i64, Watched>,
+    sources: HashMap<SourceId, Watched>,
     sources_loaded: Option<Instant>,
     first_load: bool,
     outbox_checked: Instant,
@@ -231,7 +232,7 @@ impl<'a> Watcher<'a> {
         }
         self.sources_loaded = Some(Instant::now());
         let current = self.lanes.store.sources()?;
-        let ids: BTreeSet<i64> = current.iter().map(|s| s.id).collect();
+        let ids: BTreeSet<SourceId> = current.iter().map(|s| s.id).collect();
         let debouncer = &mut self.debouncer;
         self.sources.retain(|id, w| {
             let keep = ids.contains(id);
@@ -426,7 +427,7 @@ impl Lanes<'_> {
         match index_scope(store, fulltext, source, scope, options, run) {
             Ok(()) => Ok(!options.is_cancelled()),
             Err(e) if matches!(store.source(source.id), Err(Error::SourceNotFound(_))) => {
-                tracing::info!(source = source.id, error = %e, "source removed during its scan");
+                tracing::info!(source = source.id.0, error = %e, "source removed during its scan");
                 Ok(false)
             }
             Err(e) => Err(e),

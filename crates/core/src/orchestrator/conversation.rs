@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::evidence::LedgerEntry;
+use crate::ids::{ChunkId, DocumentId, RevisionId};
 pub use crate::store::Conversation;
 use crate::store::{self, now_unix, ChunkLocation, Store};
 use crate::{Error, Result};
@@ -20,11 +21,11 @@ pub struct EvidenceItem {
     /// Its number in the conversation (`[n]` in answers).
     pub n: i64,
     /// Chunk id.
-    pub chunk_id: i64,
+    pub chunk_id: ChunkId,
     /// Document id.
-    pub document_id: i64,
+    pub document_id: DocumentId,
     /// Document revision it was admitted from.
-    pub revision_id: i64,
+    pub revision_id: RevisionId,
     /// The file.
     pub path: PathBuf,
     /// Document title.

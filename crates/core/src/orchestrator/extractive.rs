@@ -136,13 +136,14 @@ pub fn answer(question: &str, evidence: &[EvidenceItem]) -> (String, Vec<i64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{ChunkId, DocumentId, RevisionId};
 
     fn item(n: i64, text: &str) -> EvidenceItem {
         EvidenceItem {
             n,
-            chunk_id: n,
-            document_id: 1,
-            revision_id: 1,
+            chunk_id: ChunkId(n),
+            document_id: DocumentId(1),
+            revision_id: RevisionId(1),
             path: "/docs/pump.md".into(),
             title: None,
             collection: "demo".into(),

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceSession, LedgerEntry};
+use crate::ids::{ChunkId, CollectionId};
 use crate::llm::ToolSpec;
 use crate::retrieve::{query_collection, RetrievalSettings, VectorContext};
 use crate::store::{Collection, Store, VectorTable};
@@ -171,7 +172,7 @@ struct Metadata {
 
 /// One nearest-neighbour hit before the merge.
 struct Candidate {
-    chunk_id: i64,
+    chunk_id: ChunkId,
     similarity: f32,
     namespace: String,
 }
@@ -624,7 +625,7 @@ impl KnowledgeSearch {
             ) {
                 Ok(entry) => entry,
                 Err(e) => {
-                    tracing::warn!(tool = %self.name(), chunk = candidate.chunk_id, "knowledge_search: {e}");
+                    tracing::warn!(tool = %self.name(), chunk = candidate.chunk_id.0, "knowledge_search: {e}");
                     warnings.push(format!("chunk {}: {e}; dropped", candidate.chunk_id));
                     continue;
                 }
@@ -664,7 +665,7 @@ fn nearest_in_namespace(
 ) -> std::result::Result<NamespaceAnswer, String> {
     let collection =
         collection.ok_or_else(|| Error::CollectionNotFound(name.to_string()).to_string())?;
-    let sign_index = |t: &VectorTable, c: i64| ctx.retrieval.sign_index(t, c);
+    let sign_index = |t: &VectorTable, c: CollectionId| ctx.retrieval.sign_index(t, c);
     let vectors = VectorContext {
         store: ctx.store,
         sign_index: &sign_index,
@@ -687,7 +688,7 @@ fn nearest_in_namespace(
 /// What one namespace's vector query found.
 struct NamespaceAnswer {
     /// `(chunk id, cosine similarity)`, best first.
-    hits: Vec<(i64, f32)>,
+    hits: Vec<(ChunkId, f32)>,
     /// Set when it answers only in part (still being embedded).
     note: Option<String>,
 }

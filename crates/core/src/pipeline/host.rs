@@ -7,9 +7,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::candidate::{
+    Candidate, DocumentPage, FoundDocument, Neighbors, PageChunk, SourceDocument,
+};
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::ids::{ChunkId, DocumentId, RevisionId};
 use crate::retrieve::SearchRequest;
 use crate::store::ChunkRecord;
 use crate::tools::{schema, CallError, ToolDefinition};
@@ -59,41 +63,9 @@ pub struct ToolCallReport {
     pub took_us: u64,
 }
 
-/// A candidate as tools see it.
-pub(crate) fn candidate_json(
-    session: &EvidenceSession,
-    chunk: &ChunkRecord,
-    rank: usize,
-    score: f32,
-    snippet: &str,
-) -> Value {
-    json!({
-        "evidence_ref": session.issue_chunk(chunk),
-        "source_ref": session.issue_source(chunk.document_id, chunk.revision_id),
-        "rank": rank,
-        "score": score,
-        "title": chunk.title.clone().unwrap_or_default(),
-        "path": chunk.path.display().to_string(),
-        "collection": chunk.collection,
-        "snippet": snippet,
-        "text": chunk.text,
-        "ordinal": chunk.ordinal,
-    })
-}
-
-fn chunk_json(session: &EvidenceSession, chunk: &ChunkRecord) -> Value {
-    json!({
-        "evidence_ref": session.issue_chunk(chunk),
-        "ordinal": chunk.ordinal,
-        "text": chunk.text,
-        "title": chunk.title.clone().unwrap_or_default(),
-        "path": chunk.path.display().to_string(),
-        "location": {
-            "page": chunk.location.page,
-            "line_start": chunk.location.line_start,
-            "line_end": chunk.location.line_end,
-        },
-    })
+/// A `ctx` answer as the JSON the tool receives.
+fn answer(value: impl Serialize) -> std::result::Result<Value, String> {
+    serde_json::to_value(value).map_err(|e| e.to_string())
 }
 
 /// Runs a code tool: input checked (action tools), the call made with every ctx operation
@@ -344,8 +316,8 @@ fn search_as_caller(
         .retrieval
         .search(&request)
         .map_err(|e| e.to_string())?;
-    let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
-    let chunks: HashMap<i64, ChunkRecord> = env
+    let ids: Vec<ChunkId> = results.hits.iter().map(|h| h.chunk_id).collect();
+    let chunks: HashMap<ChunkId, ChunkRecord> = env
         .engine
         .store
         .chunks_by_id(&ids)
@@ -374,14 +346,14 @@ fn op_search(
     let retrieval = arg(args, kwargs, 2, "retrieval").and_then(Value::as_str);
     let tool = retrieval_tool(env, retrieval)?;
     let hits = search_as_caller(env, tool, &query, top_k, false)?;
-    Ok(Value::Array(
-        hits.iter()
-            .enumerate()
-            .map(|(i, (chunk, score, snippet))| {
-                candidate_json(env.session, chunk, i + 1, *score, snippet)
-            })
-            .collect(),
-    ))
+    let found: Vec<Candidate> = hits
+        .iter()
+        .enumerate()
+        .map(|(i, (chunk, score, snippet))| {
+            Candidate::issue(env.session, chunk, i + 1, *score, snippet)
+        })
+        .collect();
+    answer(found)
 }
 
 fn op_search_documents(
@@ -393,26 +365,18 @@ fn op_search_documents(
     let limit = int_arg(args, kwargs, 1, "limit", 10)?.clamp(1, 50) as usize;
     let tool = retrieval_tool(env, None)?;
     let hits = search_as_caller(env, tool, &query, limit, true)?;
-    Ok(Value::Array(
-        hits.iter()
-            .map(|(chunk, score, snippet)| {
-                json!({
-                    "source_ref": env.session.issue_source(chunk.document_id, chunk.revision_id),
-                    "title": chunk.title.clone().unwrap_or_default(),
-                    "path": chunk.path.display().to_string(),
-                    "snippet": snippet,
-                    "score": score,
-                })
-            })
-            .collect(),
-    ))
+    let found: Vec<FoundDocument> = hits
+        .iter()
+        .map(|(chunk, score, snippet)| FoundDocument::issue(env.session, chunk, *score, snippet))
+        .collect();
+    answer(found)
 }
 
 /// Chunks of one document revision from `start`, at most `limit` (+1 to tell if more remain).
 fn chunks_from(
     env: &ToolEnvironment<'_>,
-    document_id: i64,
-    revision_id: i64,
+    document_id: DocumentId,
+    revision_id: RevisionId,
     start: i64,
     limit: i64,
 ) -> std::result::Result<Vec<ChunkRecord>, String> {
@@ -470,10 +434,13 @@ fn op_fetch_document_chunks(
     } else {
         None
     };
-    Ok(json!({
-        "chunks": chunks.iter().map(|c| chunk_json(env.session, c)).collect::<Vec<_>>(),
-        "cursor": cursor,
-    }))
+    answer(DocumentPage {
+        chunks: chunks
+            .iter()
+            .map(|c| PageChunk::issue(env.session, c))
+            .collect(),
+        cursor,
+    })
 }
 
 fn op_fetch_source_document(
@@ -512,13 +479,15 @@ fn op_fetch_source_document(
             .issue_cursor(source.document_id, source.revision_id, next.ordinal)
     });
     let first = chunks.first();
-    Ok(json!({
-        "title": first.and_then(|c| c.title.clone()).unwrap_or_default(),
-        "path": first.map(|c| c.path.display().to_string()).unwrap_or_default(),
-        "text": text,
-        "evidence_refs": refs,
-        "cursor": cursor,
-    }))
+    answer(SourceDocument {
+        cursor,
+        evidence_refs: refs,
+        path: first
+            .map(|c| c.path.display().to_string())
+            .unwrap_or_default(),
+        text,
+        title: first.and_then(|c| c.title.clone()).unwrap_or_default(),
+    })
 }
 
 fn op_fetch_neighbors(
@@ -540,14 +509,14 @@ fn op_fetch_neighbors(
         start,
         entry.ordinal + radius - start + 1,
     )?;
-    Ok(json!({
-        "chunks": chunks
+    answer(Neighbors {
+        chunks: chunks
             .iter()
             .filter(|c| c.id != entry.chunk_id)
-            .map(|c| chunk_json(env.session, c))
-            .collect::<Vec<_>>(),
-        "radius": radius,
-    }))
+            .map(|c| PageChunk::issue(env.session, c))
+            .collect(),
+        radius,
+    })
 }
 
 /// `scheme://host[:port]` of a URL.

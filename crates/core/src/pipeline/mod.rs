@@ -9,6 +9,7 @@
 //! code tools, a missing model) are listed by [`check`] before anything runs; a run refuses
 //! to start while a blocking one remains. Every run returns a trace of every stage.
 
+mod candidate;
 mod host;
 pub mod run;
 mod seeds;

@@ -6,14 +6,14 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::host::{
-    admit_returned_refs, call_code_tool, candidate_json, CtxCall, ToolCallReport, ToolEnvironment,
-};
+use super::candidate::{Candidate, ChunkToolCandidate, ScoredHit};
+use super::host::{admit_returned_refs, call_code_tool, CtxCall, ToolCallReport, ToolEnvironment};
 use super::{check, resolve, Budget, ReadinessProblem, ResolvedPipeline, Severity};
 use crate::auth::Principal;
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::ids::ChunkId;
 use crate::retrieve::{SearchRequest, StageTrace, WeightedQuery};
 use crate::store::{ChunkRecord, Store};
 use crate::tools::{ToolDefinition, ToolType};
@@ -154,7 +154,7 @@ fn retrieve_candidates(
     tool: &ToolDefinition,
     query: &str,
     variants: &[WeightedQuery],
-) -> Result<(StageReport, Vec<Value>)> {
+) -> Result<(StageReport, Vec<Candidate>)> {
     let t = Instant::now();
     let mut request = SearchRequest::new(query);
     request.settings = tool.retrieval_settings()?;
@@ -162,8 +162,8 @@ fn retrieve_candidates(
     request.collections = env.collections.clone();
     request.scope = Some(env.session.principal.scope.clone());
     let results = env.engine.retrieval.search(&request)?;
-    let ids: Vec<i64> = results.hits.iter().map(|h| h.chunk_id).collect();
-    let chunks: HashMap<i64, ChunkRecord> = env
+    let ids: Vec<ChunkId> = results.hits.iter().map(|h| h.chunk_id).collect();
+    let chunks: HashMap<ChunkId, ChunkRecord> = env
         .engine
         .store
         .chunks_by_id(&ids)?
@@ -176,21 +176,14 @@ fn retrieve_candidates(
         let Some(chunk) = chunks.get(&hit.chunk_id) else {
             continue;
         };
-        candidates.push(candidate_json(
+        candidates.push(Candidate::issue(
             env.session,
             chunk,
             hit.rank,
             hit.score,
             &hit.snippet.text,
         ));
-        scored.push(json!({
-            "rank": hit.rank,
-            "score": hit.score,
-            "scores": hit.scores,
-            "title": hit.title,
-            "path": hit.path.display().to_string(),
-            "collection": hit.collection,
-        }));
+        scored.push(ScoredHit::from(hit));
     }
     let report = StageReport {
         stage: "retrieval",
@@ -264,24 +257,30 @@ fn run_chunk_tool(
     env: &ToolEnvironment<'_>,
     tool: &ToolDefinition,
     query: &str,
-    candidates: &[Value],
+    candidates: &[Candidate],
     ledger: &mut EvidenceLedger,
-) -> Result<(StageReport, Vec<Value>)> {
-    let input = json!({
-        "query": query,
-        "candidates": candidates.iter().map(|c| json!({
-            "evidence_ref": c["evidence_ref"],
-            "source_ref": c["source_ref"],
-            "score": c["score"],
-            "rank": c["rank"],
-            "title": c["title"],
-            "snippet": c["snippet"],
-        })).collect::<Vec<_>>(),
-    });
+) -> Result<(StageReport, Vec<Candidate>)> {
+    let shown: Vec<ChunkToolCandidate<'_>> =
+        candidates.iter().map(Candidate::for_chunk_tool).collect();
+    call_chunk_tool(env, tool, query, &shown, candidates, ledger)
+}
+
+/// The call behind [`run_chunk_tool`]: the tool is shown `shown`; a reference it returns that
+/// one of `issued` carries keeps that candidate, any other (fetched through `ctx`) becomes a
+/// candidate without a score.
+fn call_chunk_tool<S: Serialize>(
+    env: &ToolEnvironment<'_>,
+    tool: &ToolDefinition,
+    query: &str,
+    shown: &[S],
+    issued: &[Candidate],
+    ledger: &mut EvidenceLedger,
+) -> Result<(StageReport, Vec<Candidate>)> {
+    let input = json!({"query": query, "candidates": shown});
     let report = call_code_tool(env, tool, &input)?;
-    let by_ref: HashMap<&str, &Value> = candidates
+    let by_ref: HashMap<&str, &Candidate> = issued
         .iter()
-        .filter_map(|c| Some((c["evidence_ref"].as_str()?, c)))
+        .map(|c| (c.evidence_ref.as_str(), c))
         .collect();
     let mut kept = Vec::new();
     let mut kept_chunks = std::collections::HashSet::new();
@@ -302,13 +301,13 @@ fn run_chunk_tool(
         kept.push(match by_ref.get(reference) {
             Some(candidate) => (*candidate).clone(),
             // Issued to this run by a ctx fetch the tool declared: a candidate without a score.
-            None => candidate_json(env.session, &entry_chunk(env, entry.chunk_id)?, 0, 0.0, ""),
+            None => Candidate::issue(env.session, &entry_chunk(env, entry.chunk_id)?, 0, 0.0, ""),
         });
     }
     let detail = format!(
         "{} of {} candidate(s) kept{}",
         kept.len(),
-        candidates.len(),
+        shown.len(),
         unless_none(refused, || format!("; {refused} reference(s) refused"))
     );
     Ok((
@@ -317,7 +316,7 @@ fn run_chunk_tool(
     ))
 }
 
-fn entry_chunk(env: &ToolEnvironment<'_>, chunk_id: i64) -> Result<ChunkRecord> {
+fn entry_chunk(env: &ToolEnvironment<'_>, chunk_id: ChunkId) -> Result<ChunkRecord> {
     env.engine
         .store
         .chunks_by_id(&[chunk_id])?
@@ -463,10 +462,10 @@ fn chunk_stage(
     env: &ToolEnvironment<'_>,
     resolved: &ResolvedPipeline,
     query: &str,
-    mut candidates: Vec<Value>,
+    mut candidates: Vec<Candidate>,
     ledger: &mut EvidenceLedger,
     stages: &mut Vec<StageReport>,
-) -> Result<Vec<Value>> {
+) -> Result<Vec<Candidate>> {
     for slug in &resolved.pipeline.chunk_tools {
         let tool = &resolved.tools[slug];
         let (report, kept) = run_chunk_tool(env, tool, query, &candidates, ledger)?;
@@ -480,15 +479,19 @@ fn chunk_stage(
 fn evidence_stage(
     session: &EvidenceSession,
     store: &Store,
-    candidates: &[Value],
+    candidates: &[Candidate],
     max_evidence: usize,
     ledger: &mut EvidenceLedger,
 ) -> StageReport {
     let t = Instant::now();
     for candidate in candidates.iter().take(max_evidence) {
-        let reference = candidate["evidence_ref"].as_str().unwrap_or_default();
-        let score = candidate["score"].as_f64().map(|s| s as f32);
-        session.admit_chunk(store, reference, score, "pipeline", ledger);
+        session.admit_chunk(
+            store,
+            &candidate.evidence_ref,
+            candidate.json_score(),
+            "pipeline",
+            ledger,
+        );
     }
     StageReport {
         stage: "evidence",
@@ -625,13 +628,12 @@ struct ToolTest<'a> {
 
 impl ToolTest<'_> {
     /// Admits candidates as the tool under test; refused ones are listed with their reason.
-    fn admit(&mut self, candidates: &[Value]) {
+    fn admit(&mut self, candidates: &[Candidate]) {
         for c in candidates {
-            let reference = c["evidence_ref"].as_str().unwrap_or_default();
             self.env.session.admit_chunk(
                 self.env.engine.store,
-                reference,
-                c["score"].as_f64().map(|s| s as f32),
+                &c.evidence_ref,
+                c.json_score(),
                 &self.tool.slug,
                 &mut self.ledger,
             );
@@ -643,9 +645,11 @@ impl ToolTest<'_> {
             retrieve_candidates(&self.env, self.tool, query, &single_variant(query))?;
         self.stages.push(report);
         self.admit(&candidates);
-        Ok(json!({"candidates": candidates.iter().map(|c| json!({
-            "rank": c["rank"], "score": c["score"], "title": c["title"], "path": c["path"], "snippet": c["snippet"],
-        })).collect::<Vec<_>>()}))
+        let shown: Vec<_> = candidates
+            .iter()
+            .map(Candidate::for_retrieval_test)
+            .collect();
+        Ok(json!({ "candidates": shown }))
     }
 
     fn query(&mut self, input: &TestInput, budget: usize) -> Result<Value> {
@@ -682,10 +686,24 @@ impl ToolTest<'_> {
     /// A chunk tool over candidates given by hand: they carry references this run never
     /// issued, so each is refused.
     fn chunk_on_candidates(&mut self, input: &Value) -> Result<Value> {
-        let candidates: Vec<Value> = input["candidates"].as_array().cloned().unwrap_or_default();
+        let given = input["candidates"].as_array().cloned().unwrap_or_default();
+        // Shown to the tool as given (any JSON), limited to the keys a chunk tool sees.
+        let shown: Vec<Value> = given
+            .iter()
+            .map(|c| {
+                json!({
+                    "evidence_ref": c["evidence_ref"],
+                    "source_ref": c["source_ref"],
+                    "score": c["score"],
+                    "rank": c["rank"],
+                    "title": c["title"],
+                    "snippet": c["snippet"],
+                })
+            })
+            .collect();
         let query = input["query"].as_str().unwrap_or_default();
         let (report, _) =
-            run_chunk_tool(&self.env, self.tool, query, &candidates, &mut self.ledger)?;
+            call_chunk_tool(&self.env, self.tool, query, &shown, &[], &mut self.ledger)?;
         let output = report.output.clone();
         self.stages.push(report);
         Ok(output)

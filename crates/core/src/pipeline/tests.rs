@@ -16,6 +16,7 @@ use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::fulltext::Snippet;
+use crate::ids::{ChunkId, DocumentId};
 use crate::retrieve::{Hit, SearchMode, SearchRequest, SearchResults, StageScores};
 use crate::store::test_support::{self, collection_with_source};
 use crate::store::{ChunkLocation, NewChunk, Store};
@@ -51,14 +52,14 @@ impl Retrieval for StubRetrieval {
 pub(crate) struct Fixture {
     pub stub: StubEngine,
     /// Chunk ids of `notes`, in document order.
-    pub notes: Vec<i64>,
+    pub notes: Vec<ChunkId>,
     /// The chunk id of `secret`.
-    pub secret: i64,
+    pub secret: ChunkId,
 }
 
 impl Fixture {
     pub fn new() -> Fixture {
-        let (mut notes, mut secret) = (Vec::new(), 0);
+        let (mut notes, mut secret) = (Vec::new(), ChunkId(0));
         let stub = StubEngine::new(|store| {
             notes = write_document(store, "notes", "internal", "note", 4);
             secret = write_document(store, "secret", "restricted", "secret", 1)[0];
@@ -75,7 +76,7 @@ impl Fixture {
     }
 
     /// A retrieval that finds these chunks, best first, scored 1.0, 0.75, 0.5, …
-    pub fn stub(&self, chunk_ids: &[i64]) -> StubRetrieval {
+    pub fn stub(&self, chunk_ids: &[ChunkId]) -> StubRetrieval {
         StubRetrieval {
             hits: chunk_ids
                 .iter()
@@ -87,14 +88,14 @@ impl Fixture {
     }
 
     /// A hit on a chunk, with the chunk's own path (`/gone.md` for one not in the store).
-    fn hit(&self, rank: usize, chunk_id: i64, score: f32) -> Hit {
+    fn hit(&self, rank: usize, chunk_id: ChunkId, score: f32) -> Hit {
         let chunk = self.stub.store.chunks_by_id(&[chunk_id]).unwrap().pop();
         Hit {
             rank,
             score,
             scores: StageScores::default(),
             chunk_id,
-            document_id: chunk.as_ref().map_or(0, |c| c.document_id),
+            document_id: chunk.as_ref().map_or(DocumentId(0), |c| c.document_id),
             path: chunk.map_or_else(|| PathBuf::from("/gone.md"), |c| c.path),
             title: None,
             collection: String::new(),
@@ -116,7 +117,7 @@ fn write_document(
     sensitivity: &str,
     word: &str,
     chunks: usize,
-) -> Vec<i64> {
+) -> Vec<ChunkId> {
     let root = PathBuf::from(format!("/{collection}"));
     let source = collection_with_source(store, collection, sensitivity, "test-model", &root);
     let chunks: Vec<NewChunk> = (0..chunks)
@@ -172,7 +173,7 @@ fn a_run_searches_as_configured_traces_each_stage_and_admits_within_the_budget()
     let f = Fixture::new();
     let n = &f.notes;
     // Best first: chunk 3, a chunk that has left the index, then 1, 2, 0.
-    let stub = f.stub(&[n[3], 999_999, n[1], n[2], n[0]]);
+    let stub = f.stub(&[n[3], ChunkId(999_999), n[1], n[2], n[0]]);
     let run = run_resolved(
         &f.engine(&stub),
         &lexical_pipeline(&["notes"], 2),
@@ -211,7 +212,7 @@ fn a_run_searches_as_configured_traces_each_stage_and_admits_within_the_budget()
         "2 chunk(s) admitted to the ledger (budget 2), 0 reference(s) refused"
     );
 
-    let admitted: Vec<(i64, &str, Option<f32>, &str)> = run
+    let admitted: Vec<(ChunkId, &str, Option<f32>, &str)> = run
         .evidence
         .entries
         .iter()
@@ -281,7 +282,7 @@ fn the_tool_tester_lists_refused_references_with_their_reason() {
     assert_eq!(report.principal, "reader");
     assert_eq!(report.pipeline, None);
     assert_eq!(report.output["candidates"].as_array().unwrap().len(), 3);
-    let admitted: Vec<i64> = report.evidence.entries.iter().map(|e| e.chunk_id).collect();
+    let admitted: Vec<ChunkId> = report.evidence.entries.iter().map(|e| e.chunk_id).collect();
     assert_eq!(admitted, [f.notes[0], f.notes[2]]);
     let refused: Vec<(&str, &str)> = report
         .evidence

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::settings::Fusion;
 use super::{elapsed_us, StageScores, StageTrace};
+use crate::ids::ChunkId;
 
 /// A chunk some stream found, with what each stage gave it.
 #[derive(Default)]
@@ -18,8 +19,8 @@ pub(super) struct Candidate {
 /// Every query variant's candidates so far, and their fused scores summed by variant weight.
 #[derive(Default)]
 pub(super) struct Pool {
-    candidates: HashMap<i64, Candidate>,
-    total: HashMap<i64, f32>,
+    candidates: HashMap<ChunkId, Candidate>,
+    total: HashMap<ChunkId, f32>,
 }
 
 impl Pool {
@@ -53,7 +54,7 @@ impl Pool {
         self,
         fusion: Fusion,
         variants: usize,
-    ) -> (HashMap<i64, Candidate>, StageTrace) {
+    ) -> (HashMap<ChunkId, Candidate>, StageTrace) {
         let t = Instant::now();
         let mut candidates = self.candidates;
         for (id, s) in &self.total {
@@ -82,12 +83,12 @@ impl Pool {
 
 /// Scores of one query variant's streams, best first: `(chunk id, score)`.
 pub(crate) struct VariantStreams<'a> {
-    pub lexical: Option<&'a [(i64, f32)]>,
-    pub vector: Option<&'a [(i64, f32)]>,
+    pub lexical: Option<&'a [(ChunkId, f32)]>,
+    pub vector: Option<&'a [(ChunkId, f32)]>,
 }
 
 /// Min-max normalises scores to 0..1 (all equal → all 1).
-fn normalised(list: &[(i64, f32)]) -> impl Iterator<Item = (i64, f32)> + '_ {
+fn normalised(list: &[(ChunkId, f32)]) -> impl Iterator<Item = (ChunkId, f32)> + '_ {
     let max = list.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
     let min = list.iter().map(|x| x.1).fold(f32::INFINITY, f32::min);
     let span = max - min;
@@ -103,8 +104,8 @@ fn normalised(list: &[(i64, f32)]) -> impl Iterator<Item = (i64, f32)> + '_ {
 
 /// One variant's fused score per chunk. A stream that is absent (its mode is off, or no
 /// vectors exist) gives its share to the other, so a one-stream search ranks by that stream.
-pub(crate) fn fuse_variant(streams: &VariantStreams<'_>, fusion: Fusion) -> HashMap<i64, f32> {
-    let mut fused: HashMap<i64, f32> = HashMap::new();
+pub(crate) fn fuse_variant(streams: &VariantStreams<'_>, fusion: Fusion) -> HashMap<ChunkId, f32> {
+    let mut fused: HashMap<ChunkId, f32> = HashMap::new();
     match fusion {
         Fusion::Rrf { k } => {
             for list in [streams.lexical, streams.vector].into_iter().flatten() {
@@ -133,7 +134,11 @@ pub(crate) fn fuse_variant(streams: &VariantStreams<'_>, fusion: Fusion) -> Hash
 }
 
 /// Adds one variant's fused scores, weighted, into the running total.
-pub(crate) fn accumulate(total: &mut HashMap<i64, f32>, variant: HashMap<i64, f32>, weight: f32) {
+pub(crate) fn accumulate(
+    total: &mut HashMap<ChunkId, f32>,
+    variant: HashMap<ChunkId, f32>,
+    weight: f32,
+) {
     for (id, s) in variant {
         *total.entry(id).or_default() += weight * s;
     }
@@ -149,10 +154,15 @@ pub(crate) fn freshness_factor(age_days: f64, half_life_days: f64, weight: f64) 
 mod tests {
     use super::*;
 
+    /// A stream of (chunk id, score) pairs.
+    fn stream<const N: usize>(pairs: [(i64, f32); N]) -> Vec<(ChunkId, f32)> {
+        pairs.into_iter().map(|(id, s)| (ChunkId(id), s)).collect()
+    }
+
     #[test]
     fn rrf_sums_reciprocal_ranks() {
-        let lex = [(1, 9.0), (2, 5.0)];
-        let vec = [(2, 0.9), (3, 0.8)];
+        let lex = stream([(1, 9.0), (2, 5.0)]);
+        let vec = stream([(2, 0.9), (3, 0.8)]);
         let f = fuse_variant(
             &VariantStreams {
                 lexical: Some(&lex),
@@ -160,15 +170,15 @@ mod tests {
             },
             Fusion::Rrf { k: 60.0 },
         );
-        assert!((f[&1] - 1.0 / 61.0).abs() < 1e-6);
-        assert!((f[&2] - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-6);
-        assert!((f[&3] - 1.0 / 62.0).abs() < 1e-6);
+        assert!((f[&ChunkId(1)] - 1.0 / 61.0).abs() < 1e-6);
+        assert!((f[&ChunkId(2)] - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-6);
+        assert!((f[&ChunkId(3)] - 1.0 / 62.0).abs() < 1e-6);
     }
 
     #[test]
     fn weighted_fusion_normalises_each_stream() {
-        let lex = [(1, 10.0), (2, 6.0), (3, 2.0)];
-        let vec = [(3, 0.9), (4, 0.5)];
+        let lex = stream([(1, 10.0), (2, 6.0), (3, 2.0)]);
+        let vec = stream([(3, 0.9), (4, 0.5)]);
         let f = fuse_variant(
             &VariantStreams {
                 lexical: Some(&lex),
@@ -178,10 +188,10 @@ mod tests {
                 lexical_weight: 0.25,
             },
         );
-        assert!((f[&1] - 0.25).abs() < 1e-6);
-        assert!((f[&2] - 0.125).abs() < 1e-6);
-        assert!((f[&3] - 0.75).abs() < 1e-6); // lexical min (0) + vector max (1) × 0.75
-        assert!((f[&4] - 0.0).abs() < 1e-6);
+        assert!((f[&ChunkId(1)] - 0.25).abs() < 1e-6);
+        assert!((f[&ChunkId(2)] - 0.125).abs() < 1e-6);
+        assert!((f[&ChunkId(3)] - 0.75).abs() < 1e-6); // lexical min (0) + vector max (1) × 0.75
+        assert!((f[&ChunkId(4)] - 0.0).abs() < 1e-6);
         // One stream alone takes the whole weight.
         let only = fuse_variant(
             &VariantStreams {
@@ -192,16 +202,20 @@ mod tests {
                 lexical_weight: 0.25,
             },
         );
-        assert!((only[&1] - 1.0).abs() < 1e-6);
+        assert!((only[&ChunkId(1)] - 1.0).abs() < 1e-6);
     }
 
     #[test]
     fn variants_add_by_weight_and_freshness_halves() {
         let mut total = HashMap::new();
-        accumulate(&mut total, HashMap::from([(1, 1.0), (2, 0.5)]), 1.0);
-        accumulate(&mut total, HashMap::from([(2, 1.0)]), 0.8);
-        assert!((total[&1] - 1.0).abs() < 1e-6);
-        assert!((total[&2] - 1.3).abs() < 1e-6);
+        accumulate(
+            &mut total,
+            HashMap::from([(ChunkId(1), 1.0), (ChunkId(2), 0.5)]),
+            1.0,
+        );
+        accumulate(&mut total, HashMap::from([(ChunkId(2), 1.0)]), 0.8);
+        assert!((total[&ChunkId(1)] - 1.0).abs() < 1e-6);
+        assert!((total[&ChunkId(2)] - 1.3).abs() < 1e-6);
         assert!((freshness_factor(0.0, 30.0, 0.5) - 1.0).abs() < 1e-9);
         assert!((freshness_factor(30.0, 30.0, 0.5) - 0.75).abs() < 1e-9);
         assert!((freshness_factor(30.0, 30.0, 0.0) - 1.0).abs() < 1e-9);
@@ -211,25 +225,25 @@ mod tests {
     fn the_pool_keeps_each_chunks_best_rank_and_sums_variants() {
         let mut pool = Pool::default();
         let fusion = Fusion::Rrf { k: 60.0 };
-        let (lex, vec) = ([(1, 9.0), (2, 5.0)], [(2, 0.9)]);
+        let (lex, vec) = (stream([(1, 9.0), (2, 5.0)]), stream([(2, 0.9)]));
         let first = VariantStreams {
             lexical: Some(&lex),
             vector: Some(&vec),
         };
         pool.add_variant(&first, fusion, 1.0);
         let second = VariantStreams {
-            lexical: Some(&[(2, 7.0)]),
+            lexical: Some(&stream([(2, 7.0)])),
             vector: None,
         };
         pool.add_variant(&second, fusion, 0.5);
         let (candidates, trace) = pool.fuse(fusion, 2);
         assert_eq!(trace.stage, "fusion");
         assert_eq!(trace.candidates, 2);
-        let two = &candidates[&2].scores;
+        let two = &candidates[&ChunkId(2)].scores;
         assert_eq!((two.lexical_rank, two.lexical_score), (Some(1), Some(7.0)));
         assert_eq!((two.vector_rank, two.similarity), (Some(1), Some(0.9)));
         let expected = 1.0 / 62.0 + 1.0 / 61.0 + 0.5 / 61.0;
         assert!((two.fused - expected).abs() < 1e-6);
-        assert_eq!(candidates[&2].total, two.fused);
+        assert_eq!(candidates[&ChunkId(2)].total, two.fused);
     }
 }

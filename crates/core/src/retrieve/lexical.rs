@@ -6,11 +6,12 @@ use super::plan::Searched;
 use super::{elapsed_us, RetrievalSettings, SearchContext, StageTrace};
 use crate::error::Result;
 use crate::fulltext::{FulltextQuery, FulltextResults};
+use crate::ids::ChunkId;
 
 /// One query variant's lexical candidates, best first, and the full-text results they came
 /// from (kept to highlight snippets).
 pub(super) struct LexicalStream {
-    pub list: Vec<(i64, f32)>,
+    pub list: Vec<(ChunkId, f32)>,
     pub results: FulltextResults,
 }
 
@@ -31,7 +32,7 @@ pub(super) fn stage(
         limit: settings.lexical_candidates,
     })?;
     let before = results.hits.len();
-    let list: Vec<(i64, f32)> = results
+    let list: Vec<(ChunkId, f32)> = results
         .hits
         .iter()
         .filter(|h| h.score >= settings.min_lexical_score)

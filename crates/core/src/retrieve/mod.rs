@@ -30,6 +30,7 @@ use serde::Serialize;
 use crate::embed::{Embedder, Reranker};
 use crate::error::{Error, Result};
 use crate::fulltext::{FullText, FulltextResults, Snippet};
+use crate::ids::{ChunkId, CollectionId, DocumentId};
 use crate::store::{ChunkLocation, ChunkRecord, Collection, SharedSignIndex, Store, VectorTable};
 use fusion::{Pool, VariantStreams};
 use plan::Searched;
@@ -129,9 +130,9 @@ pub struct Hit {
     /// Per-stage scores.
     pub scores: StageScores,
     /// The chunk.
-    pub chunk_id: i64,
+    pub chunk_id: ChunkId,
     /// Its document.
-    pub document_id: i64,
+    pub document_id: DocumentId,
     /// The file.
     #[serde(serialize_with = "crate::store::serialize_path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
@@ -199,7 +200,7 @@ pub(crate) struct SearchContext<'a> {
     pub embedder: &'a dyn Fn(&str) -> Result<Arc<Embedder>>,
     pub reranker: &'a dyn Fn(&str) -> Result<Arc<Reranker>>,
     /// The in-memory sign bits of a collection's vectors, built or refreshed.
-    pub sign_index: &'a dyn Fn(&VectorTable, i64) -> Result<Option<SharedSignIndex>>,
+    pub sign_index: &'a dyn Fn(&VectorTable, CollectionId) -> Result<Option<SharedSignIndex>>,
 }
 
 impl SearchContext<'_> {
@@ -315,7 +316,7 @@ fn check_weights(streams: &[WeightedQuery]) -> Result<()> {
 /// stream's query when there was one, else the chunk's opening.
 fn hits(
     ranked: Ranked,
-    chunks: &HashMap<i64, ChunkRecord>,
+    chunks: &HashMap<ChunkId, ChunkRecord>,
     all: &[Collection],
     mut snippets: Option<&mut FulltextResults>,
     snippet_chars: usize,

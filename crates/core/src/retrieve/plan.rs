@@ -2,6 +2,7 @@
 
 use super::SearchRequest;
 use crate::error::{Error, Result};
+use crate::ids::CollectionId;
 use crate::store::Collection;
 
 /// The collections a search covers, in the shapes the stages need.
@@ -9,7 +10,7 @@ pub(super) struct Searched<'c> {
     /// The collections searched.
     pub collections: Vec<&'c Collection>,
     /// Their ids, for the full-text filter; empty means no filter (every collection).
-    pub ids: Vec<i64>,
+    pub ids: Vec<CollectionId>,
     /// Their stemming languages, each once, in collection order.
     pub languages: Vec<String>,
 }
@@ -77,7 +78,7 @@ mod tests {
 
     fn collection(id: i64, name: &str, language: &str) -> Collection {
         Collection {
-            id,
+            id: CollectionId(id),
             name: name.into(),
             sensitivity: "internal".into(),
             language: language.into(),
@@ -115,7 +116,7 @@ mod tests {
         let mut request = SearchRequest::new("q");
         request.scope = Some(only(&["b"]));
         let searched = Searched::resolve(&request, &all).unwrap().unwrap();
-        assert_eq!(searched.ids, [2]);
+        assert_eq!(searched.ids, [CollectionId(2)]);
         // Named but not readable: "not found", like a missing one.
         request.collections = vec!["a".into()];
         let hidden = Searched::resolve(&request, &all).err().unwrap();

@@ -7,19 +7,20 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use super::fusion::{freshness_factor, Candidate};
 use super::{elapsed_us, Freshness, StageTrace};
 use crate::error::Result;
+use crate::ids::{ChunkId, DocumentId};
 use crate::store::{ChunkRecord, Store};
 
 /// Candidates in ranked order, best first.
-pub(super) type Ranked = Vec<(i64, Candidate)>;
+pub(super) type Ranked = Vec<(ChunkId, Candidate)>;
 
 /// The candidates' chunk rows. SQLite has the last word: a candidate whose chunk was deleted
 /// since the full-text commit is dropped.
 pub(super) fn join_chunks(
     store: &Store,
-    candidates: &mut HashMap<i64, Candidate>,
-) -> Result<HashMap<i64, ChunkRecord>> {
-    let ids: Vec<i64> = candidates.keys().copied().collect();
-    let chunks: HashMap<i64, ChunkRecord> = store
+    candidates: &mut HashMap<ChunkId, Candidate>,
+) -> Result<HashMap<ChunkId, ChunkRecord>> {
+    let ids: Vec<ChunkId> = candidates.keys().copied().collect();
+    let chunks: HashMap<ChunkId, ChunkRecord> = store
         .chunks_by_id(&ids)?
         .into_iter()
         .map(|c| (c.id, c))
@@ -30,8 +31,8 @@ pub(super) fn join_chunks(
 
 /// Stage `freshness`: each candidate's score times its document's age factor.
 pub(super) fn freshness(
-    candidates: &mut HashMap<i64, Candidate>,
-    chunks: &HashMap<i64, ChunkRecord>,
+    candidates: &mut HashMap<ChunkId, Candidate>,
+    chunks: &HashMap<ChunkId, ChunkRecord>,
     f: &Freshness,
 ) -> StageTrace {
     let t = Instant::now();
@@ -58,7 +59,7 @@ pub(super) fn freshness(
 }
 
 /// The candidates best first (ties by chunk id, so the order is stable).
-pub(super) fn ranked(candidates: HashMap<i64, Candidate>) -> Ranked {
+pub(super) fn ranked(candidates: HashMap<ChunkId, Candidate>) -> Ranked {
     let mut ranked: Ranked = candidates.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.cmp(&b.0)));
     ranked
@@ -67,13 +68,13 @@ pub(super) fn ranked(candidates: HashMap<i64, Candidate>) -> Ranked {
 /// Stage `fold`: at most `max_per_document` hits per document (0: no limit), the best kept.
 pub(super) fn fold(
     ranked: &mut Ranked,
-    chunks: &HashMap<i64, ChunkRecord>,
+    chunks: &HashMap<ChunkId, ChunkRecord>,
     max_per_document: usize,
 ) -> StageTrace {
     let t = Instant::now();
     let before = ranked.len();
     if max_per_document > 0 {
-        let mut per_document: HashMap<i64, usize> = HashMap::new();
+        let mut per_document: HashMap<DocumentId, usize> = HashMap::new();
         ranked.retain(|(id, _)| {
             let seen = per_document.entry(chunks[id].document_id).or_default();
             *seen += 1;

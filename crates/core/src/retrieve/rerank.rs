@@ -7,6 +7,7 @@ use super::rank::Ranked;
 use super::{elapsed_us, ReadinessIssue, RerankSettings, SearchContext, StageTrace};
 use crate::embed::Reranker;
 use crate::error::Result;
+use crate::ids::ChunkId;
 use crate::store::ChunkRecord;
 
 /// Stage `rerank`: the best `candidates` reordered by cross-encoder score, those below
@@ -15,7 +16,7 @@ use crate::store::ChunkRecord;
 pub(super) fn stage(
     ctx: &SearchContext<'_>,
     ranked: &mut Ranked,
-    chunks: &HashMap<i64, ChunkRecord>,
+    chunks: &HashMap<ChunkId, ChunkRecord>,
     query: &str,
     settings: &RerankSettings,
 ) -> Result<(StageTrace, Option<ReadinessIssue>)> {
@@ -57,7 +58,7 @@ pub(super) fn stage(
 fn rescore(
     reranker: &Reranker,
     ranked: &mut Ranked,
-    chunks: &HashMap<i64, ChunkRecord>,
+    chunks: &HashMap<ChunkId, ChunkRecord>,
     query: &str,
     min_score: Option<f32>,
 ) -> Result<()> {

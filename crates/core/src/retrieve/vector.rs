@@ -11,6 +11,7 @@ use super::{elapsed_us, ReadinessIssue, RetrievalSettings, SearchContext, Search
 use super::{SearchRequest, Store};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
+use crate::ids::{ChunkId, CollectionId};
 use crate::store::{Collection, SharedSignIndex, VectorTable};
 
 /// A check's answer: what was checked for, or why the collection cannot answer.
@@ -22,12 +23,12 @@ pub(crate) struct VectorContext<'a> {
     pub store: &'a Store,
     /// The in-memory sign bits of a collection's vectors, built or refreshed; `None` scans
     /// the vectors exactly (a test's stub).
-    pub sign_index: &'a dyn Fn(&VectorTable, i64) -> Result<Option<SharedSignIndex>>,
+    pub sign_index: &'a dyn Fn(&VectorTable, CollectionId) -> Result<Option<SharedSignIndex>>,
 }
 
 /// A collection a vector stream searches, with its model and table.
 pub(super) struct VectorTarget {
-    collection_id: i64,
+    collection_id: CollectionId,
     table: VectorTable,
     embedder: Arc<Embedder>,
 }
@@ -111,9 +112,9 @@ pub(super) fn stage(
     settings: &RetrievalSettings,
     text: &str,
     variant: usize,
-) -> Result<(Vec<(i64, f32)>, StageTrace)> {
+) -> Result<(Vec<(ChunkId, f32)>, StageTrace)> {
     let t = Instant::now();
-    let mut list: Vec<(i64, f32)> = Vec::new();
+    let mut list: Vec<(ChunkId, f32)> = Vec::new();
     let mut models = Vec::new();
     for target in targets {
         let query = target.embedder.embed_query(text)?;
@@ -158,7 +159,7 @@ pub(super) fn stage(
 /// What one collection's vector query found.
 pub(crate) struct CollectionHits {
     /// `(chunk id, cosine similarity)`, best first.
-    pub hits: Vec<(i64, f32)>,
+    pub hits: Vec<(ChunkId, f32)>,
     /// Set when only part of the collection is embedded yet.
     pub partial: Option<ReadinessIssue>,
 }
@@ -193,11 +194,11 @@ pub(crate) fn query_collection(
 pub(crate) fn nearest_in_collection(
     vectors: VectorContext<'_>,
     table: &VectorTable,
-    collection_id: i64,
+    collection_id: CollectionId,
     query: &[f32],
     k: usize,
     breadth: usize,
-) -> Result<Vec<(i64, f32)>> {
+) -> Result<Vec<(ChunkId, f32)>> {
     let index = if breadth > 0 {
         (vectors.sign_index)(table, collection_id)?
     } else {
@@ -276,7 +277,7 @@ mod tests {
         let c = store
             .collection_by_name(name)?
             .expect("the collection exists");
-        let sign_index = |t: &VectorTable, id: i64| -> Result<Option<SharedSignIndex>> {
+        let sign_index = |t: &VectorTable, id: CollectionId| -> Result<Option<SharedSignIndex>> {
             Ok(Some(Arc::new(Mutex::new(SignIndex::build(store, t, id)?))))
         };
         let vectors = VectorContext {
@@ -315,7 +316,10 @@ mod tests {
         let rows = [(1, normalized(vec![1.0; 8])), (2, away)];
         store.store_vectors_unchecked(&table, c.id, &rows).unwrap();
         let found = ask(&store, "c", "m").unwrap().unwrap();
-        assert_eq!(found.hits.iter().map(|h| h.0).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(
+            found.hits.iter().map(|h| h.0).collect::<Vec<_>>(),
+            [ChunkId(1), ChunkId(2)]
+        );
         assert!(found.partial.is_none());
 
         store.set_collection_model("c", None).unwrap();

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::Store;
 use crate::error::Result;
+use crate::ids::ChunkId;
 
 /// A conversation's header.
 #[derive(Debug, Clone, Serialize)]
@@ -208,7 +209,7 @@ pub(crate) fn mark_conversation_qualified(tx: &Transaction<'_>, id: &str) -> Res
 pub(crate) fn chat_evidence_for_chunk(
     tx: &Transaction<'_>,
     conversation_id: &str,
-    chunk_id: i64,
+    chunk_id: ChunkId,
 ) -> Result<Option<String>> {
     Ok(tx
         .query_row(
@@ -237,7 +238,7 @@ pub(crate) fn insert_chat_evidence(
     tx: &Transaction<'_>,
     conversation_id: &str,
     n: i64,
-    chunk_id: i64,
+    chunk_id: ChunkId,
     turn: i64,
     item: &str,
 ) -> Result<()> {

@@ -56,6 +56,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::error::{Error, Result};
+use crate::ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};
 
 /// One open connection to a library's `quarry.db`.
 pub struct Store {
@@ -243,7 +244,7 @@ impl Store {
                 now_unix()
             ],
         )?;
-        let id = self.conn.last_insert_rowid();
+        let id = SourceId(self.conn.last_insert_rowid());
         self.source(id)
     }
 
@@ -257,7 +258,7 @@ impl Store {
     }
 
     /// One source by id.
-    pub fn source(&self, id: i64) -> Result<Source> {
+    pub fn source(&self, id: SourceId) -> Result<Source> {
         self.conn
             .query_row(
                 &format!("{SOURCE_SELECT} WHERE s.id = ?1"),
@@ -269,7 +270,7 @@ impl Store {
     }
 
     /// Deletes a source with its documents and chunks (queued for full-text removal).
-    pub fn delete_source(&mut self, id: i64) -> Result<()> {
+    pub fn delete_source(&mut self, id: SourceId) -> Result<()> {
         let tx = self.write()?;
         tx.execute(
             "INSERT INTO fulltext_outbox(op, chunk_id)
@@ -288,7 +289,7 @@ impl Store {
     /// Records whether a source's folder is reachable.
     pub(crate) fn set_source_status(
         &self,
-        id: i64,
+        id: SourceId,
         status: SourceStatus,
         error: Option<&str>,
     ) -> Result<()> {
@@ -306,7 +307,7 @@ impl Store {
     /// read every row of the source.
     pub(crate) fn document_states(
         &self,
-        source_id: i64,
+        source_id: SourceId,
         scope: &Path,
     ) -> Result<Vec<DocumentState>> {
         let exact = path_to_bytes(scope);
@@ -341,7 +342,7 @@ impl Store {
     }
 
     /// The document with this id, if it is still in the index.
-    pub fn document_by_id(&self, id: i64) -> Result<Option<DocumentRecord>> {
+    pub fn document_by_id(&self, id: DocumentId) -> Result<Option<DocumentRecord>> {
         Ok(self
             .conn
             .query_row(
@@ -360,7 +361,7 @@ impl Store {
     /// [`Store::problem_documents`] of one source (`None`: all).
     pub fn problem_documents_in(
         &self,
-        source_id: Option<i64>,
+        source_id: Option<SourceId>,
         limit: usize,
     ) -> Result<Vec<DocumentRecord>> {
         let mut stmt = self.conn.prepare(&format!(
@@ -376,7 +377,7 @@ impl Store {
     }
 
     /// The current chunks of a document, in order.
-    pub fn chunks_of_document(&self, document_id: i64) -> Result<Vec<ChunkRecord>> {
+    pub fn chunks_of_document(&self, document_id: DocumentId) -> Result<Vec<ChunkRecord>> {
         let mut stmt = self.conn.prepare(&format!(
             "{CHUNK_SELECT} WHERE c.document_id = ?1 ORDER BY c.ordinal"
         ))?;
@@ -387,8 +388,8 @@ impl Store {
     /// Chunks of one revision of a document from ordinal `start` on, at most `limit`, in order.
     pub(crate) fn chunks_of_revision_from(
         &self,
-        document_id: i64,
-        revision_id: i64,
+        document_id: DocumentId,
+        revision_id: RevisionId,
         start: i64,
         limit: i64,
     ) -> Result<Vec<ChunkRecord>> {
@@ -404,7 +405,7 @@ impl Store {
     }
 
     /// Chunks by id (missing ids are left out: they were deleted since).
-    pub fn chunks_by_id(&self, ids: &[i64]) -> Result<Vec<ChunkRecord>> {
+    pub fn chunks_by_id(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>> {
         // Not `prepare_cached`: see `fulltext_rows`.
         let mut stmt = self
             .conn
@@ -509,7 +510,7 @@ impl Store {
     /// join on the next use: that re-preparation was a sixth of the indexing CPU time.
     pub(crate) fn fulltext_rows(
         &self,
-        ids: impl IntoIterator<Item = i64>,
+        ids: impl IntoIterator<Item = ChunkId>,
         mut each: impl FnMut(FulltextRow) -> Result<()>,
     ) -> Result<()> {
         let mut stmt = self.conn.prepare(
@@ -540,7 +541,7 @@ impl Store {
     }
 
     /// All chunk ids, ascending: for rebuilding or verifying the full-text index.
-    pub fn all_chunk_ids(&self) -> Result<Vec<i64>> {
+    pub fn all_chunk_ids(&self) -> Result<Vec<ChunkId>> {
         let mut stmt = self.conn.prepare("SELECT id FROM chunks ORDER BY id")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -584,15 +585,15 @@ impl Store {
 pub(crate) struct OutboxEntry {
     pub seq: i64,
     pub upsert: bool,
-    pub chunk_id: i64,
+    pub chunk_id: ChunkId,
 }
 
 /// The fields the full-text index holds for a chunk.
 #[derive(Debug, Clone)]
 pub(crate) struct FulltextRow {
-    pub chunk_id: i64,
-    pub document_id: i64,
-    pub collection_id: i64,
+    pub chunk_id: ChunkId,
+    pub document_id: DocumentId,
+    pub collection_id: CollectionId,
     pub language: String,
     pub title: String,
     pub heading_path: String,

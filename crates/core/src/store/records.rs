@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::Row;
 use serde::Serialize;
 
+use crate::ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};
+
 /// Raw OS bytes of a path: lossless for names that are not UTF-8 or contain newlines.
 #[cfg(unix)]
 pub(crate) fn path_to_bytes(path: &Path) -> Vec<u8> {
@@ -34,7 +36,7 @@ pub(crate) fn bytes_to_path(bytes: &[u8]) -> PathBuf {
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Collection {
     /// Never reused.
-    pub id: i64,
+    pub id: CollectionId,
     /// Unique name: letters, digits, `-`, `_`, `.`.
     pub name: String,
     /// Sensitivity label (e.g. `public`, `internal`, `confidential`).
@@ -93,9 +95,9 @@ impl SourceStatus {
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Source {
     /// Never reused.
-    pub id: i64,
+    pub id: SourceId,
     /// Owning collection.
-    pub collection_id: i64,
+    pub collection_id: CollectionId,
     /// Owning collection's name.
     pub collection: String,
     /// Absolute folder.
@@ -120,7 +122,7 @@ pub struct Source {
 
 impl Source {
     pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
-        let id: i64 = r.get(0)?;
+        let id: SourceId = r.get(0)?;
         let root = bytes_to_path(&r.get::<_, Vec<u8>>(3)?);
         // Unreadable globs fail closed: reading them as "none" would index every file of the
         // folder, excluded ones included.
@@ -195,9 +197,9 @@ impl DocumentStatus {
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DocumentRecord {
     /// Never reused.
-    pub id: i64,
+    pub id: DocumentId,
     /// Owning source.
-    pub source_id: i64,
+    pub source_id: SourceId,
     /// Owning collection's name.
     pub collection: String,
     /// Absolute path.
@@ -223,7 +225,7 @@ pub struct DocumentRecord {
     /// Extractor that read it (`markdown`, `pdf`, ...).
     pub format: Option<String>,
     /// Current revision.
-    pub revision_id: Option<i64>,
+    pub revision_id: Option<RevisionId>,
     /// Current chunks.
     pub chunk_count: i64,
     /// Unix seconds of the last change to this row.
@@ -288,11 +290,11 @@ pub struct NewChunk {
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChunkRecord {
     /// Never reused; equals the vector rowid and the full-text `chunk_id`.
-    pub id: i64,
+    pub id: ChunkId,
     /// Owning document.
-    pub document_id: i64,
+    pub document_id: DocumentId,
     /// The revision it was cut from.
-    pub revision_id: i64,
+    pub revision_id: RevisionId,
     /// Position in the document, from 0.
     pub ordinal: i64,
     /// Text.
@@ -343,7 +345,7 @@ impl ChunkRecord {
 /// What change detection needs to know of a stored document.
 #[derive(Debug, Clone)]
 pub(crate) struct DocumentState {
-    pub id: i64,
+    pub id: DocumentId,
     pub path: PathBuf,
     pub size: Option<i64>,
     pub mtime_ns: Option<i64>,
@@ -368,7 +370,7 @@ impl DocumentState {
 /// collection (name and sensitivity) it belongs to.
 #[derive(Debug, Clone)]
 pub(crate) struct DocumentAccess {
-    pub current_revision_id: Option<i64>,
+    pub current_revision_id: Option<RevisionId>,
     pub collection: String,
     pub sensitivity: String,
 }
@@ -377,7 +379,7 @@ impl super::Store {
     /// The current revision and collection of a document, if it is still in the library.
     pub(crate) fn document_access(
         &self,
-        document_id: i64,
+        document_id: DocumentId,
     ) -> crate::error::Result<Option<DocumentAccess>> {
         use rusqlite::OptionalExtension;
         Ok(self

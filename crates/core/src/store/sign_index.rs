@@ -14,6 +14,7 @@ use rusqlite::params;
 use super::vectors::VectorTable;
 use super::Store;
 use crate::error::Result;
+use crate::ids::{ChunkId, CollectionId};
 
 /// A sign index shared by the searches of a process.
 pub type SharedSignIndex = std::sync::Arc<std::sync::Mutex<SignIndex>>;
@@ -79,12 +80,12 @@ impl Store {
     pub fn nearest_chunks(
         &self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
         query: &[f32],
         k: usize,
         breadth: usize,
         index: Option<&mut SignIndex>,
-    ) -> Result<Vec<(i64, f32)>> {
+    ) -> Result<Vec<(ChunkId, f32)>> {
         if k == 0 {
             return Ok(Vec::new());
         }
@@ -107,7 +108,11 @@ impl Store {
 
 impl SignIndex {
     /// Reads every sign-bit vector of `collection_id` from `table`.
-    pub fn build(store: &Store, table: &VectorTable, collection_id: i64) -> Result<SignIndex> {
+    pub fn build(
+        store: &Store,
+        table: &VectorTable,
+        collection_id: CollectionId,
+    ) -> Result<SignIndex> {
         let words = table.dimension.div_ceil(64);
         let cursor = store.embedding_cursor(collection_id, &table.model_id)?;
         let mut index = SignIndex {
@@ -127,7 +132,12 @@ impl SignIndex {
     }
 
     /// Row by row through vec0: always right, about 7 µs a vector.
-    fn read_rows(&mut self, store: &Store, table: &VectorTable, collection_id: i64) -> Result<()> {
+    fn read_rows(
+        &mut self,
+        store: &Store,
+        table: &VectorTable,
+        collection_id: CollectionId,
+    ) -> Result<()> {
         let mut stmt = store.conn().prepare(&format!(
             "SELECT rowid, embedding_bits FROM {} WHERE collection_id = ?1",
             table.table
@@ -150,7 +160,7 @@ impl SignIndex {
         &mut self,
         store: &Store,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
     ) -> Result<()> {
         let bytes_per_vector = table.dimension / 8;
         let mut stmt = store.conn().prepare(&format!(
@@ -206,7 +216,7 @@ impl SignIndex {
         &mut self,
         store: &Store,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
     ) -> Result<()> {
         let cursor = store.embedding_cursor(collection_id, &table.model_id)?;
         let many_stale = self.stale > 64 && self.stale * 5 > self.ids.len();
@@ -378,13 +388,13 @@ mod tests {
         let exact = store
             .nearest_chunks(&table, c.id, &query, 5, 0, None)
             .unwrap();
-        assert_eq!(exact[0].0, 77);
+        assert_eq!(exact[0].0, ChunkId(77));
         assert!((exact[0].1 - 1.0).abs() < 1e-4);
         // A sign-bit pass as wide as the table rescoring exactly is the exact answer.
         let coarse = store
             .nearest_chunks(&table, c.id, &query, 5, 300, None)
             .unwrap();
-        let ids = |v: &[(i64, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+        let ids = |v: &[(ChunkId, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
         assert_eq!(ids(&coarse), ids(&exact));
         // The in-memory copy of the sign bits finds the same.
         let mut index = SignIndex::build(&store, &table, c.id).unwrap();
@@ -396,10 +406,10 @@ mod tests {
         let in_memory = store
             .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
             .unwrap();
-        assert_eq!(ids(&in_memory)[0], 77);
+        assert_eq!(ids(&in_memory)[0], ChunkId(77));
         // Another collection's partition is not searched.
         assert!(store
-            .nearest_chunks(&table, c.id + 1, &query, 5, 0, None)
+            .nearest_chunks(&table, CollectionId(c.id.0 + 1), &query, 5, 0, None)
             .unwrap()
             .is_empty());
         // The trigger: deleting a chunk row deletes its vector. (No real chunk rows exist
@@ -417,16 +427,16 @@ mod tests {
         let after = store
             .nearest_chunks(&table, c.id, &query, 5, 0, None)
             .unwrap();
-        assert!(!ids(&after).contains(&77));
+        assert!(!ids(&after).contains(&ChunkId(77)));
         // The in-memory copy still lists 77; its rescoring read fails and it drops out.
         let after = store
             .nearest_chunks(&table, c.id, &query, 5, 100, Some(&mut index))
             .unwrap();
-        assert!(!ids(&after).contains(&77));
+        assert!(!ids(&after).contains(&ChunkId(77)));
         assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
         // store_vectors skips chunks that no longer exist, and moves the cursor.
         let stored = store
-            .store_vectors(&table, c.id, &[(77, unit(77, 64))], 77)
+            .store_vectors(&table, c.id, &[(ChunkId(77), unit(77, 64))], ChunkId(77))
             .unwrap();
         assert_eq!(stored, 0);
         assert_eq!(store.embedding_cursor(c.id, "m").unwrap(), 77);

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{now_unix, Store};
 use crate::error::{Error, Result};
+use crate::ids::{ChunkId, CollectionId};
 
 /// Vectors per vec0 chunk (its storage unit). vec0 reads one vector of a chunk through an
 /// incremental blob that walks the chunk's overflow pages, so the rescoring pass's point reads
@@ -41,7 +42,7 @@ impl VectorTable {
 #[derive(Debug, Clone)]
 pub struct PendingChunk {
     /// Chunk id.
-    pub id: i64,
+    pub id: ChunkId,
     /// What gets embedded: the document title, then the chunk text.
     pub text: String,
 }
@@ -186,7 +187,7 @@ impl Store {
 
     /// Chunk id up to which the collection is embedded with `model_id`. Ids are never
     /// reused and always grow, so everything at or below the cursor has a vector.
-    pub fn embedding_cursor(&self, collection_id: i64, model_id: &str) -> Result<i64> {
+    pub fn embedding_cursor(&self, collection_id: CollectionId, model_id: &str) -> Result<i64> {
         Ok(self
             .conn
             .query_row(
@@ -201,7 +202,7 @@ impl Store {
     /// The next chunks of a collection without a vector from `model_id`, oldest first.
     pub fn pending_chunks(
         &self,
-        collection_id: i64,
+        collection_id: CollectionId,
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<PendingChunk>> {
@@ -234,9 +235,9 @@ impl Store {
     pub fn store_vectors(
         &mut self,
         table: &VectorTable,
-        collection_id: i64,
-        vectors: &[(i64, Vec<f32>)],
-        through_chunk_id: i64,
+        collection_id: CollectionId,
+        vectors: &[(ChunkId, Vec<f32>)],
+        through_chunk_id: ChunkId,
     ) -> Result<usize> {
         let tx = self.write()?;
         let mut stored = 0;
@@ -281,7 +282,7 @@ impl Store {
     pub fn store_vectors_unchecked(
         &mut self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
         vectors: &[(i64, Vec<f32>)],
     ) -> Result<()> {
         let tx = self.write()?;
@@ -367,7 +368,7 @@ impl Store {
 
     /// Makes a fully embedded pending model the serving one and drops the old model's vectors
     /// of that collection.
-    pub fn finish_model_switch(&mut self, collection_id: i64) -> Result<()> {
+    pub fn finish_model_switch(&mut self, collection_id: CollectionId) -> Result<()> {
         let c = self
             .collections()?
             .into_iter()
@@ -406,16 +407,16 @@ impl Store {
     pub(super) fn exact_nearest(
         &self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
         query: &[f32],
         k: usize,
-    ) -> Result<Vec<(i64, f32)>> {
+    ) -> Result<Vec<(ChunkId, f32)>> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT rowid, distance FROM {} WHERE embedding MATCH ?1 AND k = ?2 AND collection_id = ?3",
             table.table
         ))?;
         let rows = stmt.query_map(params![f32_bytes(query), k as i64, collection_id], |r| {
-            Ok((r.get::<_, i64>(0)?, 1.0 - r.get::<_, f64>(1)? as f32))
+            Ok((r.get::<_, ChunkId>(0)?, 1.0 - r.get::<_, f64>(1)? as f32))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -425,7 +426,7 @@ impl Store {
     pub(super) fn sign_bit_nearest(
         &self,
         table: &VectorTable,
-        collection_id: i64,
+        collection_id: CollectionId,
         query: &[f32],
         n: usize,
     ) -> Result<Vec<i64>> {
@@ -456,7 +457,7 @@ impl Store {
         query: &[f32],
         candidates: Vec<i64>,
         k: usize,
-    ) -> Result<(Vec<(i64, f32)>, usize)> {
+    ) -> Result<(Vec<(ChunkId, f32)>, usize)> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT embedding FROM {} WHERE rowid = ?1",
             table.table
@@ -468,7 +469,7 @@ impl Store {
             match rows.next()? {
                 Some(row) => {
                     let blob = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
-                    scored.push((id, dot(query, &bytes_f32(blob))));
+                    scored.push((ChunkId(id), dot(query, &bytes_f32(blob))));
                 }
                 None => gone += 1,
             }
@@ -480,7 +481,11 @@ impl Store {
 
     /// How many vectors a table holds for a collection (a full scan: tests only).
     #[cfg(test)]
-    pub(super) fn vector_count(&self, table: &VectorTable, collection_id: i64) -> Result<i64> {
+    pub(super) fn vector_count(
+        &self,
+        table: &VectorTable,
+        collection_id: CollectionId,
+    ) -> Result<i64> {
         Ok(self.conn.query_row(
             &format!(
                 "SELECT COUNT(*) FROM {} WHERE collection_id = ?1",

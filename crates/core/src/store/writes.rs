@@ -7,6 +7,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::{bytes_to_path, now_unix, path_to_bytes, DocumentStatus, NewChunk};
 use crate::error::{Error, Result};
+use crate::ids::{DocumentId, SourceId};
 
 /// Facts about a file on disk.
 #[derive(Debug, Clone)]
@@ -26,7 +27,11 @@ pub(crate) struct Extraction<'a> {
     pub extracted_bytes: i64,
 }
 
-fn document_id(tx: &Transaction<'_>, source_id: i64, path: &Path) -> Result<Option<i64>> {
+fn document_id(
+    tx: &Transaction<'_>,
+    source_id: SourceId,
+    path: &Path,
+) -> Result<Option<DocumentId>> {
     Ok(tx
         .query_row(
             "SELECT id FROM documents WHERE source_id = ?1 AND path = ?2",
@@ -38,7 +43,7 @@ fn document_id(tx: &Transaction<'_>, source_id: i64, path: &Path) -> Result<Opti
 
 /// The stored path of a document. A missing row is a bug in the caller (it read the id in
 /// this same transaction), so it is an [`Error::Internal`] naming the id.
-pub(crate) fn document_path(tx: &Transaction<'_>, id: i64) -> Result<PathBuf> {
+pub(crate) fn document_path(tx: &Transaction<'_>, id: DocumentId) -> Result<PathBuf> {
     let bytes: Option<Vec<u8>> = tx
         .query_row("SELECT path FROM documents WHERE id = ?1", [id], |r| {
             r.get(0)
@@ -49,7 +54,7 @@ pub(crate) fn document_path(tx: &Transaction<'_>, id: i64) -> Result<PathBuf> {
         .ok_or_else(|| Error::Internal(format!("no document with id {id}")))
 }
 
-fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: i64) -> Result<()> {
+fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: DocumentId) -> Result<()> {
     tx.execute(
         "INSERT INTO fulltext_outbox(op, chunk_id)
          SELECT 'delete', id FROM chunks WHERE document_id = ?1",
@@ -62,11 +67,11 @@ fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: i64) -> Result<()> {
 /// Writes a new revision of a document: old chunks go, new ones come, in this transaction.
 pub(crate) fn write_revision(
     tx: &Transaction<'_>,
-    source_id: i64,
+    source_id: SourceId,
     file: &FileFacts<'_>,
     extraction: &Extraction<'_>,
     chunks: &[NewChunk],
-) -> Result<i64> {
+) -> Result<DocumentId> {
     let now = now_unix();
     let doc_id = match document_id(tx, source_id, file.path)? {
         Some(id) => {
@@ -106,7 +111,7 @@ pub(crate) fn write_revision(
                     now
                 ],
             )?;
-            tx.last_insert_rowid()
+            DocumentId(tx.last_insert_rowid())
         }
     };
     tx.execute(
@@ -158,7 +163,7 @@ pub(crate) fn write_revision(
 /// corrupted later never makes earlier search results vanish.
 pub(crate) fn write_not_indexed(
     tx: &Transaction<'_>,
-    source_id: i64,
+    source_id: SourceId,
     file: &FileFacts<'_>,
     status: DocumentStatus,
     reason: &str,
@@ -213,7 +218,7 @@ pub(crate) fn write_not_indexed(
 /// Content unchanged, only size/mtime moved (e.g. `touch`).
 pub(crate) fn touch_document(
     tx: &Transaction<'_>,
-    id: i64,
+    id: DocumentId,
     size: i64,
     mtime_ns: i64,
 ) -> Result<()> {
@@ -228,7 +233,7 @@ pub(crate) fn touch_document(
 /// path (and a title derived from the file name) change, and its chunks are re-fed to full text.
 pub(crate) fn move_document(
     tx: &Transaction<'_>,
-    id: i64,
+    id: DocumentId,
     from: &Path,
     to: &FileFacts<'_>,
 ) -> Result<()> {
@@ -259,7 +264,7 @@ pub(crate) fn move_document(
 }
 
 /// Removes documents whose files are gone.
-pub(crate) fn delete_document(tx: &Transaction<'_>, id: i64) -> Result<()> {
+pub(crate) fn delete_document(tx: &Transaction<'_>, id: DocumentId) -> Result<()> {
     queue_chunk_deletes(tx, id)?;
     tx.execute("DELETE FROM documents WHERE id = ?1", [id])?;
     Ok(())
@@ -280,8 +285,11 @@ mod tests {
         write_skipped(&tx, &source, path);
         let id = document_id(&tx, source.id, path).unwrap().unwrap();
         assert_eq!(document_path(&tx, id).unwrap(), PathBuf::from("/a/b.md"));
-        let err = document_path(&tx, id + 1000).unwrap_err();
+        let err = document_path(&tx, DocumentId(id.0 + 1000)).unwrap_err();
         assert!(matches!(err, Error::Internal(_)), "{err:?}");
-        assert!(err.to_string().contains(&(id + 1000).to_string()), "{err}");
+        assert!(
+            err.to_string().contains(&(id.0 + 1000).to_string()),
+            "{err}"
+        );
     }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::setup::Turn;
+use crate::ids::ChunkId;
 use crate::orchestrator::conversation::{self, EvidenceItem};
 use crate::Result;
 
@@ -33,7 +34,7 @@ pub struct Citation {
     /// The passage (first 300 characters).
     pub snippet: String,
     /// The chunk.
-    pub chunk_id: i64,
+    pub chunk_id: ChunkId,
 }
 
 impl Citation {

@@ -11,6 +11,7 @@ use super::*;
 use crate::context::testing::StubEngine;
 use crate::context::Retrieval;
 use crate::embed::Embedder;
+use crate::ids::ChunkId;
 use crate::llm::{BackendInfo, ChatRequest, ChatResponse, StreamEvent};
 use crate::orchestrator::config::{OrchestratorConfig, DEFAULT_CONFIG};
 use crate::orchestrator::{conversation, revisions};
@@ -107,7 +108,7 @@ impl ChatBackend for ScriptedBackend {
 /// A store with one collection embedded by [`MODEL`]: `ferns.md` (vector `[1, 0, 0, 0]`)
 /// and `pump.md` (`[0, 1, 0, 0]`), and a `default` configuration whose only mode is the
 /// seeded `knowledge` mode. Returns the chunk ids, ferns first.
-fn seed(store: &mut Store) -> Vec<i64> {
+fn seed(store: &mut Store) -> Vec<ChunkId> {
     let source = collection_with_source(store, "notes", "internal", MODEL, Path::new("/docs"));
     let mut chunk_ids = Vec::new();
     for (file, title, text) in [
@@ -156,7 +157,7 @@ fn seed(store: &mut Store) -> Vec<i64> {
 /// The seeded stub engine, answering through [`CannedRetrieval`].
 struct Stub {
     engine: StubEngine,
-    chunk_ids: Vec<i64>,
+    chunk_ids: Vec<ChunkId>,
 }
 
 impl Stub {
@@ -211,7 +212,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     // knowledge_search ran first, and admitted both passages, nearest first.
     assert_eq!(result.mode, "knowledge");
     assert_eq!(result.backend, "scripted canned");
-    let admitted: Vec<(i64, i64, &str, &str)> = result
+    let admitted: Vec<(i64, ChunkId, &str, &str)> = result
         .evidence
         .iter()
         .map(|i| (i.n, i.chunk_id, i.text.as_str(), i.admitted_by.as_str()))
@@ -276,7 +277,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     );
     assert_eq!(
         messages[1].citations.as_ref().unwrap()[0]["chunk_id"],
-        chunk_ids[0]
+        chunk_ids[0].0
     );
 }
 
