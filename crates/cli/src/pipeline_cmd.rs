@@ -134,74 +134,12 @@ fn print_problems(problems: &[quarry_core::pipeline::ReadinessProblem]) {
     }
 }
 
+/// Runs a `quarry pipeline` command; `false` when the answer is a "no" (a pipeline not ready,
+/// a run without evidence), which the binary turns into its exit code.
 pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool> {
     match command {
-        PipelineCommand::List { json } => {
-            let names = library.pipelines()?;
-            if json {
-                print_json(&names)?;
-            } else {
-                for name in names {
-                    let view = library.pipeline(&name)?;
-                    println!(
-                        "{name}  (saved version {}{})",
-                        view.saved
-                            .as_ref()
-                            .map_or("none".into(), |s| s.version.to_string()),
-                        if view.unsaved_changes {
-                            ", unsaved changes"
-                        } else {
-                            ""
-                        }
-                    );
-                }
-            }
-        }
-        PipelineCommand::Show { name, json } => {
-            let view = library.pipeline(&name)?;
-            let problems = library.check_pipeline(&name, view.saved.is_none())?;
-            if json {
-                return print_json(&serde_json::json!({"pipeline": view, "readiness": problems}))
-                    .map(|_| true);
-            }
-            let show = |label: &str, p: &PipelineDefinition| {
-                println!("{label}:");
-                println!("  query:      {}", p.query_tools.join(" → "));
-                println!(
-                    "  retrieval:  {} (default){}",
-                    p.retrieval.as_deref().unwrap_or("NONE"),
-                    if p.retrieval_capabilities.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" + {}", p.retrieval_capabilities.join(", "))
-                    }
-                );
-                println!("  chunk:      {}", p.chunk_tools.join(" → "));
-                println!(
-                    "  collections: {}",
-                    if p.collections.is_empty() {
-                        "all the caller may read".into()
-                    } else {
-                        p.collections.join(", ")
-                    }
-                );
-                println!(
-                    "  budget:     {} query variant(s), {} evidence chunk(s)",
-                    p.budget.max_query_variants, p.budget.max_evidence
-                );
-            };
-            match &view.saved {
-                Some(s) => show(
-                    &format!("saved version {} (by {})", s.version, s.saved_by),
-                    &s.pipeline,
-                ),
-                None => println!("never saved"),
-            }
-            if view.unsaved_changes {
-                show("draft (unsaved changes)", &view.draft);
-            }
-            print_problems(&problems);
-        }
+        PipelineCommand::List { json } => list(library, json).map(|_| true),
+        PipelineCommand::Show { name, json } => show(library, &name, json).map(|_| true),
         PipelineCommand::Create(fields) => {
             let p = fields.apply(PipelineDefinition::default());
             library.create_pipeline(&fields.name, &p)?;
@@ -209,6 +147,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
                 "created pipeline {} (a draft: `quarry pipeline save {}` puts it into service)",
                 fields.name, fields.name
             );
+            Ok(true)
         }
         PipelineCommand::Edit(fields) => {
             let view = library.pipeline(&fields.name)?;
@@ -217,6 +156,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
                 "updated the draft of {}; runs use the saved version until you save",
                 fields.name
             );
+            Ok(true)
         }
         PipelineCommand::Save { name } => {
             let saved = library.save_pipeline(&name, &Principal::administrator())?;
@@ -225,6 +165,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
                 saved.version,
                 saved.tools.len()
             );
+            Ok(true)
         }
         PipelineCommand::Check { name, draft, json } => {
             let problems = library.check_pipeline(&name, draft)?;
@@ -233,7 +174,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             } else {
                 print_problems(&problems);
             }
-            return Ok(!problems.iter().any(|p| p.severity == Severity::Blocking));
+            Ok(!problems.iter().any(|p| p.severity == Severity::Blocking))
         }
         PipelineCommand::Run {
             query,
@@ -245,29 +186,94 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             json,
         } => {
             let who = principal.principal(library)?;
-            let run = library.run_pipeline(
-                &pipeline,
-                &query,
-                &who,
-                &RunOptions {
-                    draft,
-                    conversation,
-                    ..Default::default()
-                },
-            )?;
+            let options = RunOptions {
+                draft,
+                conversation,
+                ..Default::default()
+            };
+            let run = library.run_pipeline(&pipeline, &query, &who, &options)?;
             if json {
                 print_json(&run)?;
             } else {
                 print_run(&run, trace);
             }
-            return Ok(!run.evidence.entries.is_empty());
+            Ok(!run.evidence.entries.is_empty())
         }
         PipelineCommand::Delete { name } => {
             library.delete_pipeline(&name)?;
             println!("deleted pipeline {name}");
+            Ok(true)
         }
     }
-    Ok(true)
+}
+
+fn list(library: &Library, json: bool) -> Result<()> {
+    let names = library.pipelines()?;
+    if json {
+        return print_json(&names);
+    }
+    for name in names {
+        let view = library.pipeline(&name)?;
+        println!(
+            "{name}  (saved version {}{})",
+            view.saved
+                .as_ref()
+                .map_or("none".into(), |s| s.version.to_string()),
+            if view.unsaved_changes {
+                ", unsaved changes"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
+fn show(library: &Library, name: &str, json: bool) -> Result<()> {
+    let view = library.pipeline(name)?;
+    let problems = library.check_pipeline(name, view.saved.is_none())?;
+    if json {
+        return print_json(&serde_json::json!({"pipeline": view, "readiness": problems}));
+    }
+    match &view.saved {
+        Some(s) => print_definition(
+            &format!("saved version {} (by {})", s.version, s.saved_by),
+            &s.pipeline,
+        ),
+        None => println!("never saved"),
+    }
+    if view.unsaved_changes {
+        print_definition("draft (unsaved changes)", &view.draft);
+    }
+    print_problems(&problems);
+    Ok(())
+}
+
+fn print_definition(label: &str, p: &PipelineDefinition) {
+    println!("{label}:");
+    println!("  query:      {}", p.query_tools.join(" → "));
+    println!(
+        "  retrieval:  {} (default){}",
+        p.retrieval.as_deref().unwrap_or("NONE"),
+        if p.retrieval_capabilities.is_empty() {
+            String::new()
+        } else {
+            format!(" + {}", p.retrieval_capabilities.join(", "))
+        }
+    );
+    println!("  chunk:      {}", p.chunk_tools.join(" → "));
+    println!(
+        "  collections: {}",
+        if p.collections.is_empty() {
+            "all the caller may read".into()
+        } else {
+            p.collections.join(", ")
+        }
+    );
+    println!(
+        "  budget:     {} query variant(s), {} evidence chunk(s)",
+        p.budget.max_query_variants, p.budget.max_evidence
+    );
 }
 
 pub fn print_run(run: &PipelineRun, trace: bool) {

@@ -191,95 +191,14 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
             tool_type,
             search,
             json,
-        } => {
-            let t = tool_type.as_deref().map(ToolType::parse).transpose()?;
-            let tools = library.tools(t, search.as_deref())?;
-            if json {
-                return print_json(&tools);
-            }
-            for tool in &tools {
-                println!(
-                    "{:<10} {:<28} {}{}",
-                    tool.tool_type.as_str(),
-                    tool.slug,
-                    tool.name,
-                    if tool.seeded { "  (seeded)" } else { "" }
-                );
-            }
-            println!("{} tool(s)", tools.len());
-        }
-        ToolsCommand::Show { slug, json } => {
-            let tool = library.tool(&slug)?;
-            if json {
-                return print_json(&tool);
-            }
-            println!(
-                "{} ({} tool): {}",
-                tool.slug,
-                tool.tool_type.as_str(),
-                tool.name
-            );
-            if !tool.description.is_empty() {
-                println!("  {}", tool.description);
-            }
-            println!("settings: {}", serde_json::to_string(&tool.settings)?);
-            if let Some(l) = tool.limits {
-                println!("limits: {} ms, {} MB", l.timeout_ms, l.memory_mb);
-            }
-            if let Some(e) = &tool.egress {
-                println!(
-                    "egress: {}",
-                    if e.is_empty() {
-                        "none".into()
-                    } else {
-                        e.join(", ")
-                    }
-                );
-            }
-            if let Some(d) = &tool.derived {
-                println!(
-                    "evidence manifest: {}",
-                    if d.manifest.is_empty() {
-                        "none".into()
-                    } else {
-                        d.manifest.join(", ")
-                    }
-                );
-                println!("source hash: {}", d.source_hash);
-                println!(
-                    "settings schema: {}",
-                    serde_json::to_string(&d.settings_schema)?
-                );
-                if let Some(i) = &d.input_schema {
-                    println!("input schema: {}", serde_json::to_string(i)?);
-                }
-                println!(
-                    "output schema: {}",
-                    serde_json::to_string(&d.output_schema)?
-                );
-            }
-            let users = library.pipelines_using_tool(&slug)?;
-            if !users.is_empty() {
-                println!("used by pipeline(s): {}", users.join(", "));
-            }
-        }
+        } => list(library, tool_type.as_deref(), search.as_deref(), json),
+        ToolsCommand::Show { slug, json } => show(library, &slug, json),
         ToolsCommand::Create(fields) => {
             let tool = library.create_tool(fields.apply(None)?)?;
             println!("created {} tool {}", tool.tool_type.as_str(), tool.slug);
+            Ok(())
         }
-        ToolsCommand::Edit(fields) => {
-            let slug = match (&fields.slug, &fields.file) {
-                (Some(s), _) => s.clone(),
-                (None, Some(_)) => fields.apply(None)?.slug,
-                (None, None) => bail!("give the slug of the tool to edit"),
-            };
-            let current = library.tool(&slug)?;
-            let tool = library.update_tool(&slug, fields.apply(Some(current))?)?;
-            println!(
-                "saved {}; pipelines pick it up when they are saved again",
-                tool.slug
-            );
-        }
+        ToolsCommand::Edit(fields) => edit(library, fields),
         ToolsCommand::Duplicate {
             slug,
             new_slug,
@@ -287,42 +206,10 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
         } => {
             let tool = library.duplicate_tool(&slug, &new_slug, name.as_deref())?;
             println!("created {} as a copy of {slug}", tool.slug);
+            Ok(())
         }
-        ToolsCommand::Import { files, replace } => {
-            if files.is_empty() {
-                bail!("give one or more export files");
-            }
-            for file in files {
-                let bytes = std::fs::read(&file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
-                let tools = library.import_tools(&bytes, &file, replace)?;
-                for t in tools {
-                    println!("imported {} tool {}", t.tool_type.as_str(), t.slug);
-                }
-            }
-        }
-        ToolsCommand::Export { slugs, all, output } => {
-            let slugs = if all {
-                library
-                    .tools(None, None)?
-                    .into_iter()
-                    .map(|t| t.slug)
-                    .collect()
-            } else if slugs.is_empty() {
-                bail!("give tool slugs, or --all");
-            } else {
-                slugs
-            };
-            let text = library.export_tools(&slugs)?;
-            match output {
-                Some(path) => {
-                    std::fs::write(&path, text)
-                        .with_context(|| format!("cannot write {}", path.display()))?;
-                    eprintln!("exported {} tool(s) to {}", slugs.len(), path.display());
-                }
-                None => print!("{text}"),
-            }
-        }
+        ToolsCommand::Import { files, replace } => import(library, &files, replace),
+        ToolsCommand::Export { slugs, all, output } => export(library, slugs, all, output),
         ToolsCommand::Test {
             slug,
             query,
@@ -348,12 +235,147 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
             if json {
                 return print_json(&report);
             }
-            print_test(&report)?;
+            print_test(&report)
         }
         ToolsCommand::Delete { slug } => {
             library.delete_tool(&slug)?;
             println!("deleted tool {slug}");
+            Ok(())
         }
+    }
+}
+
+fn list(
+    library: &Library,
+    tool_type: Option<&str>,
+    search: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let t = tool_type.map(ToolType::parse).transpose()?;
+    let tools = library.tools(t, search)?;
+    if json {
+        return print_json(&tools);
+    }
+    for tool in &tools {
+        println!(
+            "{:<10} {:<28} {}{}",
+            tool.tool_type.as_str(),
+            tool.slug,
+            tool.name,
+            if tool.seeded { "  (seeded)" } else { "" }
+        );
+    }
+    println!("{} tool(s)", tools.len());
+    Ok(())
+}
+
+fn show(library: &Library, slug: &str, json: bool) -> Result<()> {
+    let tool = library.tool(slug)?;
+    if json {
+        return print_json(&tool);
+    }
+    println!(
+        "{} ({} tool): {}",
+        tool.slug,
+        tool.tool_type.as_str(),
+        tool.name
+    );
+    if !tool.description.is_empty() {
+        println!("  {}", tool.description);
+    }
+    println!("settings: {}", serde_json::to_string(&tool.settings)?);
+    if let Some(l) = tool.limits {
+        println!("limits: {} ms, {} MB", l.timeout_ms, l.memory_mb);
+    }
+    if let Some(e) = &tool.egress {
+        println!("egress: {}", list_or_none(e));
+    }
+    if let Some(d) = &tool.derived {
+        print_derived(d)?;
+    }
+    let users = library.pipelines_using_tool(slug)?;
+    if !users.is_empty() {
+        println!("used by pipeline(s): {}", users.join(", "));
+    }
+    Ok(())
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// What saving a code tool derived from its source.
+fn print_derived(d: &quarry_core::tools::Derived) -> Result<()> {
+    println!("evidence manifest: {}", list_or_none(&d.manifest));
+    println!("source hash: {}", d.source_hash);
+    println!(
+        "settings schema: {}",
+        serde_json::to_string(&d.settings_schema)?
+    );
+    if let Some(i) = &d.input_schema {
+        println!("input schema: {}", serde_json::to_string(i)?);
+    }
+    println!(
+        "output schema: {}",
+        serde_json::to_string(&d.output_schema)?
+    );
+    Ok(())
+}
+
+fn edit(library: &Library, fields: ToolFields) -> Result<()> {
+    let slug = match (&fields.slug, &fields.file) {
+        (Some(s), _) => s.clone(),
+        (None, Some(_)) => fields.apply(None)?.slug,
+        (None, None) => bail!("give the slug of the tool to edit"),
+    };
+    let current = library.tool(&slug)?;
+    let tool = library.update_tool(&slug, fields.apply(Some(current))?)?;
+    println!(
+        "saved {}; pipelines pick it up when they are saved again",
+        tool.slug
+    );
+    Ok(())
+}
+
+fn import(library: &Library, files: &[PathBuf], replace: bool) -> Result<()> {
+    if files.is_empty() {
+        bail!("give one or more export files");
+    }
+    for file in files {
+        let bytes =
+            std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let tools = library.import_tools(&bytes, file, replace)?;
+        for t in tools {
+            println!("imported {} tool {}", t.tool_type.as_str(), t.slug);
+        }
+    }
+    Ok(())
+}
+
+fn export(library: &Library, slugs: Vec<String>, all: bool, output: Option<PathBuf>) -> Result<()> {
+    let slugs = if all {
+        library
+            .tools(None, None)?
+            .into_iter()
+            .map(|t| t.slug)
+            .collect()
+    } else if slugs.is_empty() {
+        bail!("give tool slugs, or --all");
+    } else {
+        slugs
+    };
+    let text = library.export_tools(&slugs)?;
+    match output {
+        Some(path) => {
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("exported {} tool(s) to {}", slugs.len(), path.display());
+        }
+        None => print!("{text}"),
     }
     Ok(())
 }
