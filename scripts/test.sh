@@ -22,17 +22,18 @@ llama_server=$!
 
 # Clippy lints the workspace crates while they are compiled for the tests (clippy-driver wraps
 # rustc for workspace members only), so the dependencies are compiled once rather than a
-# second time in check mode, as a separate `cargo clippy --all-targets` would. The build and
-# `test --no-run` together cover every target `--all-targets` covers (there are no benches or
-# examples). CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver.
+# second time in check mode, as a separate `cargo clippy --all-targets` would. CLIPPY_ARGS is
+# how cargo-clippy hands its arguments to clippy-driver.
+# One `build --all-targets` builds the binaries and the tests with the same features (the
+# dev-dependencies' included), so the dependency graph is compiled once: a plain `build`
+# followed by `test` compiles several dependencies twice, with and without those features.
 stage "build and lint"
 if clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver); then
   export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
   export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-  cargo build --workspace --locked
-  cargo test --workspace --locked --no-run
+  cargo build --workspace --all-targets --locked
 else
-  cargo build --workspace --locked
+  cargo build --workspace --all-targets --locked
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
