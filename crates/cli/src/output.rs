@@ -132,6 +132,9 @@ pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()>
             if let Some(r) = s.rerank {
                 line.push_str(&format!(", rerank {r:.3}"));
             }
+            if let Some(n) = s.identifier_matches {
+                line.push_str(&format!(", exact identifiers {n}"));
+            }
             line.push(']');
             println!("{line}");
         }

@@ -677,3 +677,44 @@ fn cranfield_eval_scores_every_mode_well_above_chance() {
     let best_single = score("lexical", "ndcg_at_10").max(score("vector", "ndcg_at_10"));
     assert!(score("hybrid", "ndcg_at_10") >= best_single, "{rows:?}");
 }
+
+#[test]
+fn identifier_queries_find_their_one_exact_match_first_in_hybrid_search() {
+    installed_models();
+    let env = TestEnv::new();
+    let set = repo_root().join("tests/data/identifiers");
+    let eval = |settings: &str| {
+        let out = env
+            .command(&[
+                "eval",
+                "--beir",
+                set.to_str().unwrap(),
+                "--mode",
+                "lexical,hybrid",
+                "--settings",
+                settings,
+                "--keep",
+                env.data.path().join("eval").to_str().unwrap(),
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        eprintln!("{settings}: {}", serde_json::to_string(&rows).unwrap());
+        rows
+    };
+    let mrr = |rows: &[serde_json::Value], mode: &str| {
+        rows.iter().find(|r| r["name"] == mode).unwrap()["mrr_at_10"]
+            .as_f64()
+            .unwrap()
+    };
+    let rows = eval("{}");
+    assert_eq!(rows[0]["queries"], 60);
+    // Every query's one document first, in hybrid as in lexical.
+    assert_eq!(mrr(&rows, "lexical"), 1.0, "{rows:?}");
+    assert_eq!(mrr(&rows, "hybrid"), 1.0, "{rows:?}");
+    // Fusion alone lets the identical neighbours outrank the match: the set tests something.
+    let fused_only = eval(r#"{"identifiers_first": false}"#);
+    assert!(mrr(&fused_only, "hybrid") < 1.0, "{fused_only:?}");
+}

@@ -517,11 +517,16 @@ export type StageScores = {
 	freshness: number | null,
 	/**  Cross-encoder score, when reranked. */
 	rerank: number | null,
+	/**
+	 *  How many of the query's rare identifiers the chunk contains exactly; hybrid search
+	 *  ranks more of them first (see `identifiers_first`).
+	 */
+	identifier_matches: number | null,
 };
 
 /**  What one stage did. */
 export type StageTrace = {
-	/**  `lexical`, `vector`, `fusion`, `freshness`, `fold`, `rerank`. */
+	/**  `lexical`, `vector`, `fusion`, `identifiers`, `freshness`, `fold`, `rerank`. */
 	stage: string,
 	/**  The query variant (index into the streams), for per-variant stages. */
 	variant: number | null,

@@ -212,6 +212,11 @@ impl FullText {
         Ok(self.reader.reload()?)
     }
 
+    /// How many chunks the committed index holds.
+    pub(crate) fn indexed_chunks(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
     /// Every chunk id in the committed index, for consistency checks.
     pub fn chunk_ids(&self) -> Result<BTreeSet<ChunkId>> {
         let searcher = self.reader.searcher();

@@ -142,7 +142,7 @@ impl<'o> BatchWriter<'o> {
     ) -> Result<Option<IndexEvent>> {
         match outcome {
             Outcome::Touched { doc_id, stat } => {
-                writes::touch_document(tx, doc_id, stat.size as i64, stat.mtime_ns)?;
+                writes::touch_document(tx, doc_id, &facts(&stat))?;
                 progress.files_unchanged += 1;
                 Ok(None)
             }
@@ -216,5 +216,6 @@ fn facts(stat: &FileStat) -> FileFacts<'_> {
         path: &stat.path,
         size: stat.size as i64,
         mtime_ns: stat.mtime_ns,
+        inode: stat.inode,
     }
 }

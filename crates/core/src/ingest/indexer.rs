@@ -29,7 +29,20 @@ pub(crate) enum ScanScope {
     /// The whole folder: a full scan.
     All,
     /// These paths (files or folders, existing or not) only: what the watcher saw change.
+    /// Their indexed files are read and hashed even when size, mtime and inode look the same:
+    /// an event says something happened, and reading a changed file is cheap.
     Paths(Vec<PathBuf>),
+    /// These folders, trusting size, mtime and inode as a full scan does: the watcher's
+    /// reconciliation after a burst, which catches what the events missed.
+    Folders(Vec<PathBuf>),
+}
+
+impl ScanScope {
+    /// Whether an indexed file whose size, mtime and inode are unchanged is taken as
+    /// unchanged without reading it.
+    fn trusts_stat(&self) -> bool {
+        !matches!(self, ScanScope::Paths(_))
+    }
 }
 
 /// Indexes one source (or part of it). The caller holds the library's write lock.
@@ -48,7 +61,13 @@ pub(crate) fn index_scope(
     let walked = walk_scope(source, &scope_paths, options, run)?;
     let states = stored_states(store, source.id, &scope_paths)?;
     let removed = removed(&states, &walked);
-    let plan = plan(walked, &states, options, &mut run.progress);
+    let plan = plan(
+        walked,
+        &states,
+        scope.trusts_stat(),
+        options,
+        &mut run.progress,
+    );
     let claimed = read_and_write(store, fulltext, source.id, plan, &removed, options, run)?;
     if options.is_cancelled() {
         // Files not read yet may be the new names of "removed" ones: delete nothing now.
@@ -79,7 +98,7 @@ fn mark_missing(store: &Store, source: &Source, run: &Run<'_>) -> Result<()> {
 fn scope_paths(source: &Source, scope: &ScanScope) -> Vec<PathBuf> {
     match scope {
         ScanScope::All => vec![source.root.clone()],
-        ScanScope::Paths(paths) => paths
+        ScanScope::Paths(paths) | ScanScope::Folders(paths) => paths
             .iter()
             .filter(|p| p.starts_with(&source.root))
             .cloned()
@@ -149,10 +168,12 @@ struct Plan {
 }
 
 /// Sorts the walk: unchanged files are only counted, skipped and failed ones become rows,
-/// the rest are read.
+/// the rest are read. Without `trust_stat`, indexed files are read even when their stat
+/// matches (the hash then spares re-extracting unchanged content).
 fn plan(
     walked: Vec<WalkItem>,
     states: &HashMap<PathBuf, DocumentState>,
+    trust_stat: bool,
     options: &IndexOptions,
     progress: &mut IndexProgress,
 ) -> Plan {
@@ -165,9 +186,14 @@ fn plan(
         match item {
             WalkItem::File(stat) => {
                 let unchanged = prev.is_some_and(|p| {
-                    p.size == Some(stat.size as i64)
+                    let same_stat = p.size == Some(stat.size as i64)
                         && p.mtime_ns == Some(stat.mtime_ns)
-                        && (p.status != DocumentStatus::Failed || !options.retry_failed)
+                        && (p.inode.is_none() || p.inode == stat.inode);
+                    let trusted = match p.status {
+                        DocumentStatus::Failed => !options.retry_failed,
+                        _ => trust_stat,
+                    };
+                    same_stat && trusted
                 });
                 if unchanged {
                     progress.files_processed += 1;
@@ -201,6 +227,7 @@ fn plan(
                     path,
                     size: 0,
                     mtime_ns: 0,
+                    inode: None,
                 };
                 let row = Outcome::not_indexed(stat, DocumentStatus::Failed, reason, message);
                 plan.rows.push(row);

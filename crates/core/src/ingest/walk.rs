@@ -40,12 +40,15 @@ impl WalkItem {
     }
 }
 
-/// Size and modification time of a file.
+/// Size, modification time and inode of a file.
 #[derive(Debug, Clone)]
 pub(crate) struct FileStat {
     pub path: PathBuf,
     pub size: u64,
     pub mtime_ns: i64,
+    /// The inode number where the platform has one: a file renamed over another keeps its
+    /// own size and mtime, which may equal the old file's, but never its inode.
+    pub inode: Option<i64>,
 }
 
 impl FileStat {
@@ -60,6 +63,7 @@ impl FileStat {
             path: path.to_path_buf(),
             size: meta.len(),
             mtime_ns,
+            inode: inode(meta),
         }
     }
 }
@@ -101,6 +105,17 @@ pub(crate) fn overrides(
         reason: e.to_string(),
     })?;
     Ok((excludes, includes))
+}
+
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata) -> Option<i64> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.ino() as i64)
+}
+
+#[cfg(not(unix))]
+fn inode(_meta: &std::fs::Metadata) -> Option<i64> {
+    None
 }
 
 fn is_hidden(path: &Path) -> bool {
@@ -208,6 +223,7 @@ pub(crate) fn walk(
                 path: path.clone(),
                 size: 0,
                 mtime_ns: 0,
+                inode: None,
             });
         items.push(WalkItem::Skipped {
             stat,

@@ -1,9 +1,20 @@
-//! Keeping a library current: OS file events (debounced), with periodic rescans where events
-//! cannot be had.
+//! Keeping a library current: OS file events (batched by path), with periodic rescans where
+//! events cannot be had.
 //!
 //! The watcher only collects changed paths; the indexer does the work ([`index_scope`] with
 //! [`ScanScope::Paths`]), so a watched change goes through exactly the code a full scan does. A
-//! rename arrives as a pair of paths and is recognised by content hash, without re-extraction.
+//! rename names both paths and is recognised by content hash, without re-extraction.
+//!
+//! Batching: every path any raw event names is kept until the burst has been quiet for
+//! `debounce` (or has waited five times that). Events are not merged: a merging debouncer
+//! (notify-debouncer-full) turns "renamed a → b, then b deleted" into "b deleted" alone, and `a`
+//! then stayed indexed as a ghost. The scan reads the disk, so the set of paths is all it needs.
+//!
+//! Reconciling: events can be missed or split (a rename whose halves fall in different
+//! batches, a file renamed again before the first event is handled, an overflowed queue). Once
+//! a burst is over, the folders that saw events are rescanned by size, mtime and inode (cheap:
+//! nothing unchanged is read), so a missed event cannot leave a ghost document or stale text
+//! for longer than `reconcile_after`.
 //!
 //! Degrading: when the OS refuses more watches (inotify's `max_user_watches`), or events were
 //! lost (queue overflow), the source falls back to a full rescan every `rescan_interval`, with
@@ -16,10 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_full::{
-    new_debouncer, DebounceEventResult, DebouncedEvent, Debouncer, RecommendedCache,
-};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
 use serde::Serialize;
 
 use super::indexer::{index_scope, ScanScope};
@@ -47,6 +55,9 @@ pub struct WatchOptions {
     pub scan_on_start: bool,
     /// Paths to re-read on the next tick, even if unchanged (a failed file's "retry").
     pub requests: WatchRequests,
+    /// Quiet time after the last change before the folders that saw changes are reconciled
+    /// with the index. Default 2 s.
+    pub reconcile_after: Duration,
 }
 
 /// A queue of paths the watcher re-indexes on its next tick, failed files included: the
@@ -73,6 +84,7 @@ impl Default for WatchOptions {
             poll_only: false,
             scan_on_start: true,
             requests: WatchRequests::default(),
+            reconcile_after: Duration::from_secs(2),
         }
     }
 }
@@ -153,6 +165,8 @@ struct Watched {
     mode: Mode,
     /// When it was last scanned; `None`: a rescan is due now (the OS reported lost events).
     scanned: Option<Instant>,
+    /// Folders that saw changes since the last reconciliation.
+    unsettled: BTreeSet<PathBuf>,
 }
 
 /// The watch loop's state: the OS watch, the sources it covers, and when each periodic
@@ -162,12 +176,15 @@ struct Watcher<'a> {
     options: &'a WatchOptions,
     on_event: &'a (dyn Fn(&WatchEvent) + Sync),
     stop: &'a AtomicBool,
-    debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
-    events: mpsc::Receiver<DebounceEventResult>,
+    os_watcher: RecommendedWatcher,
+    events: mpsc::Receiver<notify::Result<notify::Event>>,
+    batch: EventBatch,
     sources: HashMap<SourceId, Watched>,
     sources_loaded: Option<Instant>,
     first_load: bool,
     outbox_checked: Instant,
+    /// When the last change was handled, while a reconciliation is pending.
+    last_change: Option<Instant>,
 }
 
 impl<'a> Watcher<'a> {
@@ -177,8 +194,8 @@ impl<'a> Watcher<'a> {
         on_event: &'a (dyn Fn(&WatchEvent) + Sync),
         stop: &'a AtomicBool,
     ) -> Result<Self> {
-        let (tx, events) = mpsc::channel::<DebounceEventResult>();
-        let debouncer = new_debouncer(options.debounce, None, move |res| {
+        let (tx, events) = mpsc::channel();
+        let os_watcher = notify::recommended_watcher(move |res| {
             let _ = tx.send(res);
         })
         .map_err(|e| Error::Watch {
@@ -190,12 +207,14 @@ impl<'a> Watcher<'a> {
             options,
             on_event,
             stop,
-            debouncer,
+            os_watcher,
             events,
+            batch: EventBatch::default(),
             sources: HashMap::new(),
             sources_loaded: None,
             first_load: true,
             outbox_checked: Instant::now(),
+            last_change: None,
         })
     }
 
@@ -203,13 +222,14 @@ impl<'a> Watcher<'a> {
     fn run(mut self) -> Result<()> {
         while !self.stopped() {
             self.reload_sources()?;
-            match self.events.recv_timeout(Duration::from_millis(200)) {
-                Ok(Ok(events)) => self.on_changes(&events)?,
-                Ok(Err(errors)) => self.on_errors(errors),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            if !self.receive_events(Duration::from_millis(200)) {
+                break;
+            }
+            if let Some((paths, rescan)) = self.batch.take_if_due(self.options.debounce) {
+                self.on_changes(paths, rescan)?;
             }
             self.rescan_due()?;
+            self.reconcile_due()?;
             self.retry_requested()?;
             self.apply_outbox()?;
         }
@@ -218,6 +238,24 @@ impl<'a> Watcher<'a> {
 
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Waits up to `wait` for OS events and takes every one queued: paths into the batch,
+    /// errors handled at once. False when the OS watcher is gone.
+    fn receive_events(&mut self, wait: Duration) -> bool {
+        let mut next = self.events.recv_timeout(wait);
+        loop {
+            match next {
+                Ok(Ok(event)) => self.batch.add(event),
+                Ok(Err(error)) => self.on_error(error),
+                Err(mpsc::RecvTimeoutError::Timeout) => return true,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+            }
+            next = self.events.try_recv().map_err(|e| match e {
+                mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
+                mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
+            });
+        }
     }
 
     /// Every 2 s: picks up sources added or removed by another process (or the GUI). A new
@@ -233,11 +271,11 @@ impl<'a> Watcher<'a> {
         self.sources_loaded = Some(Instant::now());
         let current = self.lanes.store.sources()?;
         let ids: BTreeSet<SourceId> = current.iter().map(|s| s.id).collect();
-        let debouncer = &mut self.debouncer;
+        let os_watcher = &mut self.os_watcher;
         self.sources.retain(|id, w| {
             let keep = ids.contains(id);
             if !keep && w.mode == Mode::Events {
-                let _ = debouncer.unwatch(&w.source.root);
+                let _ = os_watcher.unwatch(&w.source.root);
             }
             keep
         });
@@ -245,7 +283,7 @@ impl<'a> Watcher<'a> {
             if self.sources.contains_key(&source.id) || self.stopped() {
                 continue;
             }
-            let mode = start_watching(&mut self.debouncer, &source, self.options, self.on_event);
+            let mode = start_watching(&mut self.os_watcher, &source, self.options, self.on_event);
             if !self.first_load || self.options.scan_on_start {
                 let forward = forward(self.on_event);
                 let mut run = Run::new(&forward);
@@ -260,6 +298,7 @@ impl<'a> Watcher<'a> {
                     source,
                     mode,
                     scanned,
+                    unsettled: BTreeSet::new(),
                 },
             );
         }
@@ -268,16 +307,7 @@ impl<'a> Watcher<'a> {
     }
 
     /// Re-indexes the paths a burst of OS events names (every source after lost events).
-    fn on_changes(&mut self, events: &[DebouncedEvent]) -> Result<()> {
-        let rescan = events.iter().any(|e| e.need_rescan());
-        // Reads are not changes, and our own scans read: counting them would make every
-        // scan trigger the next one.
-        let paths: BTreeSet<PathBuf> = events
-            .iter()
-            .filter(|e| !matches!(e.kind, notify::EventKind::Access(_)))
-            .flat_map(|e| e.paths.iter().cloned())
-            .collect();
-        let paths: Vec<PathBuf> = paths.into_iter().collect();
+    fn on_changes(&mut self, paths: Vec<PathBuf>, rescan: bool) -> Result<()> {
         let forward = forward(self.on_event);
         let mut run = Run::new(&forward);
         let mut completed = true;
@@ -287,8 +317,11 @@ impl<'a> Watcher<'a> {
                 continue;
             }
             let scope = if rescan {
+                w.unsettled.clear();
                 ScanScope::All
             } else {
+                w.unsettled.extend(folders_of(&mine, &w.source));
+                self.last_change = Some(Instant::now());
                 ScanScope::Paths(mine)
             };
             completed &= self.lanes.scan(&w.source, &scope, &mut run)?;
@@ -306,28 +339,26 @@ impl<'a> Watcher<'a> {
         Ok(())
     }
 
-    /// Watch errors: the sources they touch are rescanned on the next tick (events may have
+    /// A watch error: the sources it touches are rescanned on the next tick (events may have
     /// been lost), and fall back to polling when the OS refuses more watches.
-    fn on_errors(&mut self, errors: Vec<notify::Error>) {
-        for error in errors {
-            let reason = error.to_string();
-            tracing::warn!(%reason, "file watcher error; rescanning");
-            for w in self.sources.values_mut() {
-                let touched = error.paths.is_empty()
-                    || error.paths.iter().any(|p| p.starts_with(&w.source.root));
-                if !touched {
-                    continue;
-                }
-                if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) {
-                    let _ = self.debouncer.unwatch(&w.source.root);
-                    w.mode = Mode::Poll;
-                    (self.on_event)(&WatchEvent::Degraded {
-                        source_id: w.source.id,
-                        reason: reason.clone(),
-                    });
-                }
-                w.scanned = None;
+    fn on_error(&mut self, error: notify::Error) {
+        let reason = error.to_string();
+        tracing::warn!(%reason, "file watcher error; rescanning");
+        for w in self.sources.values_mut() {
+            let touched =
+                error.paths.is_empty() || error.paths.iter().any(|p| p.starts_with(&w.source.root));
+            if !touched {
+                continue;
             }
+            if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) {
+                let _ = self.os_watcher.unwatch(&w.source.root);
+                w.mode = Mode::Poll;
+                (self.on_event)(&WatchEvent::Degraded {
+                    source_id: w.source.id,
+                    reason: reason.clone(),
+                });
+            }
+            w.scanned = None;
         }
     }
 
@@ -342,7 +373,7 @@ impl<'a> Watcher<'a> {
             };
             if back {
                 w.mode =
-                    start_watching(&mut self.debouncer, &w.source, self.options, self.on_event);
+                    start_watching(&mut self.os_watcher, &w.source, self.options, self.on_event);
             }
             if (back || due) && !self.stop.load(Ordering::Relaxed) {
                 let forward = forward(self.on_event);
@@ -354,6 +385,46 @@ impl<'a> Watcher<'a> {
                 if !w.source.root.is_dir() {
                     w.mode = Mode::Missing;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Once changes have been quiet for `reconcile_after`: the folders that saw them, scanned
+    /// by size, mtime and inode. Silent unless it finds something the events missed.
+    fn reconcile_due(&mut self) -> Result<()> {
+        let quiet_for = self.options.reconcile_after;
+        if self.last_change.is_none_or(|t| t.elapsed() < quiet_for) || self.stopped() {
+            return Ok(());
+        }
+        self.last_change = None;
+        let on_event = self.on_event;
+        let forward = forward(on_event);
+        // Only a failure is news while scanning; a summary follows if anything was missed.
+        let per_file = |e: &IndexEvent| {
+            if matches!(e, IndexEvent::FileFailed { .. }) {
+                on_event(&WatchEvent::Index(e.clone()));
+            }
+        };
+        for w in self.sources.values_mut() {
+            if w.unsettled.is_empty() || w.mode == Mode::Missing {
+                continue;
+            }
+            let folders = outermost(std::mem::take(&mut w.unsettled));
+            let mut run = Run::new(&per_file);
+            let completed = self
+                .lanes
+                .scan(&w.source, &ScanScope::Folders(folders), &mut run)?;
+            let p = &run.progress;
+            let missed = p.files_indexed + p.files_removed + p.files_renamed + p.files_failed;
+            if completed && missed > 0 {
+                tracing::info!(
+                    source = w.source.id.0,
+                    missed,
+                    "reconciliation found changes the file events missed"
+                );
+                run.on_event = &forward;
+                run.finish();
             }
         }
         Ok(())
@@ -435,6 +506,26 @@ impl Lanes<'_> {
     }
 }
 
+/// The folders holding `paths` (inside the source's folder).
+fn folders_of<'p>(paths: &'p [PathBuf], source: &'p Source) -> impl Iterator<Item = PathBuf> + 'p {
+    paths.iter().map(|p| match p.parent() {
+        Some(parent) if parent.starts_with(&source.root) => parent.to_path_buf(),
+        _ => source.root.clone(),
+    })
+}
+
+/// `folders` without those inside another of them (a folder scan covers its subfolders).
+fn outermost(folders: BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut kept: Vec<PathBuf> = Vec::new();
+    // Sorted, a folder comes before everything inside it.
+    for folder in folders {
+        if !kept.iter().any(|k| folder.starts_with(k)) {
+            kept.push(folder);
+        }
+    }
+    kept
+}
+
 /// The paths inside `source`'s folder.
 fn paths_under(paths: &[PathBuf], source: &Source) -> Vec<PathBuf> {
     paths
@@ -444,8 +535,8 @@ fn paths_under(paths: &[PathBuf], source: &Source) -> Vec<PathBuf> {
         .collect()
 }
 
-fn start_watching<W: notify::Watcher, C: notify_debouncer_full::FileIdCache>(
-    debouncer: &mut notify_debouncer_full::Debouncer<W, C>,
+fn start_watching(
+    os_watcher: &mut RecommendedWatcher,
     source: &Source,
     options: &WatchOptions,
     on_event: &(dyn Fn(&WatchEvent) + Sync),
@@ -460,7 +551,7 @@ fn start_watching<W: notify::Watcher, C: notify_debouncer_full::FileIdCache>(
         });
         return Mode::Poll;
     }
-    match debouncer.watch(&source.root, RecursiveMode::Recursive) {
+    match os_watcher.watch(&source.root, RecursiveMode::Recursive) {
         Ok(()) => {
             on_event(&WatchEvent::Watching {
                 source_id: source.id,
@@ -469,7 +560,7 @@ fn start_watching<W: notify::Watcher, C: notify_debouncer_full::FileIdCache>(
             Mode::Events
         }
         Err(error) => {
-            let _ = debouncer.unwatch(&source.root);
+            let _ = os_watcher.unwatch(&source.root);
             let reason = degrade_reason(&error);
             tracing::warn!(root = %source.root.display(), %reason, "falling back to periodic rescans");
             on_event(&WatchEvent::Degraded {
@@ -478,6 +569,48 @@ fn start_watching<W: notify::Watcher, C: notify_debouncer_full::FileIdCache>(
             });
             Mode::Poll
         }
+    }
+}
+
+/// The paths raw OS events named since the last batch was taken, and whether the OS said
+/// events were lost (then every source is rescanned).
+#[derive(Default)]
+struct EventBatch {
+    paths: BTreeSet<PathBuf>,
+    rescan: bool,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl EventBatch {
+    fn add(&mut self, event: notify::Event) {
+        let rescan = event.need_rescan();
+        // Reads are not changes, and our own scans read: counting them would make every scan
+        // trigger the next one.
+        let paths = if matches!(event.kind, notify::EventKind::Access(_)) {
+            Vec::new()
+        } else {
+            event.paths
+        };
+        if paths.is_empty() && !rescan {
+            return;
+        }
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.rescan |= rescan;
+        self.paths.extend(paths);
+    }
+
+    /// The paths and the rescan flag once the burst has been quiet for `debounce`, or has
+    /// waited five times that (a folder that never stops changing is still indexed).
+    fn take_if_due(&mut self, debounce: Duration) -> Option<(Vec<PathBuf>, bool)> {
+        let (first, last) = (self.first?, self.last?);
+        if last.elapsed() < debounce && first.elapsed() < debounce * 5 {
+            return None;
+        }
+        let batch = std::mem::take(self);
+        Some((batch.paths.into_iter().collect(), batch.rescan))
     }
 }
 
@@ -494,7 +627,94 @@ pub(crate) fn degrade_reason(error: &notify::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use notify::event::{AccessKind, EventKind, ModifyKind, RemoveKind, RenameMode};
+    use notify::Event;
+
     use super::*;
+    use crate::store::test_support::{collection_with_source, temp_store};
+
+    #[test]
+    fn a_batch_keeps_every_path_a_rename_then_delete_named() {
+        let (a, b) = (PathBuf::from("/n/a.md"), PathBuf::from("/n/b.md"));
+        let mut batch = EventBatch::default();
+        batch.add(
+            Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::Both)))
+                .add_path(a.clone())
+                .add_path(b.clone()),
+        );
+        batch.add(Event::new(EventKind::Remove(RemoveKind::File)).add_path(b.clone()));
+        batch.add(Event::new(EventKind::Access(AccessKind::Any)).add_path("/n/read.md".into()));
+        assert!(
+            batch.take_if_due(Duration::from_secs(60)).is_none(),
+            "not quiet yet"
+        );
+        let (paths, rescan) = batch.take_if_due(Duration::ZERO).unwrap();
+        assert_eq!(
+            paths,
+            [a, b],
+            "the rename's source stays, reads are not changes"
+        );
+        assert!(!rescan);
+        assert!(batch.take_if_due(Duration::ZERO).is_none(), "taken once");
+    }
+
+    #[test]
+    fn reconciliation_removes_a_document_whose_event_was_missed_and_says_so() {
+        let docs = tempfile::tempdir().unwrap();
+        let root = docs.path().canonicalize().unwrap();
+        std::fs::write(root.join("kept.md"), "# Kept\n\nStill here.").unwrap();
+        std::fs::write(root.join("ghost.md"), "# Ghost\n\nGone without a word.").unwrap();
+        let (data, mut store) = temp_store();
+        let source = collection_with_source(&mut store, "c", "internal", "m", &root);
+        let mut fulltext = FullText::open(&data.path().join("fulltext")).unwrap();
+        fulltext.start_writing().unwrap();
+        let index_options = IndexOptions::default();
+        let mut lanes = Lanes {
+            store: &mut store,
+            fulltext: &mut fulltext,
+            options: &index_options,
+        };
+        assert!(lanes
+            .scan(&source, &ScanScope::All, &mut Run::new(&|_| {}))
+            .unwrap());
+        // Deleted while no event reached the watcher.
+        std::fs::remove_file(root.join("ghost.md")).unwrap();
+
+        let events = Mutex::new(Vec::new());
+        let on_event = |e: &WatchEvent| {
+            events
+                .lock()
+                .unwrap()
+                .push(serde_json::to_value(e).unwrap())
+        };
+        let (options, stop) = (WatchOptions::default(), AtomicBool::new(false));
+        let mut watcher = Watcher::new(lanes, &options, &on_event, &stop).unwrap();
+        watcher.sources.insert(
+            source.id,
+            Watched {
+                source: source.clone(),
+                mode: Mode::Events,
+                scanned: Some(Instant::now()),
+                unsettled: BTreeSet::from([root.clone()]),
+            },
+        );
+        // A change elsewhere in the folder, a moment ago: not quiet long enough yet.
+        watcher.last_change = Some(Instant::now());
+        watcher.reconcile_due().unwrap();
+        assert!(events.lock().unwrap().is_empty());
+        watcher.last_change = Instant::now().checked_sub(options.reconcile_after);
+        watcher.reconcile_due().unwrap();
+        drop(watcher);
+
+        assert!(store.document_by_path(&root.join("ghost.md")).is_err());
+        assert!(store.document_by_path(&root.join("kept.md")).is_ok());
+        let events = events.into_inner().unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["event"], "finished");
+        assert_eq!(events[0]["progress"]["files_removed"], 1);
+    }
 
     #[test]
     fn watch_limit_message_says_what_to_do() {

@@ -16,6 +16,13 @@ pub(super) struct Candidate {
     pub total: f32,
 }
 
+impl Candidate {
+    /// How many rare query identifiers it contains exactly (0 when none or not looked for).
+    pub fn identifier_matches(&self) -> u32 {
+        self.scores.identifier_matches.unwrap_or(0)
+    }
+}
+
 /// Every query variant's candidates so far, and their fused scores summed by variant weight.
 #[derive(Default)]
 pub(super) struct Pool {

@@ -2,16 +2,19 @@
 //! setting, joined with SQLite for text, location and snippets.
 //!
 //! The stages run in order: candidates per query variant (lexical and/or vector) → fusion (RRF
-//! or weighted normalised scores, variants added by weight) → freshness → one or more hits per
-//! document → optional cross-encoder rerank → the evidence limit. Every hit carries what each
+//! or weighted normalised scores, variants added by weight) → exact identifiers first (hybrid)
+//! → freshness → one or more hits per document → optional cross-encoder rerank → the evidence
+//! limit. Every hit carries what each
 //! stage gave it, and the trace says what each stage did, so the pipeline tester can show it.
 //! `search` is the driver; each stage has its file: `plan` (the collections searched),
-//! `lexical`, `vector`, `fusion`, `rank` (the SQLite join, freshness, fold) and `rerank`.
+//! `lexical`, `vector`, `fusion`, `exact` (identifiers), `rank` (the SQLite join, freshness,
+//! fold) and `rerank`.
 //! `vector` is also the one vector-query path `knowledge_search` takes.
 //!
 //! SQLite has the last word: a candidate whose chunk is gone (deleted since tantivy's last
 //! commit) is dropped, so a removed source vanishes from results at once.
 
+mod exact;
 mod fusion;
 mod lexical;
 mod plan;
@@ -117,6 +120,9 @@ pub struct StageScores {
     pub freshness: Option<f32>,
     /// Cross-encoder score, when reranked.
     pub rerank: Option<f32>,
+    /// How many of the query's rare identifiers the chunk contains exactly; hybrid search
+    /// ranks more of them first (see `identifiers_first`).
+    pub identifier_matches: Option<u32>,
 }
 
 /// One result.
@@ -155,7 +161,7 @@ pub struct Hit {
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct StageTrace {
-    /// `lexical`, `vector`, `fusion`, `freshness`, `fold`, `rerank`.
+    /// `lexical`, `vector`, `fusion`, `identifiers`, `freshness`, `fold`, `rerank`.
     pub stage: &'static str,
     /// The query variant (index into the streams), for per-variant stages.
     pub variant: Option<usize>,
@@ -240,6 +246,14 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     let (pool, mut snippets) = gather(ctx, &searched, &targets, &streams, settings, trace)?;
     let (mut candidates, step) = pool.fuse(settings.fusion, streams.len());
     trace.push(step);
+    if settings.mode == SearchMode::Hybrid && settings.identifiers_first {
+        trace.extend(exact::stage(
+            ctx,
+            &searched,
+            &request.query,
+            &mut candidates,
+        )?);
+    }
 
     let chunks = rank::join_chunks(ctx.store, &mut candidates)?;
     if let Some(f) = &settings.freshness {

@@ -58,10 +58,15 @@ pub(super) fn freshness(
     }
 }
 
-/// The candidates best first (ties by chunk id, so the order is stable).
+/// The candidates best first: more exact identifier matches first, then by score (ties by
+/// chunk id, so the order is stable).
 pub(super) fn ranked(candidates: HashMap<ChunkId, Candidate>) -> Ranked {
     let mut ranked: Ranked = candidates.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.cmp(&b.0)));
+    ranked.sort_by(|a, b| {
+        (b.1.identifier_matches().cmp(&a.1.identifier_matches()))
+            .then(b.1.total.total_cmp(&a.1.total))
+            .then(a.0.cmp(&b.0))
+    });
     ranked
 }
 

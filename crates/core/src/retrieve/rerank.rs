@@ -74,6 +74,11 @@ fn rescore(
     if let Some(min) = min_score {
         ranked.retain(|(_, c)| score(c) >= min);
     }
-    ranked.sort_by(|a, b| score(&b.1).total_cmp(&score(&a.1)).then(a.0.cmp(&b.0)));
+    // The cross-encoder reorders within the exact identifier matches and within the rest.
+    ranked.sort_by(|a, b| {
+        (b.1.identifier_matches().cmp(&a.1.identifier_matches()))
+            .then(score(&b.1).total_cmp(&score(&a.1)))
+            .then(a.0.cmp(&b.0))
+    });
     Ok(())
 }

@@ -134,6 +134,9 @@ pub struct RetrievalSettings {
     pub limit: usize,
     /// Most results from one document (0: no limit).
     pub max_per_document: usize,
+    /// Hybrid search ranks the chunks that contain a rare identifier from the query exactly
+    /// (`E0502`, `XR-200`, `parse_header`) ahead of the rest. Default true.
+    pub identifiers_first: bool,
 }
 
 impl Default for RetrievalSettings {
@@ -150,6 +153,7 @@ impl Default for RetrievalSettings {
             rerank: None,
             limit: 10,
             max_per_document: 1,
+            identifiers_first: true,
         }
     }
 }

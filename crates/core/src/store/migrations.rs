@@ -213,6 +213,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX conversations_by_principal ON conversations(principal, updated_at);
     CREATE INDEX chat_messages_by_turn ON chat_messages(conversation_id, turn);
     CREATE INDEX chat_events_by_turn ON chat_events(conversation_id, turn);",
+    // A file renamed over another can keep the old file's size and mtime; its inode differs.
+    "ALTER TABLE documents ADD COLUMN inode INTEGER;",
 ];
 
 /// The schema version this build writes.

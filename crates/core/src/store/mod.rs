@@ -319,7 +319,7 @@ impl Store {
         let mut upper = below.clone();
         *upper.last_mut().expect("not empty") = b'0';
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, path, size, mtime_ns, content_hash, status FROM documents
+            "SELECT id, path, size, mtime_ns, content_hash, status, inode FROM documents
              WHERE source_id = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
         )?;
         let rows = stmt.query_map(
@@ -351,6 +351,16 @@ impl Store {
                 DocumentRecord::from_row,
             )
             .optional()?)
+    }
+
+    /// Every document of one source, by path: what a check of the index against its folder
+    /// compares.
+    pub fn documents_of_source(&self, source_id: SourceId) -> Result<Vec<DocumentRecord>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{DOCUMENT_SELECT} WHERE d.source_id = ?1 ORDER BY d.path"
+        ))?;
+        let rows = stmt.query_map([source_id], DocumentRecord::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Documents that were skipped or failed, newest first.

@@ -351,6 +351,8 @@ pub(crate) struct DocumentState {
     pub mtime_ns: Option<i64>,
     pub content_hash: Option<String>,
     pub status: DocumentStatus,
+    /// Unknown (NULL) for rows written before inodes were recorded, or off Unix.
+    pub inode: Option<i64>,
 }
 
 impl DocumentState {
@@ -362,6 +364,7 @@ impl DocumentState {
             mtime_ns: r.get(3)?,
             content_hash: r.get(4)?,
             status: DocumentStatus::parse(&r.get::<_, String>(5)?),
+            inode: r.get(6)?,
         })
     }
 }

@@ -47,6 +47,7 @@ pub(crate) fn write_document(
             path,
             size: bytes,
             mtime_ns: 1,
+            inode: None,
         },
         &Extraction {
             content_hash: title,
@@ -68,6 +69,7 @@ pub(crate) fn write_skipped(tx: &Transaction<'_>, source: &Source, path: &Path) 
         path,
         size: 1,
         mtime_ns: 1,
+        inode: None,
     };
     writes::write_not_indexed(tx, source.id, &file, DocumentStatus::Skipped, "hidden", "x")
         .unwrap();

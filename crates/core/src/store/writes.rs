@@ -15,6 +15,7 @@ pub(crate) struct FileFacts<'a> {
     pub path: &'a Path,
     pub size: i64,
     pub mtime_ns: i64,
+    pub inode: Option<i64>,
 }
 
 /// What extraction produced, less the chunks.
@@ -79,7 +80,7 @@ pub(crate) fn write_revision(
             tx.execute(
                 "UPDATE documents SET size = ?2, mtime_ns = ?3, content_hash = ?4,
                  status = 'indexed', reason = NULL, last_error = NULL, warning = ?5, title = ?6,
-                 format = ?7, updated_at = ?8 WHERE id = ?1",
+                 format = ?7, updated_at = ?8, inode = ?9 WHERE id = ?1",
                 params![
                     id,
                     file.size,
@@ -88,7 +89,8 @@ pub(crate) fn write_revision(
                     extraction.warning,
                     extraction.title,
                     extraction.format,
-                    now
+                    now,
+                    file.inode
                 ],
             )?;
             id
@@ -96,8 +98,8 @@ pub(crate) fn write_revision(
         None => {
             tx.execute(
                 "INSERT INTO documents(source_id, path, path_display, size, mtime_ns, content_hash,
-                 status, warning, title, format, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'indexed', ?7, ?8, ?9, ?10)",
+                 status, warning, title, format, updated_at, inode)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'indexed', ?7, ?8, ?9, ?10, ?11)",
                 params![
                     source_id,
                     path_to_bytes(file.path),
@@ -108,7 +110,8 @@ pub(crate) fn write_revision(
                     extraction.warning,
                     extraction.title,
                     extraction.format,
-                    now
+                    now,
+                    file.inode
                 ],
             )?;
             DocumentId(tx.last_insert_rowid())
@@ -182,7 +185,7 @@ pub(crate) fn write_not_indexed(
             }
             tx.execute(
                 "UPDATE documents SET size = ?2, mtime_ns = ?3, status = ?4, reason = ?5,
-                 last_error = ?6, updated_at = ?7 WHERE id = ?1",
+                 last_error = ?6, updated_at = ?7, inode = ?8 WHERE id = ?1",
                 params![
                     id,
                     file.size,
@@ -190,14 +193,16 @@ pub(crate) fn write_not_indexed(
                     status.as_str(),
                     reason,
                     message,
-                    now
+                    now,
+                    file.inode
                 ],
             )?;
         }
         None => {
             tx.execute(
                 "INSERT INTO documents(source_id, path, path_display, size, mtime_ns, status,
-                 reason, last_error, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 reason, last_error, updated_at, inode)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     source_id,
                     path_to_bytes(file.path),
@@ -207,7 +212,8 @@ pub(crate) fn write_not_indexed(
                     status.as_str(),
                     reason,
                     message,
-                    now
+                    now,
+                    file.inode
                 ],
             )?;
         }
@@ -215,16 +221,15 @@ pub(crate) fn write_not_indexed(
     Ok(())
 }
 
-/// Content unchanged, only size/mtime moved (e.g. `touch`).
+/// Content unchanged, only size, mtime or inode moved (`touch`, an editor's save by rename).
 pub(crate) fn touch_document(
     tx: &Transaction<'_>,
     id: DocumentId,
-    size: i64,
-    mtime_ns: i64,
+    file: &FileFacts<'_>,
 ) -> Result<()> {
     tx.execute(
-        "UPDATE documents SET size = ?2, mtime_ns = ?3, updated_at = ?4 WHERE id = ?1",
-        params![id, size, mtime_ns, now_unix()],
+        "UPDATE documents SET size = ?2, mtime_ns = ?3, updated_at = ?4, inode = ?5 WHERE id = ?1",
+        params![id, file.size, file.mtime_ns, now_unix(), file.inode],
     )?;
     Ok(())
 }
@@ -244,7 +249,8 @@ pub(crate) fn move_document(
         .map(|n| n.to_string_lossy().into_owned());
     tx.execute(
         "UPDATE documents SET path = ?2, path_display = ?3, size = ?4, mtime_ns = ?5,
-         title = CASE WHEN title IS ?6 THEN ?7 ELSE title END, updated_at = ?8 WHERE id = ?1",
+         title = CASE WHEN title IS ?6 THEN ?7 ELSE title END, updated_at = ?8, inode = ?9
+         WHERE id = ?1",
         params![
             id,
             path_to_bytes(to.path),
@@ -253,7 +259,8 @@ pub(crate) fn move_document(
             to.mtime_ns,
             old_name,
             new_name,
-            now_unix()
+            now_unix(),
+            to.inode
         ],
     )?;
     tx.execute(
