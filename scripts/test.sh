@@ -13,9 +13,8 @@ bash scripts/setup.sh
 cargo fmt --all --check
 
 # llama.cpp's llama-server (for the HTTP backend tests against a real OpenAI-compatible
-# server) is built once from the pinned PyPI sdist, about 10 minutes of one core, cached in
-# target/. It builds on one core in the background while cargo builds, using the time cargo
-# leaves a core idle (its long single-crate stretches and links).
+# server) is built once from the pinned PyPI sdist, about 5 minutes of one core, cached in
+# target/. It builds on one core in the background while cargo builds.
 mkdir -p target
 JOBS=1 bash scripts/llama-server.sh >target/llama-server.log 2>&1 &
 llama_server=$!
