@@ -60,7 +60,26 @@ try {
   await (await browser.$(tid('status-data-dir'))).waitForDisplayed({ timeout: 10_000 });
   await shot('status');
 
-  // The dark theme, on the search view.
+  // Keys: one revoked, one just created with its secret on show.
+  await (await browser.$(tid('nav-keys'))).click();
+  for (const name of ['ci-bot', 'alice-laptop']) {
+    await (await browser.$(tid('key-name'))).setValue(name);
+    await (await browser.$(tid('key-create'))).click();
+    await (await browser.$(`${tid('key-row')}[data-name="${name}"]`)).waitForExist({ timeout: 10_000 });
+  }
+  const bot = await browser.$(`${tid('key-row')}[data-name="ci-bot"]`);
+  await (await bot.$(tid('key-revoke'))).click();
+  await (await bot.$(tid('key-revoke-confirm'))).click();
+  await eventually(browser, 'ci-bot revoked', async () => (await bot.getAttribute('data-state')) === 'revoked');
+  await shot('keys');
+
+  await (await browser.$(tid('nav-audit'))).click();
+  await eventually(browser, 'audit records', async () => (await browser.$$(tid('audit-row'))).length >= 3);
+  await (await browser.$(tid('audit-open'))).click();
+  await shot('audit');
+
+  // The dark theme, on the search, keys and audit views.
+  await (await browser.$(tid('nav-status'))).click();
   await (await browser.$(tid('settings-theme'))).selectByAttribute('value', 'dark');
   await (await browser.$(tid('settings-save'))).click();
   await eventually(browser, 'the dark theme', async () =>
@@ -68,6 +87,10 @@ try {
   );
   await (await browser.$(tid('nav-search'))).click();
   await shot('search-dark');
+  await (await browser.$(tid('nav-keys'))).click();
+  await shot('keys-dark');
+  await (await browser.$(tid('nav-audit'))).click();
+  await shot('audit-dark');
 } finally {
   await app.stop();
   fs.rmSync(dataDir, { recursive: true, force: true });

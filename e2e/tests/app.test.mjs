@@ -1,13 +1,14 @@
 // The desktop app end to end, in a real WebKit window: add a folder, watch it index, search,
 // open a result, retry a failed file, see a watched edit, pause, and remove the folder.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { mendQuietly, writeCorpus } from '../fixtures.mjs';
-import { eventually, startApp, tempDir, tid } from '../harness.mjs';
+import { eventually, repoRoot, startApp, tempDir, tid } from '../harness.mjs';
 
 describe('Quarry desktop', () => {
   const dataDir = tempDir('quarry-e2e-data-');
@@ -230,6 +231,84 @@ describe('Quarry desktop', () => {
     await eventually(browser, 'four documents indexed', async () =>
       (await (await browser.$(tid('status-documents'))).getText()).trim() === '4',
     );
+  });
+
+  /** `quarry search` in lexical mode as the key `secret`, on the app's library. */
+  function searchAsKey(secret) {
+    const quarry = path.join(repoRoot, 'target', 'debug', 'quarry');
+    return spawnSync(quarry, ['search', 'lighthouse', '--mode', 'lexical', '--as', secret, '--json'], {
+      env: { ...process.env, QUARRY_DATA_DIR: dataDir },
+      encoding: 'utf8',
+    });
+  }
+
+  const keyRow = (name) => browser.$(`${tid('key-row')}[data-name="${name}"]`);
+
+  it('creates a key limited to a collection, shows its secret once, and revokes it', async () => {
+    await (await browser.$(tid('nav-keys'))).click();
+    await (await browser.$(tid('key-name'))).setValue('e2e-reader');
+    await (await browser.$(tid('key-all-collections'))).click();
+    await (await browser.$(tid('key-collection-field-notes'))).click();
+    await (await browser.$(tid('key-ceiling'))).selectByAttribute('value', 'internal');
+    await (await browser.$(tid('key-create'))).click();
+
+    const shown = await browser.$(tid('key-secret'));
+    await shown.waitForDisplayed({ timeout: 10_000 });
+    const secret = await shown.getAttribute('data-secret');
+    assert.match(secret, /^qk_/);
+    const row = await keyRow('e2e-reader');
+    await row.waitForExist({ timeout: 10_000 });
+    assert.equal(await row.getAttribute('data-state'), 'active');
+    assert.match(await row.getText(), /field-notes/);
+    assert.ok(!(await row.getText()).includes(secret), 'the list never shows a secret');
+    await (await browser.$(tid('key-secret-done'))).click();
+
+    // The secret is a working key: the CLI searches with it.
+    const before = searchAsKey(secret);
+    assert.equal(before.status, 0, before.stderr);
+    assert.match(before.stdout, /lighthouse/);
+
+    // The same name again: the engine's error, at the form, and nothing changes.
+    await (await browser.$(tid('key-name'))).setValue('e2e-reader');
+    await (await browser.$(tid('key-create'))).click();
+    const error = await browser.$(tid('key-error'));
+    await error.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await error.getText(), /e2e-reader/);
+    assert.equal((await browser.$$(tid('key-row'))).length, 1);
+
+    await (await row.$(tid('key-revoke'))).click();
+    await (await row.$(tid('key-revoke-confirm'))).click();
+    await eventually(browser, 'the key to show as revoked', async () =>
+      (await (await keyRow('e2e-reader')).getAttribute('data-state')) === 'revoked',
+    );
+    const after = searchAsKey(secret);
+    assert.notEqual(after.status, 0, 'a revoked key is refused');
+    assert.match(after.stderr, /revoked/);
+  });
+
+  it('lists key changes and refusals in the audit log, filtered by outcome', async () => {
+    await (await browser.$(tid('nav-audit'))).click();
+    const listed = async (attribute) => {
+      const values = [];
+      for (const row of await browser.$$(tid('audit-row'))) values.push(await row.getAttribute(attribute));
+      return values;
+    };
+    await eventually(browser, 'the key changes in the audit log', async () => {
+      const actions = await listed('data-action');
+      return ['key.create', 'key.revoke', 'auth'].every((a) => actions.includes(a));
+    });
+    await (await browser.$(tid('audit-filter-outcome'))).selectByAttribute('value', 'error');
+    await eventually(browser, 'only failures listed', async () => {
+      const outcomes = await listed('data-outcome');
+      return outcomes.length >= 2 && outcomes.every((o) => o === 'error');
+    });
+    // The refused duplicate opens to the engine's message.
+    const duplicate = await browser.$(`${tid('audit-row')}[data-action="key.create"]`);
+    await (await duplicate.$(tid('audit-open'))).click();
+    const detail = await browser.$(tid('audit-detail'));
+    await detail.waitForDisplayed({ timeout: 5_000 });
+    assert.match(await detail.getText(), /e2e-reader/);
+    await (await browser.$(tid('audit-filter-outcome'))).selectByAttribute('value', '');
   });
 
   it('removes the folder, and its documents leave the results', async () => {

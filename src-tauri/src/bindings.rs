@@ -6,7 +6,7 @@
 use tauri_specta::{collect_commands, Builder, ErrorHandlingMode};
 
 use crate::activity::Activity;
-use crate::commands;
+use crate::{admin, commands};
 
 /// The generated file, relative to this crate.
 #[cfg(test)]
@@ -31,6 +31,10 @@ pub fn builder() -> Builder<tauri::Wry> {
             commands::open_result,
             commands::get_settings,
             commands::save_settings,
+            admin::list_keys,
+            admin::create_key,
+            admin::revoke_key,
+            admin::list_audit,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

@@ -17,4 +17,8 @@ pub const COMMAND_NAMES: &[&str] = &[
     "open_result",
     "get_settings",
     "save_settings",
+    "list_keys",
+    "create_key",
+    "revoke_key",
+    "list_audit",
 ];

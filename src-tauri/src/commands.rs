@@ -21,10 +21,10 @@ use crate::error::{CommandError, CommandResult, ShellError};
 use crate::opener::{self, Opener};
 use crate::settings::{self, Settings};
 
-type EngineState<'a> = State<'a, Arc<Engine>>;
+pub(crate) type EngineState<'a> = State<'a, Arc<Engine>>;
 
 /// Runs `work` with the engine on a blocking thread.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     engine: &EngineState<'_>,
     work: impl FnOnce(&Engine) -> CommandResult<T> + Send + 'static,
 ) -> CommandResult<T> {

@@ -1,11 +1,13 @@
 //! Quarry's desktop app: a Tauri window over quarry-core. The shell holds no engine logic:
 //! `engine` runs the library and its indexer thread, `commands` adapts calls from the UI,
-//! `activity` folds indexing events into what the UI shows.
+//! `admin` serves the keys and audit views, `activity` folds indexing events into what the UI
+//! shows.
 
 // No console window on Windows release builds.
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
 mod activity;
+mod admin;
 mod bindings;
 #[cfg(test)]
 mod command_names;

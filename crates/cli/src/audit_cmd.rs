@@ -1,13 +1,43 @@
-//! `quarry audit`: print the most recent audit records.
+//! `quarry audit`: print the most recent audit records, filtered as the desktop's Audit view
+//! filters them.
 
 use anyhow::Result;
+use clap::Args;
+use quarry_core::audit::AuditQuery;
 use quarry_core::Library;
 
 use crate::output::print_json;
 
-pub fn print_audit(library: &Library, limit: usize, json: bool) -> Result<()> {
-    let records = library.audit(limit)?;
-    if json {
+#[derive(Args)]
+pub struct AuditArgs {
+    /// How many records
+    #[arg(long, short = 'n', default_value_t = 50)]
+    limit: u32,
+    /// Only this principal's records (its label: `administrator`, a key's name, …)
+    #[arg(long)]
+    principal: Option<String>,
+    /// Only this action (`tool.test`, `pipeline.run`, `orchestrator.apply`, `key.create`, …)
+    #[arg(long)]
+    action: Option<String>,
+    /// Only this tool, pipeline or key
+    #[arg(long)]
+    target: Option<String>,
+    /// Only successes or only failures
+    #[arg(long, value_parser = ["ok", "error"])]
+    outcome: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn print_audit(library: &Library, args: &AuditArgs) -> Result<()> {
+    let records = library.audit(&AuditQuery {
+        principal: args.principal.clone(),
+        action: args.action.clone(),
+        target: args.target.clone(),
+        outcome: args.outcome.clone(),
+        limit: args.limit,
+    })?;
+    if args.json {
         return print_json(&records);
     }
     for r in records {

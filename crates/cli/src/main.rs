@@ -104,14 +104,9 @@ enum Command {
     /// Orchestrator configurations: drafts, applied revisions, modes, budgets, gates
     #[command(subcommand)]
     Orchestrator(chat_cmd::OrchestratorCommand),
-    /// The audit log of tool tests, pipeline runs and orchestrator applies, newest first
-    Audit {
-        /// How many records
-        #[arg(long, short = 'n', default_value_t = 50)]
-        limit: usize,
-        #[arg(long)]
-        json: bool,
-    },
+    /// The audit log of tool tests, pipeline runs, orchestrator applies and key changes, newest
+    /// first
+    Audit(audit_cmd::AuditArgs),
 }
 
 #[derive(Subcommand)]
@@ -439,7 +434,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Keys(command) => keys_cmd::run_keys(command, &library)?,
-        Command::Audit { limit, json } => audit_cmd::print_audit(&library, limit, json)?,
+        Command::Audit(args) => audit_cmd::print_audit(&library, &args)?,
         Command::Chat(args) => chat_cmd::run_chat(&args, &library)?,
         Command::Orchestrator(command) => chat_cmd::run_orchestrator(command, &library)?,
         Command::Demo { .. } | Command::Bench(_) | Command::Eval(_) => {

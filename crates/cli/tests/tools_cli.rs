@@ -1149,6 +1149,36 @@ fn a_revoked_key_is_refused_and_nobody_acts_for_its_user() {
         .find(|k| k["name"] == "alice")
         .unwrap();
     assert!(alice_row["revoked_at"].is_i64(), "{keys:#}");
+
+    // Key changes and refusals are audited, and the log filters by action and outcome.
+    let revoked = ok_json(&env, &["audit", "--action", "key.revoke"]);
+    let revoked = revoked.as_array().unwrap();
+    assert_eq!(revoked.len(), 1, "{revoked:#?}");
+    assert_eq!(revoked[0]["target"], "alice");
+    assert_eq!(revoked[0]["principal"], "administrator");
+    assert_eq!(revoked[0]["outcome"], "ok");
+    let created = ok_json(
+        &env,
+        &["audit", "--action", "key.create", "--outcome", "ok"],
+    );
+    assert_eq!(
+        created.as_array().unwrap().len(),
+        2,
+        "alice's key and the service key"
+    );
+    let failures = ok_json(&env, &["audit", "--outcome", "error"]);
+    let failures = failures.as_array().unwrap();
+    assert!(failures.len() >= 2, "{failures:#?}");
+    assert!(failures
+        .iter()
+        .all(|r| r["outcome"].as_str().unwrap().starts_with("error")));
+    assert!(failures.iter().any(|r| r["action"] == "auth"));
+    let out = env
+        .command(&["audit", "--outcome", "maybe"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("maybe"));
 }
 
 #[test]

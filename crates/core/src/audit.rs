@@ -1,5 +1,5 @@
-//! The audit log: one record per tool test run and pipeline run (who, what, a hash of the
-//! input, the outcome and how long it took). Inputs are hashed, not stored, so the log never
+//! The audit log: one record per tool test run, pipeline run, orchestrator apply and key
+//! change (who, what, a hash of the input, the outcome and how long it took). Inputs are hashed, not stored, so the log never
 //! holds the documents or questions themselves.
 
 use sha2::{Digest, Sha256};
@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::error::Result;
 use crate::store::{NewAuditRecord, Store};
 
-pub use crate::store::AuditRecord;
+pub use crate::store::{AuditFacets, AuditQuery, AuditRecord};
 
 /// The hash recorded for an input.
 pub fn input_hash(input: &serde_json::Value) -> String {
@@ -49,7 +49,12 @@ pub fn record(
     })
 }
 
-/// The newest records first.
-pub fn recent(store: &Store, limit: usize) -> Result<Vec<AuditRecord>> {
-    store.recent_audit(limit)
+/// The records `query` selects, newest first.
+pub fn query(store: &Store, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+    store.audit_records(query)
+}
+
+/// The principals, actions and targets on record, to filter by.
+pub fn facets(store: &Store) -> Result<AuditFacets> {
+    store.audit_facets()
 }

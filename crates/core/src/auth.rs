@@ -42,6 +42,7 @@ pub fn validate_sensitivity(field: &str, label: &str) -> Result<()> {
 
 /// What a principal may read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Scope {
     /// Collection names it may read; `None`: every collection.
     pub collections: Option<Vec<String>>,
@@ -97,6 +98,7 @@ impl Scope {
 /// The kind of principal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum PrincipalKind {
     /// Whoever runs Quarry on this machine.
     Administrator,
@@ -133,6 +135,7 @@ impl Principal {
 
 /// An API key as listed (never the secret).
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ApiKey {
     /// Row id.
     pub id: i64,
@@ -154,6 +157,7 @@ pub struct ApiKey {
 
 /// A new key: the record and the secret, which is shown this once.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CreatedKey {
     /// The stored record.
     pub key: ApiKey,
@@ -162,7 +166,8 @@ pub struct CreatedKey {
 }
 
 /// What a new key may do.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct NewKey {
     /// Unique name.
     pub name: String,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::audit::{self, AuditRecord};
+use crate::audit::{self, AuditFacets, AuditQuery, AuditRecord};
 use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
@@ -271,9 +271,13 @@ impl Library {
 
     // ---- keys and audit ------------------------------------------------------------------
 
-    /// Creates an API key; the secret is in the result and nowhere else.
+    /// Creates an API key (audited); the secret is in the result and nowhere else.
     pub fn create_key(&self, key: &NewKey) -> Result<CreatedKey> {
-        auth::create_key(self.store(), key)
+        let started = Instant::now();
+        let created = auth::create_key(self.store(), key);
+        let input = json!({"kind": key.kind, "user": key.user, "scope": key.scope});
+        self.audit_key_change("key.create", &key.name, &input, &created, started)?;
+        created
     }
 
     /// Every API key (never the secrets).
@@ -281,9 +285,33 @@ impl Library {
         auth::keys(self.store())
     }
 
-    /// Revokes a key.
+    /// Revokes a key (audited).
     pub fn revoke_key(&self, name: &str) -> Result<ApiKey> {
-        auth::revoke_key(self.store(), name)
+        let started = Instant::now();
+        let revoked = auth::revoke_key(self.store(), name);
+        self.audit_key_change("key.revoke", name, &json!({}), &revoked, started)?;
+        revoked
+    }
+
+    /// Records a key change by the local administrator, the only one who can make it.
+    fn audit_key_change<T>(
+        &self,
+        action: &str,
+        name: &str,
+        input: &serde_json::Value,
+        result: &Result<T>,
+        started: Instant,
+    ) -> Result<()> {
+        audit::record(
+            self.store(),
+            &Principal::administrator().label,
+            action,
+            name,
+            input,
+            result.as_ref().map(|_| ()),
+            None,
+            started.elapsed().as_millis() as i64,
+        )
     }
 
     /// The principal a key secret stands for (a service key must name the user it acts for).
@@ -311,8 +339,13 @@ impl Library {
         result
     }
 
-    /// The newest audit records.
-    pub fn audit(&self, limit: usize) -> Result<Vec<AuditRecord>> {
-        audit::recent(self.store(), limit)
+    /// The audit records `query` selects, newest first.
+    pub fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        audit::query(self.store(), query)
+    }
+
+    /// The principals, actions and targets on record, to filter the audit by.
+    pub fn audit_facets(&self) -> Result<AuditFacets> {
+        audit::facets(self.store())
     }
 }

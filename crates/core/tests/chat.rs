@@ -9,6 +9,7 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
+use quarry_core::audit::AuditQuery;
 use quarry_core::evidence::EvidenceSession;
 use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
 use quarry_core::llm::{ChatBackend, ChatMessage, ChatRequest, ToolSpec};
@@ -900,7 +901,7 @@ fn applying_a_configuration_is_audited_with_who_applied_which_revision() {
     let applied = library.apply_orchestrator(DEFAULT_CONFIG, &carol).unwrap();
     assert_eq!(applied.revision, 2);
     assert_eq!(applied.applied_by, "carol");
-    let records = library.audit(10).unwrap();
+    let records = library.audit(&AuditQuery::newest(10)).unwrap();
     let record = records
         .iter()
         .find(|r| r.action == "orchestrator.apply")
@@ -918,7 +919,7 @@ fn applying_a_configuration_is_audited_with_who_applied_which_revision() {
     let e = library
         .apply_orchestrator("nonexistent", &carol)
         .unwrap_err();
-    let records = library.audit(10).unwrap();
+    let records = library.audit(&AuditQuery::newest(10)).unwrap();
     let refused = records
         .iter()
         .find(|r| r.action == "orchestrator.apply" && r.target == "nonexistent")

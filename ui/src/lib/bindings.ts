@@ -27,6 +27,11 @@ export const commands = {
 	openResult: (chunkId: ChunkId) => __TAURI_INVOKE<string>("open_result", { chunkId }),
 	getSettings: () => __TAURI_INVOKE<Settings>("get_settings"),
 	saveSettings: (settings: Settings) => __TAURI_INVOKE<Settings>("save_settings", { settings }),
+	listKeys: () => __TAURI_INVOKE<KeysOverview>("list_keys"),
+	/**  Creates a key; its secret is in the answer and nowhere else. */
+	createKey: (key: NewKey) => __TAURI_INVOKE<CreatedKey>("create_key", { key }),
+	revokeKey: (name: string) => __TAURI_INVOKE<ApiKey>("revoke_key", { name }),
+	listAudit: (query: AuditQuery) => __TAURI_INVOKE<AuditPage>("list_audit", { query }),
 };
 
 /* Types */
@@ -46,6 +51,26 @@ export type Activity = {
 	last_change: LastChange | null,
 };
 
+/**  An API key as listed (never the secret). */
+export type ApiKey = {
+	/**  Row id. */
+	id: number,
+	/**  Unique name. */
+	name: string,
+	/**  `personal` or `service`. */
+	kind: PrincipalKind,
+	/**  The user a personal key belongs to (its name when not given). */
+	user: string | null,
+	/**  The public part of the key, for recognising it. */
+	prefix: string,
+	/**  What it may read. */
+	scope: Scope,
+	/**  Unix seconds. */
+	created_at: number,
+	/**  Unix seconds, when revoked. */
+	revoked_at: number | null,
+};
+
 /**  Everything the Status view shows. */
 export type AppStatus = {
 	data_dir: string,
@@ -60,6 +85,58 @@ export type AppStatus = {
 	/**  What is missing, each with the command that fixes it. */
 	problems: SetupProblem[],
 	activity: Activity,
+};
+
+/**  The values the audit log holds, to filter by. */
+export type AuditFacets = {
+	/**  Principals' labels. */
+	principals: string[],
+	/**  Actions. */
+	actions: string[],
+	/**  Targets. */
+	targets: string[],
+};
+
+/**  The audit records `query` selects, newest first, and the values there are to filter by. */
+export type AuditPage = {
+	records: AuditRecord[],
+	facets: AuditFacets,
+};
+
+/**  Which audit records to list: every filter that is set must match. */
+export type AuditQuery = {
+	/**  The principal's label, as listed. */
+	principal?: string | null,
+	/**  `tool.test`, `pipeline.run`, `orchestrator.apply`, `key.create`, `key.revoke`, `auth`, … */
+	action?: string | null,
+	/**  The tool slug, pipeline or key name. */
+	target?: string | null,
+	/**  `ok`, or `error` for every failure whatever its code. */
+	outcome?: string | null,
+	/**  The newest this many; 0 means 100. */
+	limit?: number,
+};
+
+/**  One audit record. */
+export type AuditRecord = {
+	/**  Row id, increasing. */
+	id: number,
+	/**  Unix milliseconds. */
+	at_ms: number,
+	/**  The principal's label. */
+	principal: string,
+	/**  `tool.test` or `pipeline.run`. */
+	action: string,
+	/**  The tool slug or pipeline name. */
+	target: string,
+	/**  `sha256:` of the input as canonical JSON. */
+	input_hash: string,
+	/**  `ok`, or `error: <code>`. */
+	outcome: string,
+	/**  More about the outcome (the error message, the pipeline context). */
+	detail: string | null,
+	/**  Duration. */
+	duration_ms: number,
 };
 
 /**  A chunk (`chunks.id`): also the vector rowid and the full-text `chunk_id`. */
@@ -146,6 +223,14 @@ export type CommandError = {
 	code: string,
 	kind: ErrorKind,
 	message: string,
+};
+
+/**  A new key: the record and the secret, which is shown this once. */
+export type CreatedKey = {
+	/**  The stored record. */
+	key: ApiKey,
+	/**  The secret to hand to the user. Not stored anywhere. */
+	secret: string,
 };
 
 /**  A document (`documents.id`): one file of one source. */
@@ -314,6 +399,16 @@ export type IndexerState =
 /**  Stopped by an error (`Activity::error` says which). */
 "error";
 
+/**  What the Keys view shows, and the choices its form offers. */
+export type KeysOverview = {
+	/**  Every key, revoked ones included (never a secret). */
+	keys: ApiKey[],
+	/**  Collection names a key may be limited to. */
+	collections: string[],
+	/**  Sensitivity labels, lowest first: a key's ceiling is one of them. */
+	sensitivity_levels: string[],
+};
+
 /**  The last change the watcher indexed. */
 export type LastChange = {
 	paths: string[],
@@ -349,6 +444,18 @@ export type ModelListing = {
 	license: string,
 };
 
+/**  What a new key may do. */
+export type NewKey = {
+	/**  Unique name. */
+	name: string,
+	/**  Personal or service. */
+	kind: PrincipalKind,
+	/**  The owner of a personal key (default: its name). */
+	user: string | null,
+	/**  What it may read. */
+	scope: Scope,
+};
+
 /**  Where one source stands. */
 export type Phase = 
 /**  Waiting for its first scan of this session. */
@@ -361,6 +468,15 @@ export type Phase =
 "done" | 
 /**  Its folder is gone; its documents are kept. */
 "missing";
+
+/**  The kind of principal. */
+export type PrincipalKind = 
+/**  Whoever runs Quarry on this machine. */
+"administrator" | 
+/**  A user's own API key. */
+"personal" | 
+/**  A service key acting for a named user. */
+"service";
 
 /**  Something that keeps a search from being all it was configured to be. */
 export type ReadinessIssue = {
@@ -389,6 +505,14 @@ export type RuntimeStatus = {
 	ok: boolean,
 	/**  Its path, or the error (which names the fix). */
 	detail: string,
+};
+
+/**  What a principal may read. */
+export type Scope = {
+	/**  Collection names it may read; `None`: every collection. */
+	collections: string[] | null,
+	/**  The highest sensitivity label it may read. */
+	sensitivity_ceiling: string,
 };
 
 /**  A search from the Search view. */

@@ -11,7 +11,7 @@ import {
   type Settings,
 } from './api';
 
-export type View = 'library' | 'search' | 'status';
+export type View = 'library' | 'search' | 'status' | 'keys' | 'audit';
 export type ThemeChoice = Settings['theme'];
 
 export const ui = $state({
@@ -41,6 +41,9 @@ export const live = $state({
   /** Why the events or the first activity could not be read (no shell, say). */
   error: null as string | null,
 });
+
+/** The audit view's filters ('' means any), kept across view switches. */
+export const auditFilter = $state({ principal: '', action: '', target: '', outcome: '' });
 
 /** The search view's state, kept across view switches. */
 export const search = $state({

@@ -1,13 +1,14 @@
 //! The audit log: one row per tool test, pipeline run, key change and configuration change.
 
 use rusqlite::params;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Store;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// One audit record.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct AuditRecord {
     /// Row id, increasing.
     pub id: i64,
@@ -27,6 +28,55 @@ pub struct AuditRecord {
     pub detail: Option<String>,
     /// Duration.
     pub duration_ms: i64,
+}
+
+/// Which audit records to list: every filter that is set must match.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct AuditQuery {
+    /// The principal's label, as listed.
+    pub principal: Option<String>,
+    /// `tool.test`, `pipeline.run`, `orchestrator.apply`, `key.create`, `key.revoke`, `auth`, …
+    pub action: Option<String>,
+    /// The tool slug, pipeline or key name.
+    pub target: Option<String>,
+    /// `ok`, or `error` for every failure whatever its code.
+    pub outcome: Option<String>,
+    /// The newest this many; 0 means 100.
+    pub limit: u32,
+}
+
+impl AuditQuery {
+    /// The newest `limit` records, unfiltered.
+    pub fn newest(limit: u32) -> AuditQuery {
+        AuditQuery {
+            limit,
+            ..AuditQuery::default()
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.outcome.as_deref() {
+            None | Some("ok") | Some("error") => Ok(()),
+            Some(other) => Err(Error::InvalidSetting {
+                field: "outcome".into(),
+                reason: format!("`{other}` is neither `ok` nor `error`"),
+            }),
+        }
+    }
+}
+
+/// The values the audit log holds, to filter by.
+#[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct AuditFacets {
+    /// Principals' labels.
+    pub principals: Vec<String>,
+    /// Actions.
+    pub actions: Vec<String>,
+    /// Targets.
+    pub targets: Vec<String>,
 }
 
 /// An audit record about to be appended.
@@ -62,13 +112,27 @@ impl Store {
         Ok(())
     }
 
-    /// The newest `limit` audit records, newest first.
-    pub(crate) fn recent_audit(&self, limit: usize) -> Result<Vec<AuditRecord>> {
+    /// The newest audit records `query` selects, newest first.
+    pub(crate) fn audit_records(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        query.check()?;
+        let limit = if query.limit == 0 { 100 } else { query.limit };
         let mut stmt = self.conn.prepare(
             "SELECT id, at_ms, principal, action, target, input_hash, outcome, detail, duration_ms
-             FROM audit_log ORDER BY id DESC LIMIT ?1",
+             FROM audit_log
+             WHERE (?2 IS NULL OR principal = ?2) AND (?3 IS NULL OR action = ?3)
+               AND (?4 IS NULL OR target = ?4)
+               AND (?5 IS NULL OR (?5 = 'ok' AND outcome = 'ok')
+                    OR (?5 = 'error' AND outcome LIKE 'error%'))
+             ORDER BY id DESC LIMIT ?1",
         )?;
-        let rows = stmt.query_map([limit as i64], |r| {
+        let filters = params![
+            limit,
+            query.principal,
+            query.action,
+            query.target,
+            query.outcome
+        ];
+        let rows = stmt.query_map(filters, |r| {
             Ok(AuditRecord {
                 id: r.get(0)?,
                 at_ms: r.get(1)?,
@@ -82,5 +146,97 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every principal, action and target the log holds, sorted.
+    pub(crate) fn audit_facets(&self) -> Result<AuditFacets> {
+        let distinct = |column: &str| -> Result<Vec<String>> {
+            let mut stmt = self.conn.prepare(&format!(
+                "SELECT DISTINCT {column} FROM audit_log ORDER BY {column}"
+            ))?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        };
+        Ok(AuditFacets {
+            principals: distinct("principal")?,
+            actions: distinct("action")?,
+            targets: distinct("target")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::temp_store;
+
+    fn append(store: &Store, principal: &str, action: &str, target: &str, outcome: &str) {
+        store
+            .append_audit(&NewAuditRecord {
+                at_ms: 1,
+                principal,
+                action,
+                target,
+                input_hash: "sha256:0",
+                outcome,
+                detail: None,
+                duration_ms: 0,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn every_filter_that_is_set_must_match_newest_first() {
+        let (_dir, store) = temp_store();
+        append(&store, "administrator", "key.create", "alice", "ok");
+        append(
+            &store,
+            "alice",
+            "tool.test",
+            "lex",
+            "error: invalid_setting",
+        );
+        append(&store, "alice", "tool.test", "lex", "ok");
+        append(&store, "unknown", "auth", "qk_1", "error: unauthorized");
+        let ids = |query: AuditQuery| -> Vec<i64> {
+            store
+                .audit_records(&query)
+                .unwrap()
+                .iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        assert_eq!(ids(AuditQuery::default()), [4, 3, 2, 1]);
+        assert_eq!(ids(AuditQuery::newest(2)), [4, 3]);
+        let alice_failures = AuditQuery {
+            principal: Some("alice".into()),
+            outcome: Some("error".into()),
+            ..AuditQuery::default()
+        };
+        assert_eq!(ids(alice_failures), [2]);
+        let tests_of_lex = AuditQuery {
+            action: Some("tool.test".into()),
+            target: Some("lex".into()),
+            outcome: Some("ok".into()),
+            ..AuditQuery::default()
+        };
+        assert_eq!(ids(tests_of_lex), [3]);
+        let facets = store.audit_facets().unwrap();
+        assert_eq!(facets.principals, ["administrator", "alice", "unknown"]);
+        assert_eq!(facets.actions, ["auth", "key.create", "tool.test"]);
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_refused_by_name() {
+        let (_dir, store) = temp_store();
+        let query = AuditQuery {
+            outcome: Some("maybe".into()),
+            ..AuditQuery::default()
+        };
+        let err = store.audit_records(&query).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidSetting { field, .. } if field == "outcome"),
+            "{err}"
+        );
     }
 }

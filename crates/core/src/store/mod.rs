@@ -24,8 +24,8 @@ pub(crate) mod writes;
 #[cfg(test)]
 pub(crate) mod test_support;
 
-pub use audit::AuditRecord;
 pub(crate) use audit::NewAuditRecord;
+pub use audit::{AuditFacets, AuditQuery, AuditRecord};
 pub use conversations::Conversation;
 pub(crate) use conversations::{
     chat_evidence_for_chunk, insert_chat_evidence, mark_conversation_qualified,
