@@ -78,6 +78,24 @@ try {
   await (await browser.$(tid('audit-open'))).click();
   await shot('audit');
 
+  // The orchestrator with an unsaved-then-saved edit, so the changes show.
+  await (await browser.$(tid('nav-orchestrator'))).click();
+  const draft = await browser.$(tid('orch-draft'));
+  await draft.waitForDisplayed({ timeout: 10_000 });
+  const config = JSON.parse(await draft.getValue());
+  config.system_prompt += ' Answer in at most five sentences.';
+  await browser.execute(
+    (el, v) => {
+      el.value = v;
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+    },
+    draft,
+    JSON.stringify(config, null, 2),
+  );
+  await (await browser.$(tid('orch-save'))).click();
+  await (await browser.$(tid('orch-change'))).waitForExist({ timeout: 10_000 });
+  await shot('orchestrator');
+
   // The dark theme, on the search, keys and audit views.
   await (await browser.$(tid('nav-status'))).click();
   await (await browser.$(tid('settings-theme'))).selectByAttribute('value', 'dark');
@@ -91,6 +109,8 @@ try {
   await shot('keys-dark');
   await (await browser.$(tid('nav-audit'))).click();
   await shot('audit-dark');
+  await (await browser.$(tid('nav-orchestrator'))).click();
+  await shot('orchestrator-dark');
 } finally {
   await app.stop();
   fs.rmSync(dataDir, { recursive: true, force: true });

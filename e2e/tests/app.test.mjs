@@ -311,6 +311,53 @@ describe('Quarry desktop', () => {
     await (await browser.$(tid('audit-filter-outcome'))).selectByAttribute('value', '');
   });
 
+  it('edits the orchestrator draft, shows what it changes, and applies it as a new revision', async () => {
+    await (await browser.$(tid('nav-orchestrator'))).click();
+    const draft = await browser.$(tid('orch-draft'));
+    await draft.waitForDisplayed({ timeout: 10_000 });
+    const revisions = async () => (await browser.$$(tid('orch-revision'))).length;
+    const before = await revisions();
+    assert.ok(before >= 1, 'the seeded configuration is applied as revision 1');
+    const config = JSON.parse(await draft.getValue());
+    // What a person types, without sending thousands of keys over WebDriver.
+    const edit = (value) =>
+      browser.execute(
+        (el, v) => {
+          el.value = v;
+          el.dispatchEvent(new Event('input', { bubbles: true }));
+        },
+        draft,
+        value,
+      );
+
+    // A default mode that does not exist: the engine's message names the field; nothing saved.
+    await edit(JSON.stringify({ ...config, default_mode: 'no-such-mode' }, null, 2));
+    await (await browser.$(tid('orch-save'))).click();
+    const error = await browser.$(tid('orch-error'));
+    await error.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await error.getText(), /default_mode/);
+    assert.equal((await browser.$$(tid('orch-change'))).length, 0);
+
+    await edit(JSON.stringify({ ...config, system_prompt: `${config.system_prompt} Be brief.` }, null, 2));
+    await (await browser.$(tid('orch-save'))).click();
+    const change = await browser.$(`${tid('orch-change')}[data-path="system_prompt"]`);
+    await change.waitForExist({ timeout: 10_000 });
+    assert.match(await change.getText(), /Be brief/);
+
+    await (await browser.$(tid('orch-apply'))).click();
+    await (await browser.$(tid('orch-apply-confirm'))).click();
+    await eventually(browser, 'a new revision', async () => (await revisions()) === before + 1);
+    const applied = await browser.$(tid('orch-applied'));
+    assert.equal(Number(await applied.getAttribute('data-revision')), before + 1);
+    assert.match(await applied.getText(), /Be brief/);
+    assert.equal((await browser.$$(tid('orch-change'))).length, 0, 'the draft is what is applied');
+
+    await (await browser.$(tid('nav-audit'))).click();
+    await (await browser.$(`${tid('audit-row')}[data-action="orchestrator.apply"]`)).waitForExist({
+      timeout: 10_000,
+    });
+  });
+
   it('removes the folder, and its documents leave the results', async () => {
     await (await browser.$(tid('nav-library'))).click();
     const row = await sourceRow();

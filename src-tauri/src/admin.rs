@@ -1,8 +1,13 @@
-//! Tauri commands of the administrator's views: API keys (create, list, revoke) and the audit
-//! log. Thin over the library, like `commands`: every check runs in the engine.
+//! Tauri commands of the administrator's views: API keys (create, list, revoke), the audit
+//! log, and orchestrator configurations (draft, changes, apply, revisions). Thin over the
+//! library, like `commands`: every check runs in the engine.
 
 use quarry_core::audit::{AuditFacets, AuditQuery, AuditRecord};
 use quarry_core::auth::{ApiKey, CreatedKey, NewKey, SENSITIVITY_LEVELS};
+use quarry_core::orchestrator::{
+    self, AppliedRevision, ConfigChange, OrchestratorConfig, RevisionSummary, DEFAULT_CONFIG,
+};
+use quarry_core::{Library, Principal};
 use serde::Serialize;
 
 use crate::commands::{blocking, EngineState};
@@ -68,6 +73,126 @@ pub async fn list_audit(engine: EngineState<'_>, query: AuditQuery) -> CommandRe
             records: library.audit(&query)?,
             facets: library.audit_facets()?,
         })
+    })
+    .await
+}
+
+/// The applied revision as the Orchestrator view shows it.
+#[derive(Serialize, specta::Type)]
+pub struct AppliedView {
+    revision: i64,
+    applied_by: String,
+    /// Unix seconds.
+    applied_at: i64,
+    /// Its configuration, as pretty JSON.
+    config: String,
+}
+
+/// One orchestrator configuration: its draft beside the newest applied revision, what the
+/// draft changes, what stops it from being applied, and every revision.
+#[derive(Serialize, specta::Type)]
+pub struct OrchestratorView {
+    /// Every configuration's name.
+    names: Vec<String>,
+    /// This configuration's.
+    name: String,
+    /// The draft, as pretty JSON: what the editor holds.
+    draft: String,
+    /// Problems that stop the draft from being applied.
+    problems: Vec<String>,
+    /// The newest applied revision, if any.
+    applied: Option<AppliedView>,
+    /// What the draft changes against it, field by field.
+    changes: Vec<ConfigChange>,
+    /// Every applied revision, newest first.
+    revisions: Vec<RevisionSummary>,
+}
+
+fn applied_view(applied: AppliedRevision) -> AppliedView {
+    AppliedView {
+        revision: applied.revision,
+        applied_by: applied.applied_by,
+        applied_at: applied.applied_at,
+        config: applied.config.to_json(),
+    }
+}
+
+fn orchestrator_view_of(library: &Library, name: &str) -> quarry_core::Result<OrchestratorView> {
+    let draft = library.orchestrator_draft(name)?;
+    let applied = library.orchestrator_revision(name, None).ok();
+    Ok(OrchestratorView {
+        names: library.orchestrator_configs()?,
+        name: name.to_string(),
+        draft: draft.to_json(),
+        problems: library.orchestrator_problems(&draft),
+        changes: applied
+            .as_ref()
+            .map(|a| orchestrator::diff(&a.config, &draft))
+            .unwrap_or_default(),
+        applied: applied.map(applied_view),
+        revisions: library.orchestrator_revisions(name)?,
+    })
+}
+
+/// A configuration (default: the seeded one).
+#[tauri::command]
+#[specta::specta]
+pub async fn orchestrator_view(
+    engine: EngineState<'_>,
+    name: Option<String>,
+) -> CommandResult<OrchestratorView> {
+    blocking(&engine, move |engine| {
+        let name = name.unwrap_or_else(|| DEFAULT_CONFIG.to_string());
+        Ok(orchestrator_view_of(&engine.library(), &name)?)
+    })
+    .await
+}
+
+/// Replaces a draft with `json` (parsed and checked by the engine, which names the field at
+/// fault); it takes effect only when applied.
+#[tauri::command]
+#[specta::specta]
+pub async fn save_orchestrator_draft(
+    engine: EngineState<'_>,
+    name: String,
+    json: String,
+) -> CommandResult<OrchestratorView> {
+    blocking(&engine, move |engine| {
+        let library = engine.library();
+        library.set_orchestrator_draft(&name, &OrchestratorConfig::parse(&json)?)?;
+        Ok(orchestrator_view_of(&library, &name)?)
+    })
+    .await
+}
+
+/// Applies a draft as a new revision, as the local administrator (audited).
+#[tauri::command]
+#[specta::specta]
+pub async fn apply_orchestrator(
+    engine: EngineState<'_>,
+    name: String,
+) -> CommandResult<OrchestratorView> {
+    blocking(&engine, move |engine| {
+        let library = engine.library();
+        library.apply_orchestrator(&name, &Principal::administrator())?;
+        Ok(orchestrator_view_of(&library, &name)?)
+    })
+    .await
+}
+
+/// An earlier applied revision.
+#[tauri::command]
+#[specta::specta]
+pub async fn orchestrator_revision(
+    engine: EngineState<'_>,
+    name: String,
+    revision: i64,
+) -> CommandResult<AppliedView> {
+    blocking(&engine, move |engine| {
+        let applied = engine
+            .library()
+            .orchestrator_revision(&name, Some(revision))?;
+        Ok(applied_view(applied))
     })
     .await
 }

@@ -35,6 +35,10 @@ pub fn builder() -> Builder<tauri::Wry> {
             admin::create_key,
             admin::revoke_key,
             admin::list_audit,
+            admin::orchestrator_view,
+            admin::save_orchestrator_draft,
+            admin::apply_orchestrator,
+            admin::orchestrator_revision,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

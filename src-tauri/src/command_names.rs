@@ -21,4 +21,8 @@ pub const COMMAND_NAMES: &[&str] = &[
     "create_key",
     "revoke_key",
     "list_audit",
+    "orchestrator_view",
+    "save_orchestrator_draft",
+    "apply_orchestrator",
+    "orchestrator_revision",
 ];

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use quarry_core::orchestrator::{
-    BackendConfig, ChatOptions, OrchestratorConfig, TurnEvent, TurnResult, DEFAULT_CONFIG,
+    self, BackendConfig, ChatOptions, OrchestratorConfig, TurnEvent, TurnResult, DEFAULT_CONFIG,
 };
 use quarry_core::{Library, Principal};
 
@@ -302,6 +302,17 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
                     }
                 ),
                 None => println!("never applied"),
+            }
+            if let (None, Some(a)) = (revision, &applied) {
+                for c in orchestrator::diff(&a.config, &config) {
+                    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+                    println!(
+                        "  changed {}: {} → {}",
+                        c.path,
+                        show(&c.before),
+                        show(&c.after)
+                    );
+                }
             }
             println!("default mode: {}", config.default_mode);
             for m in &config.modes {

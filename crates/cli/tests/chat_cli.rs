@@ -152,9 +152,12 @@ fn orchestrator_drafts_apply_as_revisions_and_bad_files_are_named() {
     edited["default_mode"] = "extractive".into();
     write(&file, serde_json::to_vec_pretty(&edited).unwrap());
     env.ok(&["orchestrator", "edit", "--file", file.to_str().unwrap()]);
-    assert!(env
-        .ok(&["orchestrator", "show"])
-        .contains("unapplied changes"));
+    let shown = env.ok(&["orchestrator", "show"]);
+    assert!(shown.contains("unapplied changes"), "{shown}");
+    assert!(
+        shown.contains(r#"changed default_mode: "grounded" → "extractive""#),
+        "{shown}"
+    );
     let applied = env.ok(&["orchestrator", "apply"]);
     assert!(applied.contains("revision 2"), "{applied}");
     let revisions = env.ok(&["orchestrator", "revisions"]);

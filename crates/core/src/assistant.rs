@@ -131,6 +131,11 @@ impl Library {
 
     // ---- orchestrator configurations -----------------------------------------------------
 
+    /// Every orchestrator configuration's name.
+    pub fn orchestrator_configs(&self) -> Result<Vec<String>> {
+        revisions::names(self.store())
+    }
+
     /// A configuration's draft.
     pub fn orchestrator_draft(&self, name: &str) -> Result<OrchestratorConfig> {
         revisions::draft(self.store(), name)

@@ -32,6 +32,17 @@ export const commands = {
 	createKey: (key: NewKey) => __TAURI_INVOKE<CreatedKey>("create_key", { key }),
 	revokeKey: (name: string) => __TAURI_INVOKE<ApiKey>("revoke_key", { name }),
 	listAudit: (query: AuditQuery) => __TAURI_INVOKE<AuditPage>("list_audit", { query }),
+	/**  A configuration (default: the seeded one). */
+	orchestratorView: (name: string | null) => __TAURI_INVOKE<OrchestratorView>("orchestrator_view", { name }),
+	/**
+	 *  Replaces a draft with `json` (parsed and checked by the engine, which names the field at
+	 *  fault); it takes effect only when applied.
+	 */
+	saveOrchestratorDraft: (name: string, json: string) => __TAURI_INVOKE<OrchestratorView>("save_orchestrator_draft", { name, json }),
+	/**  Applies a draft as a new revision, as the local administrator (audited). */
+	applyOrchestrator: (name: string) => __TAURI_INVOKE<OrchestratorView>("apply_orchestrator", { name }),
+	/**  An earlier applied revision. */
+	orchestratorRevision: (name: string, revision: number) => __TAURI_INVOKE<AppliedView>("orchestrator_revision", { name, revision }),
 };
 
 /* Types */
@@ -85,6 +96,16 @@ export type AppStatus = {
 	/**  What is missing, each with the command that fixes it. */
 	problems: SetupProblem[],
 	activity: Activity,
+};
+
+/**  The applied revision as the Orchestrator view shows it. */
+export type AppliedView = {
+	revision: number,
+	applied_by: string,
+	/**  Unix seconds. */
+	applied_at: number,
+	/**  Its configuration, as pretty JSON. */
+	config: string,
 };
 
 /**  The values the audit log holds, to filter by. */
@@ -223,6 +244,16 @@ export type CommandError = {
 	code: string,
 	kind: ErrorKind,
 	message: string,
+};
+
+/**  One changed field. */
+export type ConfigChange = {
+	/**  Where: `system_prompt`, `modes[chat].budget.rounds`, `gates`. */
+	path: string,
+	/**  The value before, as JSON; `None`: added. */
+	before: string | null,
+	/**  The value after, as JSON; `None`: removed. */
+	after: string | null,
 };
 
 /**  A new key: the record and the secret, which is shown this once. */
@@ -456,6 +487,27 @@ export type NewKey = {
 	scope: Scope,
 };
 
+/**
+ *  One orchestrator configuration: its draft beside the newest applied revision, what the
+ *  draft changes, what stops it from being applied, and every revision.
+ */
+export type OrchestratorView = {
+	/**  Every configuration's name. */
+	names: string[],
+	/**  This configuration's. */
+	name: string,
+	/**  The draft, as pretty JSON: what the editor holds. */
+	draft: string,
+	/**  Problems that stop the draft from being applied. */
+	problems: string[],
+	/**  The newest applied revision, if any. */
+	applied: AppliedView | null,
+	/**  What the draft changes against it, field by field. */
+	changes: ConfigChange[],
+	/**  Every applied revision, newest first. */
+	revisions: RevisionSummary[],
+};
+
 /**  Where one source stands. */
 export type Phase = 
 /**  Waiting for its first scan of this session. */
@@ -498,6 +550,18 @@ export type ReasonCount = {
 
 /**  A revision (`revisions.id`): one indexed version of a document. */
 export type RevisionId = number;
+
+/**  A revision in a listing. */
+export type RevisionSummary = {
+	/**  1, 2, … */
+	revision: number,
+	/**  Who applied it. */
+	applied_by: string,
+	/**  When (Unix seconds). */
+	applied_at: number,
+	/**  Its modes. */
+	modes: string[],
+};
 
 /**  The ONNX Runtime library: where it was found, or what is wrong with it. */
 export type RuntimeStatus = {

@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod conversation;
+pub mod diff;
 mod extractive;
 pub mod gates;
 pub mod knowledge_search;
@@ -19,6 +20,7 @@ mod turn;
 
 pub use config::{BackendConfig, Budget, Mode, OrchestratorConfig, ToolChoice, DEFAULT_CONFIG};
 pub use conversation::{Conversation, EvidenceItem, StoredMessage, TraceEvent};
+pub use diff::{diff, ConfigChange};
 pub use gates::{Gate, GateConfig, GateDecision, Gates, Verdict};
 pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};

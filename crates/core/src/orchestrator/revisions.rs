@@ -41,6 +41,7 @@ struct Snapshot {
 
 /// A revision in a listing.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RevisionSummary {
     /// 1, 2, …
     pub revision: i64,
@@ -82,6 +83,12 @@ fn config_row(store: &Store, name: &str) -> Result<(i64, OrchestratorConfig)> {
 fn parse_config_row(name: &str, row: Option<(i64, String)>) -> Result<(i64, OrchestratorConfig)> {
     let (id, draft) = row.ok_or_else(|| not_found(name))?;
     Ok((id, OrchestratorConfig::parse(&draft)?))
+}
+
+/// Every configuration's name (the seeded one at least).
+pub fn names(store: &Store) -> Result<Vec<String>> {
+    ensure_seeded(store)?;
+    store.orchestrator_config_names()
 }
 
 /// A configuration's draft.

@@ -25,6 +25,15 @@ pub(crate) struct RevisionListRow {
 }
 
 impl Store {
+    /// Every configuration's name, sorted.
+    pub(crate) fn orchestrator_config_names(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name FROM orchestrator_configs ORDER BY name")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Whether a configuration named `name` exists.
     pub(crate) fn orchestrator_config_exists(&self, name: &str) -> Result<bool> {
         Ok(self.conn.query_row(
