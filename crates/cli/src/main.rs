@@ -293,6 +293,16 @@ fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettin
     Ok(settings)
 }
 
+/// `quarry search … | head`: writing to a closed pipe ends the process quietly, as it does
+/// every other Unix tool, instead of a panic in `println!` (Rust ignores SIGPIPE by default).
+#[cfg(unix)]
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: runs first in main, before any thread starts; it restores the default action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// llama.cpp's OpenMP runtime reads `OMP_WAIT_POLICY` once, before `main`: when it is unset,
 /// run this binary again with the passive policy (exec replaces the process, same pid).
 #[cfg(unix)]
@@ -314,6 +324,8 @@ fn with_passive_openmp() {
 fn main() -> ExitCode {
     #[cfg(unix)]
     with_passive_openmp();
+    #[cfg(unix)]
+    end_quietly_on_a_closed_pipe();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")

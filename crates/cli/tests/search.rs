@@ -159,3 +159,55 @@ fn include_and_exclude_globs_and_gitignore_apply() {
     assert_eq!(paths.len(), 1, "{paths:?}");
     assert!(paths[0].ends_with("keep.md"));
 }
+
+#[test]
+fn a_hostile_query_is_refused_by_name_not_an_abort() {
+    let env = TestEnv::new();
+    write(&env.docs().join("a.md"), "Lighthouses guide ships.");
+    env.add_docs_source("notes");
+    env.ok(&["index"]);
+    for (query, limit) in [
+        (
+            format!("{}lighthouse", "(".repeat(3_000)),
+            "nested 3000 deep",
+        ),
+        (
+            format!("{}lighthouse", "NOT ".repeat(2_000)),
+            "2000 AND/OR/NOT",
+        ),
+        ("lighthouse ".repeat(1_000), "11000 characters"),
+    ] {
+        let out = env.run(&["search", &query, "--mode", "lexical"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("invalid_query"), "{stderr}");
+        assert!(stderr.contains(limit), "{stderr}");
+    }
+    // A query within the limits still searches.
+    assert!(!env.search_paths("((lighthouse))").is_empty());
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let env = TestEnv::new();
+    for i in 0..50 {
+        write(
+            &env.docs().join(format!("n{i}.md")),
+            "Lighthouses guide ships.",
+        );
+    }
+    env.add_docs_source("notes");
+    env.ok(&["index"]);
+    // `quarry search … | head -0`: the reader is gone before the first line is written.
+    let mut child = env
+        .command(&["search", "lighthouse", "--mode", "lexical", "-n", "50"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}

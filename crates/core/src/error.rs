@@ -192,6 +192,13 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// Query text over the parser's limits (length, nesting, operators): refused before
+    /// parsing, since deeply nested input overflows the parser's stack and aborts the process.
+    #[error("invalid query: {reason}")]
+    InvalidQuery {
+        /// Which limit, and the query's figure.
+        reason: String,
+    },
     /// A retrieval or model setting out of range.
     #[error("invalid setting `{field}`: {reason}")]
     InvalidSetting {
@@ -388,6 +395,7 @@ error_codes! {
     Inference => inference_failed, Internal;
     Download => download_failed, Unavailable;
     InvalidSetting => invalid_setting, InvalidInput;
+    InvalidQuery => invalid_query, InvalidInput;
     InvalidDataset => invalid_dataset, InvalidInput;
     ToolNotFound => tool_not_found, NotFound;
     ToolExists => tool_exists, InvalidInput;
@@ -424,7 +432,8 @@ mod tests {
 source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,writer_busy,\
 schema_too_new,watch_failed,disk_full,database_error,fulltext_error,fulltext_out_of_sync,\
 io_error,unknown_model,model_not_installed,model_file_bad,runtime_unavailable,invalid_model,\
-model_mismatch,inference_failed,download_failed,invalid_setting,invalid_dataset,tool_not_found,\
+model_mismatch,inference_failed,download_failed,invalid_setting,invalid_query,invalid_dataset,\
+tool_not_found,\
 tool_exists,invalid_tool,invalid_tool_source,tool_in_use,invalid_tool_file,tool_failed,tool_timeout,\
 python_unavailable,pipeline_not_found,pipeline_exists,pipeline_not_ready,unauthorized,key_not_found,\
 evidence_rejected,llm_failed,llm_unavailable,conversation_not_found,orchestrator_not_ready,internal"

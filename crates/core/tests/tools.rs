@@ -1084,3 +1084,68 @@ fn a_collection_outside_the_scope_is_not_found_like_a_missing_one() {
         assert_eq!(err.code(), "collection_not_found", "{name}");
     }
 }
+
+#[test]
+fn hostile_queries_are_refused_by_name_on_every_path_even_on_a_small_stack() {
+    let (f, s) = one_note("# Gears\n\nGears transmit torque between shafts.");
+    let hostile = [
+        format!("{}gears", "(".repeat(3_000)),
+        format!("{}gears", "NOT ".repeat(2_000)),
+    ];
+    let refused = |what: &str, result: quarry_core::Result<()>| {
+        let err = result.expect_err(what);
+        assert!(
+            err.code() == "invalid_query" || err.to_string().contains("invalid query"),
+            "{what}: {err}"
+        );
+    };
+    let lexical = quarry_core::pipeline::PipelineDefinition {
+        retrieval: Some("retrieve-lexical-focused".into()),
+        ..Default::default()
+    };
+    f.library.create_pipeline("lexical", &lexical).unwrap();
+    f.library
+        .save_pipeline("lexical", &Principal::administrator())
+        .unwrap();
+    let searcher = code_tool(
+        "searcher",
+        ToolType::Action,
+        "from quarry import BaseModel\nclass Inputs(BaseModel):\n    q: str\n\
+         class Output(BaseModel):\n    count: int\n\
+         async def run(input, ctx):\n    return {'count': len(await ctx.search(input['q']))}\n",
+    );
+    let searcher = f.library.create_tool(searcher).unwrap();
+    let admin = Principal::administrator();
+    for query in &hostile {
+        // The desktop's worker threads have far smaller stacks than a main thread.
+        let reader = Library::open(f.data.path()).unwrap();
+        let request = SearchRequest::new(query.clone()).with_mode(SearchMode::Lexical);
+        let searched = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || reader.search(&request).map(|_| ()))
+            .unwrap()
+            .join()
+            .expect("the search thread did not overflow its stack");
+        refused("search", searched);
+        let run = f
+            .library
+            .run_pipeline("lexical", query, &admin, &RunOptions::default());
+        refused("pipeline run", run.map(|_| ()));
+        let test = f.library.test_tool(
+            "retrieve-lexical-focused",
+            &quarry_core::pipeline::TestInput::Query(query.clone()),
+            &admin,
+            None,
+            None,
+        );
+        refused("retrieval tool test", test.map(|_| ()));
+        let from_tool = call(&f.library, &s, &searcher, json!({ "q": query }));
+        refused("ctx.search", from_tool.map(|_| ()));
+    }
+    // The library still answers.
+    let hits = f
+        .library
+        .search(&SearchRequest::new("gears").with_mode(SearchMode::Lexical))
+        .unwrap();
+    assert_eq!(hits.hits.len(), 1);
+}

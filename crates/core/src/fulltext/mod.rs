@@ -238,6 +238,7 @@ impl FullText {
 
     /// BM25 search over the given languages' fields, optionally within some collections.
     pub fn search(&self, query: &FulltextQuery<'_>) -> Result<FulltextResults> {
+        check_query(query.text)?;
         let searcher = self.reader.searcher();
         let languages = if query.languages.is_empty() {
             vec![schema::DEFAULT_LANGUAGE.to_string()]
@@ -320,6 +321,52 @@ pub struct FulltextQuery<'a> {
     pub limit: usize,
 }
 
+/// The longest query text accepted, in characters.
+pub const MAX_QUERY_CHARS: usize = 10_000;
+/// The deepest nesting of parentheses accepted.
+pub const MAX_QUERY_NESTING: usize = 32;
+/// The most `AND`, `OR` and `NOT` operators accepted.
+pub const MAX_QUERY_OPERATORS: usize = 64;
+
+/// Refuses query text the parser could not take safely. Tantivy's query parser descends
+/// recursively: about 2,900 `(` (or 7,000 `NOT `) overflowed the main thread's stack and
+/// aborted the process, and the desktop's worker threads have smaller stacks. Every search,
+/// pipeline run, tool test and `ctx.search` parses through [`FullText::search`], which calls
+/// this first.
+pub(crate) fn check_query(text: &str) -> Result<()> {
+    let refuse = |reason: String| Err(Error::InvalidQuery { reason });
+    let chars = text.chars().count();
+    if chars > MAX_QUERY_CHARS {
+        return refuse(format!("{chars} characters; the most is {MAX_QUERY_CHARS}"));
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_QUERY_NESTING {
+        return refuse(format!(
+            "parentheses nested {deepest} deep; the most is {MAX_QUERY_NESTING}"
+        ));
+    }
+    let operators = text
+        .split_whitespace()
+        .filter(|w| matches!(*w, "AND" | "OR" | "NOT" | "&&" | "||"))
+        .count();
+    if operators > MAX_QUERY_OPERATORS {
+        return refuse(format!(
+            "{operators} AND/OR/NOT operators; the most is {MAX_QUERY_OPERATORS}"
+        ));
+    }
+    Ok(())
+}
+
 /// Hits plus what is needed to highlight them.
 pub struct FulltextResults {
     /// Best first.
@@ -375,4 +422,45 @@ fn recreate(dir: &Path, schema: tantivy::schema::Schema) -> Result<Index> {
     std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     Ok(Index::create_in_dir(dir, schema)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(text: &str) -> String {
+        match check_query(text) {
+            Err(Error::InvalidQuery { reason }) => reason,
+            other => panic!("{text:.40}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn queries_within_the_limits_pass() {
+        for ok in [
+            "lighthouse keeper",
+            "\"exact phrase\" +must -not",
+            "(a OR (b AND c)) NOT d",
+            &"(".repeat(MAX_QUERY_NESTING),
+            &"x ".repeat(MAX_QUERY_CHARS / 2),
+        ] {
+            check_query(ok).unwrap();
+        }
+    }
+
+    #[test]
+    fn each_limit_is_named_with_the_query_s_figure() {
+        assert_eq!(
+            reason(&"(".repeat(33)),
+            "parentheses nested 33 deep; the most is 32"
+        );
+        assert_eq!(
+            reason(&"NOT ".repeat(65)),
+            "65 AND/OR/NOT operators; the most is 64"
+        );
+        assert_eq!(
+            reason(&"é".repeat(10_001)),
+            "10001 characters; the most is 10000"
+        );
+    }
 }
