@@ -1,6 +1,6 @@
 //! The audit log: one record per tool test run, pipeline run, orchestrator apply and key
-//! change (who, what, a hash of the input, the outcome and how long it took). Inputs are hashed, not stored, so the log never
-//! holds the documents or questions themselves.
+//! change (who, what, a hash of the input, the outcome and how long it took). Inputs are
+//! hashed, not stored, so the log never holds the documents or questions themselves.
 
 use sha2::{Digest, Sha256};
 

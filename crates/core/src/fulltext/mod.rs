@@ -20,7 +20,7 @@ pub use schema::LANGUAGE_NAMES;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
-use tantivy::collector::TopDocs;
+use tantivy::collector::{Count, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::snippet::SnippetGenerator;
@@ -238,8 +238,64 @@ impl FullText {
 
     /// BM25 search over the given languages' fields, optionally within some collections.
     pub fn search(&self, query: &FulltextQuery<'_>) -> Result<FulltextResults> {
-        check_query(query.text)?;
+        let full_query = self.parse(query)?;
         let searcher = self.reader.searcher();
+        let top = searcher.search(
+            &*full_query,
+            &TopDocs::with_limit(query.limit.max(1)).order_by_score(),
+        )?;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let chunk_id = doc
+                .get_first(self.fields.chunk_id)
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
+            hits.push(FulltextHit {
+                chunk_id: ChunkId(chunk_id as i64),
+                score,
+            });
+        }
+        Ok(FulltextResults {
+            hits,
+            searcher,
+            query: full_query,
+            fields: self.fields.clone(),
+            generators: HashMap::new(),
+        })
+    }
+
+    /// How many chunks match `query`, and the best `query.limit` of them: a count that reads
+    /// no documents, and ids from the fast field, so a common term costs no stored-document
+    /// reads.
+    pub(crate) fn matches(&self, query: &FulltextQuery<'_>) -> Result<(usize, Vec<ChunkId>)> {
+        let full_query = self.parse(query)?;
+        let searcher = self.reader.searcher();
+        let (count, top) = searcher.search(
+            &*full_query,
+            &(
+                Count,
+                TopDocs::with_limit(query.limit.max(1)).order_by_score(),
+            ),
+        )?;
+        let mut ids = Vec::with_capacity(top.len());
+        for (_, address) in top {
+            let column = searcher
+                .segment_reader(address.segment_ord)
+                .fast_fields()
+                .u64(schema::CHUNK_ID)?;
+            let id = column
+                .first(address.doc_id)
+                .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
+            ids.push(ChunkId(id as i64));
+        }
+        Ok((count, ids))
+    }
+
+    /// The query over the given languages' fields (title, heading and body, boosted in that
+    /// order), within the given collections. Checked first: see [`check_query`].
+    fn parse(&self, query: &FulltextQuery<'_>) -> Result<Box<dyn Query>> {
+        check_query(query.text)?;
         let languages = if query.languages.is_empty() {
             vec![schema::DEFAULT_LANGUAGE.to_string()]
         } else {
@@ -277,29 +333,7 @@ impl FullText {
                 (Occur::Must, Box::new(BooleanQuery::new(filters))),
             ]))
         };
-        let top = searcher.search(
-            &*full_query,
-            &TopDocs::with_limit(query.limit.max(1)).order_by_score(),
-        )?;
-        let mut hits = Vec::with_capacity(top.len());
-        for (score, address) in top {
-            let doc: TantivyDocument = searcher.doc(address)?;
-            let chunk_id = doc
-                .get_first(self.fields.chunk_id)
-                .and_then(|v| v.as_u64())
-                .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
-            hits.push(FulltextHit {
-                chunk_id: ChunkId(chunk_id as i64),
-                score,
-            });
-        }
-        Ok(FulltextResults {
-            hits,
-            searcher,
-            query: full_query,
-            fields: self.fields.clone(),
-            generators: HashMap::new(),
-        })
+        Ok(full_query)
     }
 
     /// Releases the writer (and tantivy's lock file).
@@ -331,7 +365,7 @@ pub const MAX_QUERY_OPERATORS: usize = 64;
 /// Refuses query text the parser could not take safely. Tantivy's query parser descends
 /// recursively: about 2,900 `(` (or 7,000 `NOT `) overflowed the main thread's stack and
 /// aborted the process, and the desktop's worker threads have smaller stacks. Every search,
-/// pipeline run, tool test and `ctx.search` parses through [`FullText::search`], which calls
+/// pipeline run, tool test and `ctx.search` parses through `FullText::parse`, which calls
 /// this first.
 pub(crate) fn check_query(text: &str) -> Result<()> {
     let refuse = |reason: String| Err(Error::InvalidQuery { reason });

@@ -67,12 +67,14 @@ pub(crate) fn rare_limit(indexed_chunks: u64) -> usize {
 }
 
 /// Stage `identifiers`: finds the chunks that contain each rare identifier of `query`
-/// exactly, adds those the streams missed to `candidates`, and records on each candidate how
-/// many of them it contains; the ranking then puts more matches first.
+/// exactly (the best `pool` of them by BM25, as the lexical stage takes), adds those the
+/// streams missed to `candidates`, and records on each candidate how many of them it
+/// contains; the ranking then puts more matches first.
 pub(super) fn stage(
     ctx: &SearchContext<'_>,
     searched: &Searched<'_>,
     query: &str,
+    pool: usize,
     candidates: &mut HashMap<ChunkId, Candidate>,
 ) -> Result<Option<StageTrace>> {
     let terms = identifier_terms(query);
@@ -85,23 +87,22 @@ pub(super) fn stage(
     let mut matches: HashMap<ChunkId, u32> = HashMap::new();
     for term in &terms {
         let phrase = format!("\"{term}\"");
-        let found = ctx.fulltext.search(&FulltextQuery {
+        let (n, found) = ctx.fulltext.matches(&FulltextQuery {
             text: &phrase,
             languages: &searched.languages,
             collection_ids: &searched.ids,
-            limit: limit + 1,
+            limit: pool,
         })?;
-        let n = found.hits.len();
         if n == 0 {
             notes.push(format!("{term}: no exact match"));
         } else if n > limit {
             notes.push(format!(
-                "{term}: over {limit} matches, too common to put first"
+                "{term}: {n} matches, over {limit}: too common to put first"
             ));
         } else {
             notes.push(format!("{term}: {n} exact match(es), first"));
-            for hit in &found.hits {
-                *matches.entry(hit.chunk_id).or_default() += 1;
+            for id in found {
+                *matches.entry(id).or_default() += 1;
             }
         }
     }

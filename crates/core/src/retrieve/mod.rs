@@ -4,12 +4,10 @@
 //! The stages run in order: candidates per query variant (lexical and/or vector) → fusion (RRF
 //! or weighted normalised scores, variants added by weight) → exact identifiers first (hybrid)
 //! → freshness → one or more hits per document → optional cross-encoder rerank → the evidence
-//! limit. Every hit carries what each
-//! stage gave it, and the trace says what each stage did, so the pipeline tester can show it.
-//! `search` is the driver; each stage has its file: `plan` (the collections searched),
-//! `lexical`, `vector`, `fusion`, `exact` (identifiers), `rank` (the SQLite join, freshness,
-//! fold) and `rerank`.
-//! `vector` is also the one vector-query path `knowledge_search` takes.
+//! limit. Every hit carries what each stage gave it, and the trace says what each stage did,
+//! so the pipeline tester can show it. `search` is the driver; each stage has its file: `plan`
+//! (the collections searched), `lexical`, `vector`, `fusion`, `exact` (identifiers), `rank`
+//! (the SQLite join, freshness, fold) and `rerank`. `vector` is also the one vector-query path `knowledge_search` takes.
 //!
 //! SQLite has the last word: a candidate whose chunk is gone (deleted since tantivy's last
 //! commit) is dropped, so a removed source vanishes from results at once.
@@ -247,10 +245,12 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     let (mut candidates, step) = pool.fuse(settings.fusion, streams.len());
     trace.push(step);
     if settings.mode == SearchMode::Hybrid && settings.identifiers_first {
+        let pool = settings.lexical_candidates;
         trace.extend(exact::stage(
             ctx,
             &searched,
             &request.query,
+            pool,
             &mut candidates,
         )?);
     }

@@ -58,16 +58,21 @@ pub(super) fn freshness(
     }
 }
 
-/// The candidates best first: more exact identifier matches first, then by score (ties by
-/// chunk id, so the order is stable).
+/// The candidates best first by their fused (and freshness) score.
 pub(super) fn ranked(candidates: HashMap<ChunkId, Candidate>) -> Ranked {
     let mut ranked: Ranked = candidates.into_iter().collect();
+    best_first(&mut ranked, |c| c.total);
+    ranked
+}
+
+/// Sorts best first: more exact identifier matches first, then by `score` (ties by chunk id,
+/// so the order is stable). Ranking and reranking both order this way.
+pub(super) fn best_first(ranked: &mut Ranked, score: impl Fn(&Candidate) -> f32) {
     ranked.sort_by(|a, b| {
         (b.1.identifier_matches().cmp(&a.1.identifier_matches()))
-            .then(b.1.total.total_cmp(&a.1.total))
+            .then(score(&b.1).total_cmp(&score(&a.1)))
             .then(a.0.cmp(&b.0))
     });
-    ranked
 }
 
 /// Stage `fold`: at most `max_per_document` hits per document (0: no limit), the best kept.

@@ -75,10 +75,6 @@ fn rescore(
         ranked.retain(|(_, c)| score(c) >= min);
     }
     // The cross-encoder reorders within the exact identifier matches and within the rest.
-    ranked.sort_by(|a, b| {
-        (b.1.identifier_matches().cmp(&a.1.identifier_matches()))
-            .then(score(&b.1).total_cmp(&score(&a.1)))
-            .then(a.0.cmp(&b.0))
-    });
+    super::rank::best_first(ranked, score);
     Ok(())
 }
