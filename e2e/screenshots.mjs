@@ -60,6 +60,14 @@ try {
   await (await browser.$(tid('status-data-dir'))).waitForDisplayed({ timeout: 10_000 });
   await shot('status');
 
+  // Status, MCP: a key created for a client, and its configuration.
+  await (await browser.$(tid('mcp-setup'))).scrollIntoView();
+  await (await browser.$(tid('mcp-key-name'))).setValue('claude-desktop');
+  await (await browser.$(tid('mcp-create-key'))).click();
+  await (await browser.$(tid('mcp-key-created'))).waitForDisplayed({ timeout: 10_000 });
+  await (await browser.$(tid('mcp-setup'))).scrollIntoView();
+  await shot('mcp');
+
   // Keys: one revoked, one just created with its secret on show.
   await (await browser.$(tid('nav-keys'))).click();
   for (const name of ['ci-bot', 'alice-laptop']) {

@@ -43,6 +43,11 @@ if [ ! -d target/pydeps/onnx ]; then
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
     --target target/pydeps onnx==1.23.2
 fi
+# The MCP tests drive `quarry mcp` with the official MCP Python SDK, a real client.
+if [ ! -d target/pydeps-mcp/mcp ]; then
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
+    --target target/pydeps-mcp mcp==1.30.0
+fi
 stage "wait for llama-server"
 if ! wait "$llama_server"; then
   cat target/llama-server.log >&2

@@ -1,10 +1,11 @@
 // The desktop app end to end, in a real WebKit window: add a folder, watch it index, search,
 // open a result, retry a failed file, see a watched edit, pause, and remove the folder.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { mendQuietly, writeCorpus } from '../fixtures.mjs';
@@ -309,6 +310,72 @@ describe('Quarry desktop', () => {
     await detail.waitForDisplayed({ timeout: 5_000 });
     assert.match(await detail.getText(), /e2e-reader/);
     await (await browser.$(tid('audit-filter-outcome'))).selectByAttribute('value', '');
+  });
+
+  /** Starts the configured MCP server over stdio and sends requests as a client would. */
+  function mcpClient(server) {
+    const child = spawn(server.command, server.args, {
+      env: { ...process.env, ...server.env },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    const waiting = new Map();
+    readline.createInterface({ input: child.stdout }).on('line', (line) => {
+      const message = JSON.parse(line);
+      waiting.get(message.id)?.(message);
+    });
+    let next = 0;
+    const send = (message) => child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', ...message })}\n`);
+    return {
+      request: (method, params) =>
+        new Promise((resolve) => {
+          const id = ++next;
+          waiting.set(id, resolve);
+          send({ id, method, params });
+        }),
+      notify: (method) => send({ method }),
+      stop: () => child.kill(),
+    };
+  }
+
+  it('sets up an MCP client from the status view, and its calls reach the audit log', async () => {
+    await (await browser.$(tid('nav-status'))).click();
+    const setup = await browser.$(tid('mcp-setup'));
+    await setup.scrollIntoView();
+    await (await browser.$(tid('mcp-key-name'))).setValue('e2e-mcp');
+    await (await browser.$(tid('mcp-create-key'))).click();
+    await (await browser.$(tid('mcp-key-created'))).waitForDisplayed({ timeout: 10_000 });
+    const config = JSON.parse(await (await browser.$(tid('mcp-config'))).getAttribute('data-config'));
+    const server = config.mcpServers.quarry;
+    assert.match(server.env.QUARRY_KEY, /^qk_/);
+    assert.deepEqual(server.args, ['--data-dir', dataDir, 'mcp', '--mode', 'agent']);
+
+    // The configuration works as a client would use it.
+    const client = mcpClient(server);
+    try {
+      const init = await client.request('initialize', {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'e2e-client', version: '1' },
+      });
+      assert.equal(init.result.serverInfo.name, 'quarry');
+      client.notify('notifications/initialized');
+      const tools = (await client.request('tools/list', {})).result.tools.map((t) => t.name);
+      assert.ok(tools.includes('knowledge_search') && tools.includes('fetch_document_chunks'), tools.join());
+      const call = await client.request('tools/call', { name: 'run_pipeline', arguments: { query: 'lighthouse' } });
+      assert.equal(call.result.isError, false, JSON.stringify(call));
+      assert.match(call.result.content[0].text, /lighthouse/i);
+    } finally {
+      client.stop();
+    }
+
+    await (await browser.$(tid('nav-audit'))).click();
+    await (await browser.$(tid('audit-refresh'))).click();
+    const row = await browser.$(`${tid('audit-row')}[data-action="mcp.call"]`);
+    await row.waitForExist({ timeout: 10_000 });
+    await (await row.$(tid('audit-open'))).click();
+    const detail = await browser.$(tid('audit-detail'));
+    await detail.waitForDisplayed({ timeout: 5_000 });
+    assert.match(await detail.getText(), /client e2e-client/);
   });
 
   it('edits the orchestrator draft, shows what it changes, and applies it as a new revision', async () => {

@@ -196,3 +196,84 @@ pub async fn orchestrator_revision(
     })
     .await
 }
+
+/// How an MCP client (another assistant or editor) starts `quarry mcp` on this library: the
+/// program, its data directory, and the modes whose tools it may be offered. The window builds
+/// the client configuration from these and a key it creates.
+#[derive(Serialize, specta::Type)]
+pub struct McpSetup {
+    /// The `quarry` binary beside this app, or `quarry` on the PATH.
+    program: String,
+    /// This library's data directory.
+    data_dir: String,
+    /// The modes of the default configuration's newest revision, with their tools.
+    modes: Vec<McpMode>,
+    /// The mode to suggest: `agent` when there is one.
+    default_mode: String,
+    /// Collection names a key for the client may be limited to.
+    collections: Vec<String>,
+}
+
+/// A mode as an MCP client would see it.
+#[derive(Serialize, specta::Type)]
+pub struct McpMode {
+    name: String,
+    description: String,
+    /// The tools the mode offers (before a key's scope and the gates).
+    tools: Vec<String>,
+}
+
+#[tauri::command]
+#[specta::specta]
+pub async fn mcp_setup(engine: EngineState<'_>) -> CommandResult<McpSetup> {
+    blocking(&engine, |engine| {
+        let library = engine.library();
+        let applied = library.orchestrator_revision(DEFAULT_CONFIG, None)?;
+        let modes: Vec<McpMode> = applied
+            .config
+            .modes
+            .iter()
+            .map(|mode| McpMode {
+                name: mode.name.clone(),
+                description: mode.description.clone(),
+                tools: mode
+                    .pipeline
+                    .as_ref()
+                    .map(|_| orchestrator::RUN_PIPELINE.to_string())
+                    .into_iter()
+                    .chain(mode.knowledge_search.as_ref().map(|k| k.tool_name.clone()))
+                    .chain(mode.direct_tools.iter().cloned())
+                    .collect(),
+            })
+            .collect();
+        let default_mode = modes
+            .iter()
+            .find(|m| m.name == "agent")
+            .or(modes.first())
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        Ok(McpSetup {
+            program: quarry_program(),
+            data_dir: library.data_dir().display().to_string(),
+            modes,
+            default_mode,
+            collections: library.collections()?.into_iter().map(|c| c.name).collect(),
+        })
+    })
+    .await
+}
+
+/// The CLI installed beside the app (both come from one build), else the one on the PATH.
+fn quarry_program() -> String {
+    let name = if cfg!(windows) {
+        "quarry.exe"
+    } else {
+        "quarry"
+    };
+    std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name(name))
+        .filter(|path| path.is_file())
+        .map(|path| path.display().to_string())
+        .unwrap_or_else(|| name.to_string())
+}

@@ -39,6 +39,7 @@ pub fn builder() -> Builder<tauri::Wry> {
             admin::save_orchestrator_draft,
             admin::apply_orchestrator,
             admin::orchestrator_revision,
+            admin::mcp_setup,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

@@ -25,4 +25,5 @@ pub const COMMAND_NAMES: &[&str] = &[
     "save_orchestrator_draft",
     "apply_orchestrator",
     "orchestrator_revision",
+    "mcp_setup",
 ];

@@ -79,6 +79,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         calls: usize,
     },
+    /// An MCP client's view: `quarry mcp` started over stdio on a fresh library of `path`,
+    /// its idle RSS, the first and warm `knowledge_search` calls, beside the same search
+    /// through `quarry search` processes and in-process
+    Mcp {
+        /// Folder indexed and embedded
+        path: PathBuf,
+        /// Warm calls timed
+        #[arg(long, default_value_t = 60)]
+        calls: usize,
+    },
     /// The embedded LLM: load time, RSS with the model loaded, time to first token and
     /// tokens/s by prompt size, then end-to-end chat turns (retrieval + generation) on `path`
     Chat {
@@ -106,6 +116,7 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
         } => return vector_bench(n, dim, queries, &breadth),
         BenchCommand::Hybrid { path, queries } => return hybrid_bench(&path, queries),
         BenchCommand::Tool { path, calls } => return tool_bench(&path, calls),
+        BenchCommand::Mcp { path, calls } => return crate::bench_mcp::mcp_bench(&path, calls),
         BenchCommand::Chat {
             path,
             model,
@@ -308,7 +319,7 @@ impl Rng {
     }
 }
 
-fn percentile(times: &mut [f64], p: f64) -> f64 {
+pub fn percentile(times: &mut [f64], p: f64) -> f64 {
     if times.is_empty() {
         return f64::NAN;
     }

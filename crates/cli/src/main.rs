@@ -3,10 +3,12 @@
 
 mod audit_cmd;
 mod bench;
+mod bench_mcp;
 mod chat_cmd;
 mod demo;
 mod eval;
 mod keys_cmd;
+mod mcp;
 mod models_cmd;
 mod output;
 mod pipeline_cmd;
@@ -101,6 +103,9 @@ enum Command {
     Keys(keys_cmd::KeysCommand),
     /// Ask the local assistant: a cited answer from your documents
     Chat(chat_cmd::ChatArgs),
+    /// Serve the library to other assistants and editors over the Model Context Protocol
+    /// (stdio, or Streamable HTTP on loopback), under a key
+    Mcp(mcp::McpArgs),
     /// Orchestrator configurations: drafts, applied revisions, modes, budgets, gates
     #[command(subcommand)]
     Orchestrator(chat_cmd::OrchestratorCommand),
@@ -449,6 +454,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Audit(args) => audit_cmd::print_audit(&library, &args)?,
         Command::Chat(args) => chat_cmd::run_chat(&args, &library)?,
         Command::Orchestrator(command) => chat_cmd::run_orchestrator(command, &library)?,
+        Command::Mcp(args) => mcp::run(args, library)?,
         Command::Demo { .. } | Command::Bench(_) | Command::Eval(_) => {
             unreachable!("handled before opening a library")
         }

@@ -13,10 +13,12 @@ use serde_json::{json, Value};
 use crate::audit;
 use crate::auth::{Principal, PrincipalKind};
 use crate::error::Result;
+use crate::ids::DocumentId;
+use crate::llm::ToolSpec;
 use crate::orchestrator::{
-    self, conversation, revisions, AppliedRevision, ChatOptions, Conversation, EvidenceItem,
-    OrchestratorConfig, PipelineCalls, RevisionSummary, StoredMessage, TraceEvent, TurnEvent,
-    TurnResult,
+    self, conversation, revisions, AgentCall, AgentDocument, AppliedRevision, ChatOptions,
+    Conversation, EvidenceItem, OrchestratorConfig, PipelineCalls, RevisionSummary, StoredMessage,
+    TraceEvent, TurnEvent, TurnResult,
 };
 use crate::pipeline::{self, ActionCall, PipelineRun, ResolvedPipeline, RunOptions};
 use crate::retrieve::{SearchRequest, SearchResults};
@@ -127,6 +129,131 @@ impl Library {
         turn: Option<i64>,
     ) -> Result<Vec<TraceEvent>> {
         conversation::trace(self.store(), principal, id, turn)
+    }
+
+    // ---- outside agents (MCP clients) ----------------------------------------------------
+
+    /// Starts an outside agent's session as `principal` in `mode` of `config` (see
+    /// [`orchestrator::start_agent_session`]); `client` names the agent in the trace and the
+    /// audit log.
+    pub fn start_agent_session(
+        &self,
+        principal: &Principal,
+        config: Option<&str>,
+        mode: &str,
+        client: &str,
+    ) -> Result<Conversation> {
+        let key = self.evidence_key()?;
+        orchestrator::start_agent_session(
+            &self.engine_context(&key),
+            principal,
+            config,
+            mode,
+            client,
+        )
+    }
+
+    /// The tools a session's mode offers `principal`.
+    pub fn agent_tools(&self, principal: &Principal, session: &str) -> Result<Vec<ToolSpec>> {
+        let key = self.evidence_key()?;
+        orchestrator::agent_tools(&self.engine_context(&key), self, principal, session)
+    }
+
+    /// Calls a tool for an outside agent (one turn of its session), and writes an audit record
+    /// naming the tool and the client, a refused or failed call too.
+    pub fn agent_call(
+        &self,
+        principal: &Principal,
+        session: &str,
+        client: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<AgentCall> {
+        let started = Instant::now();
+        let key = self.evidence_key()?;
+        let result = orchestrator::agent_call(
+            &self.engine_context(&key),
+            self,
+            principal,
+            session,
+            client,
+            tool,
+            arguments,
+        );
+        let failure = match &result {
+            Ok(call) if call.is_error => {
+                // What the client read, without the prefixes the audit's words repeat.
+                let reason = call.text.trim_start_matches("Error: ");
+                let reason = reason
+                    .strip_prefix(&format!("tool `{tool}` failed: "))
+                    .unwrap_or(reason);
+                Some(crate::Error::ToolFailed {
+                    tool: tool.to_string(),
+                    reason: reason.to_string(),
+                })
+            }
+            _ => None,
+        };
+        let outcome = match (&result, &failure) {
+            (Err(e), _) | (Ok(_), Some(e)) => Err(e),
+            (Ok(_), None) => Ok(()),
+        };
+        let detail = match &result {
+            Ok(call) if failure.is_none() => format!(
+                "client {client}, session {session}, turn {}: {} passages admitted",
+                call.turn,
+                call.admitted.len()
+            ),
+            Ok(call) => format!("client {client}, session {session}, turn {}", call.turn),
+            Err(_) => format!("client {client}, session {session}"),
+        };
+        audit::record(
+            self.store(),
+            &principal.label,
+            "mcp.call",
+            tool,
+            arguments,
+            outcome,
+            Some(&detail),
+            started.elapsed().as_millis() as i64,
+        )?;
+        result
+    }
+
+    /// The documents cited in a session so far.
+    pub fn agent_documents(
+        &self,
+        principal: &Principal,
+        session: &str,
+    ) -> Result<Vec<AgentDocument>> {
+        let key = self.evidence_key()?;
+        orchestrator::cited_documents(&self.engine_context(&key), principal, session)
+    }
+
+    /// A whole document for an outside agent, within the caller's scope (audited as
+    /// `mcp.read`).
+    pub fn agent_document(
+        &self,
+        principal: &Principal,
+        session: &str,
+        client: &str,
+        document: DocumentId,
+    ) -> Result<AgentDocument> {
+        let started = Instant::now();
+        let key = self.evidence_key()?;
+        let result =
+            orchestrator::read_document(&self.engine_context(&key), principal, session, document);
+        audit::record(
+            self.store(),
+            &principal.label,
+            "mcp.read",
+            &format!("quarry://doc/{document}"),
+            &json!({ "document": document }),
+            result.as_ref().map(|_| ()),
+            Some(&format!("client {client}, session {session}")),
+            started.elapsed().as_millis() as i64,
+        )?;
+        result
     }
 
     // ---- orchestrator configurations -----------------------------------------------------

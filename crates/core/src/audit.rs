@@ -35,7 +35,14 @@ pub fn record(
         .unwrap_or(0);
     let (outcome, detail) = match outcome {
         Ok(()) => ("ok".to_string(), detail.map(String::from)),
-        Err(e) => (format!("error: {}", e.code()), Some(e.to_string())),
+        // The error, after what the caller knew of the context (a client, a pipeline).
+        Err(e) => (
+            format!("error: {}", e.code()),
+            Some(match detail {
+                Some(context) => format!("{context}: {e}"),
+                None => e.to_string(),
+            }),
+        ),
     };
     store.append_audit(&NewAuditRecord {
         at_ms,

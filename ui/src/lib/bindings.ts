@@ -43,6 +43,7 @@ export const commands = {
 	applyOrchestrator: (name: string) => __TAURI_INVOKE<OrchestratorView>("apply_orchestrator", { name }),
 	/**  An earlier applied revision. */
 	orchestratorRevision: (name: string, revision: number) => __TAURI_INVOKE<AppliedView>("orchestrator_revision", { name, revision }),
+	mcpSetup: () => __TAURI_INVOKE<McpSetup>("mcp_setup"),
 };
 
 /* Types */
@@ -444,6 +445,32 @@ export type KeysOverview = {
 export type LastChange = {
 	paths: string[],
 	at_ms: number,
+};
+
+/**  A mode as an MCP client would see it. */
+export type McpMode = {
+	name: string,
+	description: string,
+	/**  The tools the mode offers (before a key's scope and the gates). */
+	tools: string[],
+};
+
+/**
+ *  How an MCP client (another assistant or editor) starts `quarry mcp` on this library: the
+ *  program, its data directory, and the modes whose tools it may be offered. The window builds
+ *  the client configuration from these and a key it creates.
+ */
+export type McpSetup = {
+	/**  The `quarry` binary beside this app, or `quarry` on the PATH. */
+	program: string,
+	/**  This library's data directory. */
+	data_dir: string,
+	/**  The modes of the default configuration's newest revision, with their tools. */
+	modes: McpMode[],
+	/**  The mode to suggest: `agent` when there is one. */
+	default_mode: string,
+	/**  Collection names a key for the client may be limited to. */
+	collections: string[],
 };
 
 /**  What a model is for. */

@@ -25,6 +25,7 @@ pub use gates::{Gate, GateConfig, GateDecision, Gates, Verdict};
 pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};
 pub use turn::{
-    chat, citation_grammar, open_backend, ChatOptions, Citation, PipelineCalls, TurnEvent,
+    agent_call, agent_tools, chat, citation_grammar, cited_documents, open_backend, read_document,
+    start_agent_session, AgentCall, AgentDocument, ChatOptions, Citation, PipelineCalls, TurnEvent,
     TurnResult, RUN_PIPELINE,
 };

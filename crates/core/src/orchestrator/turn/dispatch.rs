@@ -122,6 +122,13 @@ impl Turn<'_> {
     /// The tools offered this round. A `knowledge_search` that cannot boot fails the turn: the
     /// model must not silently lose its search tool.
     pub(super) fn offered_tools(&self) -> Result<Vec<ToolSpec>> {
+        self.tools_on_offer(self.conversation.qualified)
+    }
+
+    /// The mode's tools after the gates' tool filter; the direct evidence tools only when
+    /// `with_direct_tools` (a model sees them once the conversation qualifies; an outside agent
+    /// sees them from the start, and a call before a qualifying pipeline is refused by name).
+    pub(super) fn tools_on_offer(&self, with_direct_tools: bool) -> Result<Vec<ToolSpec>> {
         let mut tools = Vec::new();
         if self.mode.pipeline.is_some() {
             tools.push(ToolSpec {
@@ -133,7 +140,7 @@ impl Turn<'_> {
         if let Some(ks) = &self.mode.knowledge_search {
             tools.push(self.knowledge_search_spec(KnowledgeSearch::boot(ks.clone())?)?);
         }
-        if self.conversation.qualified {
+        if with_direct_tools {
             for slug in &self.mode.direct_tools {
                 if let Some(tool) = self.revision.tools.get(slug) {
                     tools.push(direct_tool_spec(slug, tool));
@@ -168,50 +175,71 @@ impl Turn<'_> {
         Ok(spec)
     }
 
-    /// A call the model made: refused (and recorded as such) when the budget is spent or its
-    /// arguments are not what the offered tool takes, else called.
+    /// A call the model made (see [`Turn::checked_tool_call`]); the model reads only the text.
     pub(super) fn model_tool_call(
         &mut self,
         call: &ToolCall,
         offered: &[ToolSpec],
         on_event: &mut dyn FnMut(TurnEvent<'_>),
     ) -> Result<String> {
+        Ok(self
+            .checked_tool_call(call, offered, "model", on_event)?
+            .text)
+    }
+
+    /// A call chosen by `by` (the model, or an outside agent): refused (and recorded as such)
+    /// when the budget is spent or its arguments are not what the offered tool takes, else
+    /// called.
+    pub(super) fn checked_tool_call(
+        &mut self,
+        call: &ToolCall,
+        offered: &[ToolSpec],
+        by: &str,
+        on_event: &mut dyn FnMut(TurnEvent<'_>),
+    ) -> Result<ToolOutcome> {
         if self.tool_calls >= self.mode.budget.tool_calls {
             return self.refuse_call(
                 call,
+                by,
                 "Error: the tool-call budget of this turn is spent".into(),
             );
         }
         let arguments: Value = match serde_json::from_str(&call.arguments) {
             Ok(v) => v,
             Err(e) => {
-                return self.refuse_call(call, format!("Error: the arguments are not JSON: {e}"));
+                return self.refuse_call(
+                    call,
+                    by,
+                    format!("Error: the arguments are not JSON: {e}"),
+                );
             }
         };
         // Calls to tools not offered this round (e.g. a direct tool before a qualifying
         // pipeline) still go through call_tool, which refuses them with the reason.
         if let Some(spec) = offered.iter().find(|t| t.name == call.name) {
             if let Err(e) = crate::tools::schema::validate(&arguments, &spec.parameters) {
-                return self.refuse_call(call, format!("Error: invalid arguments: {e}"));
+                return self.refuse_call(call, by, format!("Error: invalid arguments: {e}"));
             }
         }
-        let outcome = self.call_tool(&call.name, &arguments, "model", on_event)?;
-        Ok(outcome.text)
+        self.call_tool(&call.name, &arguments, by, on_event)
     }
 
     /// Refused before the call: recorded as an invocation and its result all the same.
-    fn refuse_call(&self, call: &ToolCall, text: String) -> Result<String> {
+    fn refuse_call(&self, call: &ToolCall, by: &str, text: String) -> Result<ToolOutcome> {
         self.record(
             "tool.invoke",
-            json!({"tool": call.name, "arguments": call.arguments, "by": "model"}),
+            json!({"tool": call.name, "arguments": call.arguments, "by": by}),
         )?;
         self.record(
             "tool.result",
-            json!({"tool": call.name, "by": "model", "took_ms": 0, "is_error": true,
+            json!({"tool": call.name, "by": by, "took_ms": 0, "is_error": true,
                    "vetoed": false, "error": text, "admitted": [], "rejected": [],
                    "warnings": [], "gates": []}),
         )?;
-        Ok(text)
+        Ok(ToolOutcome {
+            text,
+            is_error: true,
+        })
     }
 
     /// The call itself, as the caller: nothing is admitted here.

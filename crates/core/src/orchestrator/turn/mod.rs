@@ -10,9 +10,11 @@
 //! - `dispatch`: which tools are offered, and the calls themselves;
 //! - `admission`: a tool's result through the gates into the ledger, and what the model sees;
 //! - `generation`: the grounded, model-led and extractive answers;
-//! - `citations`: citations resolved against the ledger.
+//! - `citations`: citations resolved against the ledger;
+//! - `agent`: turns for an outside agent (an MCP client), which picks the tools itself.
 
 mod admission;
+mod agent;
 mod backend;
 mod citations;
 mod dispatch;
@@ -34,6 +36,10 @@ use crate::pipeline::{ActionCall, PipelineRun, ResolvedPipeline, RunOptions};
 use crate::tools::ToolDefinition;
 use crate::Result;
 
+pub use agent::{
+    agent_call, agent_tools, cited_documents, read_document, start_agent_session, AgentCall,
+    AgentDocument,
+};
 pub use backend::open_backend;
 pub use citations::Citation;
 pub use generation::citation_grammar;

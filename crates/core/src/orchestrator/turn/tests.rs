@@ -301,3 +301,104 @@ fn an_unopenable_backend_falls_back_to_the_extractive_answer_from_the_same_evide
     assert_eq!(result.citations[0].chunk_id, chunk_ids[0]);
     assert!(result.answer.contains("[1]"), "{}", result.answer);
 }
+
+#[test]
+fn an_outside_agents_calls_are_turns_of_its_session_with_references_and_a_trace() {
+    let stub = Stub::new();
+    let (ctx, chunk_ids) = (stub.ctx(), &stub.chunk_ids);
+    let admin = Principal::administrator();
+    let session = start_agent_session(&ctx, &admin, None, "knowledge", "unit-client").unwrap();
+    let offered: Vec<String> = agent_tools(&ctx, &NoPipelines, &admin, &session.id)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(offered, ["knowledge_search"]);
+
+    let call = |arguments: Value| {
+        agent_call(
+            &ctx,
+            &NoPipelines,
+            &admin,
+            &session.id,
+            "unit-client",
+            "knowledge_search",
+            &arguments,
+        )
+        .unwrap()
+    };
+    let found = call(serde_json::json!({"query": "ferns"}));
+    assert!(!found.is_error, "{}", found.text);
+    let admitted: Vec<ChunkId> = found.admitted.iter().map(|i| i.chunk_id).collect();
+    assert_eq!(admitted, [chunk_ids[0], chunk_ids[1]]);
+    // Each result carries the references of the passage admitted for it.
+    let output: Value = serde_json::from_str(&found.text).unwrap();
+    for (result, item) in output["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&found.admitted)
+    {
+        assert_eq!(result["content"], item.text.as_str());
+        assert_eq!(result["evidence_ref"], item.evidence_ref.as_str());
+        assert_eq!(result["source_ref"], item.source_ref.as_str());
+    }
+
+    let empty = call(serde_json::json!({"query": "   "}));
+    assert!(empty.is_error);
+    assert_eq!(empty.text, r#"Error: "query argument required""#);
+    let unknown = agent_call(
+        &ctx,
+        &NoPipelines,
+        &admin,
+        &session.id,
+        "unit-client",
+        "fetch_everything",
+        &serde_json::json!({}),
+    )
+    .unwrap();
+    assert!(unknown.is_error && unknown.text.contains("no tool `fetch_everything`"));
+
+    // One call, one turn: the call as the question, what the client read as the reply.
+    let messages = conversation::messages_of(ctx.store, &session.id).unwrap();
+    let turns: Vec<(i64, &str)> = messages.iter().map(|m| (m.turn, m.role.as_str())).collect();
+    assert_eq!(
+        turns,
+        [
+            (1, "user"),
+            (1, "assistant"),
+            (2, "user"),
+            (2, "assistant"),
+            (3, "user"),
+            (3, "assistant")
+        ]
+    );
+    assert_eq!(messages[1].content, found.text);
+    let trace = conversation::trace_of(ctx.store, &session.id, Some(1)).unwrap();
+    let start = trace.iter().find(|e| e.kind == "turn.start").unwrap();
+    assert_eq!(start.detail["client"], "unit-client");
+    assert_eq!(start.detail["via"], "mcp");
+    let result = trace.iter().find(|e| e.kind == "tool.result").unwrap();
+    assert_eq!(result.detail["by"], "mcp");
+
+    // Cited documents are readable whole, within the caller's scope only.
+    let cited = cited_documents(&ctx, &admin, &session.id).unwrap();
+    assert_eq!(cited.len(), 2);
+    let ferns = read_document(&ctx, &admin, &session.id, cited[0].document_id).unwrap();
+    assert_eq!(ferns.text, FERNS);
+    let outsider = Principal {
+        kind: crate::auth::PrincipalKind::Personal,
+        id: "key:9".into(),
+        label: "outsider".into(),
+        scope: crate::Scope {
+            collections: Some(vec!["elsewhere".into()]),
+            sensitivity_ceiling: "internal".into(),
+        },
+    };
+    let theirs = start_agent_session(&ctx, &outsider, None, "knowledge", "x").unwrap();
+    let refused = read_document(&ctx, &outsider, &theirs.id, cited[0].document_id).unwrap_err();
+    assert_eq!(refused.code(), "document_not_found");
+    // Another caller's session is not theirs to use.
+    let foreign = agent_tools(&ctx, &NoPipelines, &outsider, &session.id).unwrap_err();
+    assert_eq!(foreign.code(), "conversation_not_found");
+}
