@@ -148,6 +148,10 @@ enum SourceCommand {
         /// Leave out files or folders matching this glob (repeatable)
         #[arg(long)]
         exclude: Vec<String>,
+        /// Follow symbolic links that lead out of the folder (never into the library's data
+        /// directory or another source's folder); by default only links within it are followed
+        #[arg(long)]
+        follow_links: bool,
     },
     /// List sources
     List {
@@ -394,8 +398,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             collection,
             include,
             exclude,
+            follow_links,
         }) => {
-            let s = library.add_source(&path, &collection, &include, &exclude)?;
+            let mut s = library.add_source(&path, &collection, &include, &exclude)?;
+            if follow_links {
+                s = library.set_source_follow_links(s.id, true)?;
+            }
             println!(
                 "added source {} ({}) to collection {}; run `quarry index` to index it",
                 s.id,

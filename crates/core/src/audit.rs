@@ -44,6 +44,7 @@ pub fn record(
             }),
         ),
     };
+    let detail = detail.map(bounded);
     store.append_audit(&NewAuditRecord {
         at_ms,
         principal,
@@ -54,6 +55,22 @@ pub fn record(
         detail: detail.as_deref(),
         duration_ms,
     })
+}
+
+/// The most of a detail kept in the log: a tool's garbled output can be tens of megabytes.
+const MAX_DETAIL_CHARS: usize = 2_000;
+
+/// A detail as stored: whole when short, else its start and the whole text's length and hash.
+fn bounded(detail: String) -> String {
+    let count = detail.chars().count();
+    if count <= MAX_DETAIL_CHARS {
+        return detail;
+    }
+    let start: String = detail.chars().take(MAX_DETAIL_CHARS).collect();
+    format!(
+        "{start} …[cut: {count} characters in all, sha256:{:x}]",
+        Sha256::digest(detail.as_bytes())
+    )
 }
 
 /// The records `query` selects, newest first.

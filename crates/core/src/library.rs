@@ -325,6 +325,13 @@ impl Library {
             .create_source(&collection, &canonical, include, exclude)
     }
 
+    /// Whether a source follows symbolic links whose target leaves its folder (never into the
+    /// library's data directory or another source's folder); it takes effect at the next scan,
+    /// which also drops what links no longer allowed had brought in.
+    pub fn set_source_follow_links(&self, source: SourceId, follow: bool) -> Result<Source> {
+        self.store.set_source_follow_links(source, follow)
+    }
+
     /// All sources.
     pub fn sources(&self) -> Result<Vec<Source>> {
         self.store.sources()
@@ -394,7 +401,16 @@ impl Library {
 
     /// A document and its chunks, by path.
     pub fn document(&self, path: &Path) -> Result<DocumentView> {
-        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        // The folder is resolved, not the file: a symbolic link is a document of its own
+        // (indexed, or skipped with its reason), not the file it points to.
+        let canonical = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+                parent.canonicalize().map(|p| p.join(name))
+            }
+            (Some(_), Some(name)) => std::env::current_dir().map(|d| d.join(name)),
+            _ => path.canonicalize(),
+        }
+        .unwrap_or_else(|_| path.to_path_buf());
         let document = self
             .store
             .document_by_path(&canonical)

@@ -1149,3 +1149,145 @@ fn hostile_queries_are_refused_by_name_on_every_path_even_on_a_small_stack() {
         .unwrap();
     assert_eq!(hits.hits.len(), 1);
 }
+
+// ---- the host never hangs or floods (issue 17, items 6 to 9) -------------------------------
+
+/// Runs `f` on a thread and fails the test, instead of hanging it, when it does not return
+/// within a minute (the attacks below hung the host forever before).
+fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    match result.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(value) => value,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: the host hung"),
+        // The thread panicked: fail with its message.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(thread.join().expect_err("it did not send"))
+        }
+    }
+}
+
+/// Calls an action tool whose body is `body`, with `limits`, on a fresh library.
+fn attack(slug: &'static str, body: &'static str, limits: Limits) -> (String, String) {
+    within_a_minute(slug, move || {
+        let (f, s) = one_note("# A\n\nplain text");
+        let tool = limited_action(&f.library, slug, body, limits);
+        refused(&f.library, &s, &tool)
+    })
+}
+
+#[test]
+fn a_tool_that_floods_requests_without_reading_replies_times_out_on_time() {
+    // Before: the host blocked writing replies into a full pipe and the limit never fired.
+    let (code, message) = attack(
+        "flood",
+        "    channel = next(c.cell_contents for c in ctx.search.__closure__ if hasattr(c.cell_contents, 'send'))\n    request = {'op': 'ctx', 'name': 'search_documents', 'args': ['x' * 100], 'kwargs': {}}\n    for _ in range(2000):\n        channel.send(request)\n    import time\n    time.sleep(120)",
+        Limits {
+            timeout_ms: 1_000,
+            memory_mb: 256,
+        },
+    );
+    assert_eq!(code, "tool_timeout", "{message}");
+}
+
+#[test]
+fn a_tool_that_floods_stderr_is_stopped_without_the_host_buffering_it() {
+    // Before: 1 GiB of stderr without a newline took the host to 1.6 GB.
+    let (code, message) = attack(
+        "stderr-flood",
+        "    chunk = b'x' * (1 << 20)\n    for _ in range(1024):\n        os.write(2, chunk)",
+        Limits {
+            timeout_ms: 30_000,
+            memory_mb: 256,
+        },
+    );
+    assert_eq!(code, "tool_failed", "{message}");
+    assert!(message.contains("MiB to stderr"), "{message}");
+}
+
+#[test]
+fn a_tool_that_floods_the_protocol_is_stopped_at_the_per_call_bound() {
+    // Before: 8 MiB lines pushed continuously took the host from 151 MB to 1.1 GB.
+    let (code, message) = attack(
+        "stdout-flood",
+        "    channel = next(c.cell_contents for c in ctx.search.__closure__ if hasattr(c.cell_contents, 'send'))\n    line = {'op': 'ctx', 'name': 'no_such_operation', 'args': ['x' * (8 << 20)], 'kwargs': {}}\n    for _ in range(64):\n        channel.send(line)\n    import time\n    time.sleep(120)",
+        Limits {
+            timeout_ms: 30_000,
+            memory_mb: 512,
+        },
+    );
+    assert_eq!(code, "tool_failed", "{message}");
+    assert!(message.contains("MiB in one call"), "{message}");
+}
+
+#[test]
+fn a_garbled_30_mb_output_is_audited_as_an_excerpt_and_a_hash() {
+    // Before: three such test runs grew quarry.db by 95 MB.
+    within_a_minute("garbled", || {
+        let (f, _) = one_note("# A\n\nplain text");
+        let tool = limited_action(
+            &f.library,
+            "garble",
+            "    channel = next(c.cell_contents for c in ctx.search.__closure__ if hasattr(c.cell_contents, 'send'))\n    channel.writer.write(b'<' * 30_000_000 + b'\\n')\n    channel.writer.flush()\n    import time\n    time.sleep(120)",
+            Limits {
+                timeout_ms: 20_000,
+                memory_mb: 512,
+            },
+        );
+        let db = f.data.path().join("quarry.db");
+        let size_before = std::fs::metadata(&db).unwrap().len();
+        let refused = f.library.test_tool(
+            &tool.slug,
+            &quarry_core::pipeline::TestInput::Json(json!({})),
+            &Principal::administrator(),
+            None,
+            None,
+        );
+        let message = refused
+            .expect_err("garbled output fails the call")
+            .to_string();
+        assert!(message.contains("garbled worker output"), "{message:.300}");
+        assert!(
+            message.len() < 1_000,
+            "the error quotes an excerpt, not the output"
+        );
+        let records = f
+            .library
+            .audit(&quarry_core::audit::AuditQuery {
+                action: Some("tool.test".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap();
+        let detail = records[0].detail.clone().unwrap_or_default();
+        assert!(detail.len() < 3_000, "{} bytes of detail", detail.len());
+        assert!(detail.contains("garbled worker output"), "{detail}");
+        let grown = std::fs::metadata(&db)
+            .unwrap()
+            .len()
+            .saturating_sub(size_before);
+        assert!(grown < 1 << 20, "quarry.db grew by {grown} bytes");
+    });
+}
+
+#[test]
+fn a_thread_left_running_retires_the_worker_even_with_the_workers_own_check_patched() {
+    let (f, s) = one_note("# A\n\nplain text");
+    // A counter in a stdlib module tells a reused worker (2) from a fresh one (1).
+    let tool = action(
+        &f.library,
+        "leaves-a-thread",
+        "    import json, threading, time, __main__\n    json.calls = getattr(json, 'calls', 0) + 1\n    if json.calls == 3:\n        __main__._back_to_one_thread = lambda: True\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n    return {'value': str(json.calls)}",
+    );
+    let calls = || call(&f.library, &s, &tool, json!({})).unwrap()["value"].clone();
+    assert_eq!(calls(), "1");
+    assert_eq!(calls(), "2", "a clean call keeps its worker");
+    assert_eq!(calls(), "3", "this call leaves a thread running");
+    assert_eq!(
+        calls(),
+        "1",
+        "the worker that kept a thread running was retired by the host"
+    );
+}

@@ -691,6 +691,11 @@ export type Source = {
 	documents_indexed: number,
 	/**  Files skipped or failed. */
 	documents_not_indexed: number,
+	/**
+	 *  Follow symbolic links whose target is outside `root` (never into the library's data
+	 *  directory or another source's folder). Default false.
+	 */
+	follow_links: boolean,
 };
 
 /**  One source's activity. */

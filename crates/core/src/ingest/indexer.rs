@@ -15,7 +15,7 @@ use super::options::IndexOptions;
 use super::outcome::{process_file, Outcome};
 use super::progress::{IndexEvent, IndexProgress};
 use super::run::Run;
-use super::walk::{walk, FileStat, WalkItem};
+use super::walk::{walk, FileStat, LinkBounds, WalkItem};
 use crate::error::Result;
 use crate::fulltext::FullText;
 use crate::ids::{DocumentId, SourceId};
@@ -58,7 +58,8 @@ pub(crate) fn index_scope(
         return mark_missing(store, source, run);
     }
     let scope_paths = scope_paths(source, scope);
-    let walked = walk_scope(source, &scope_paths, options, run)?;
+    let links = link_bounds(store, source)?;
+    let walked = walk_scope(source, &scope_paths, &links, options, run)?;
     let states = stored_states(store, source.id, &scope_paths)?;
     let removed = removed(&states, &walked);
     let plan = plan(
@@ -106,10 +107,31 @@ fn scope_paths(source: &Source, scope: &ScanScope) -> Vec<PathBuf> {
     }
 }
 
-/// The files under `scope_paths`, as the source's globs and size limit see them.
+/// Where the source's symbolic links may lead: within its folder, or out of it when the source
+/// says so, but never into the library's data directory or another source's folder.
+pub(crate) fn link_bounds(store: &Store, source: &Source) -> Result<LinkBounds> {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let mut forbidden: Vec<PathBuf> = store
+        .sources()?
+        .iter()
+        .filter(|s| s.id != source.id)
+        .map(|s| canonical(&s.root))
+        .collect();
+    if let Some(data_dir) = store.path().parent() {
+        forbidden.push(canonical(data_dir));
+    }
+    Ok(LinkBounds {
+        root: canonical(&source.root),
+        follow_outside: source.follow_links,
+        forbidden,
+    })
+}
+
+/// The files under `scope_paths`, as the source's globs, size limit and link bounds see them.
 fn walk_scope(
     source: &Source,
     scope_paths: &[PathBuf],
+    links: &LinkBounds,
     options: &IndexOptions,
     run: &mut Run<'_>,
 ) -> Result<Vec<WalkItem>> {
@@ -123,6 +145,7 @@ fn walk_scope(
         &source.include,
         &source.exclude,
         options.max_file_size,
+        links,
     )?;
     // Tests delete files here to check what happens to a file that vanishes after the walk.
     fail::fail_point!("index_after_walk");

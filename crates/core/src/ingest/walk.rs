@@ -1,8 +1,9 @@
 //! Walking a source folder: which files exist, which are left out and why.
 //!
 //! Uses the `ignore` crate: `.gitignore`/`.ignore` are respected even outside a git repository,
-//! symlinks are followed (a loop is reported, not followed forever), hidden entries are
-//! recorded as skipped rather than silently dropped, and include/exclude globs are overrides.
+//! symlinks are followed within the source folder (a loop is reported, not followed forever;
+//! see [`LinkBounds`] for links that leave it), hidden entries are recorded as skipped rather
+//! than silently dropped, and include/exclude globs are overrides.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -118,6 +119,53 @@ fn inode(_meta: &std::fs::Metadata) -> Option<i64> {
     None
 }
 
+/// Where a source's symbolic links may lead. A link is a way around a collection's boundary:
+/// a link in a public folder to a file of a restricted one would publish it, and a link to the
+/// library's data directory would index the library itself (and, watched, re-index it on every
+/// write).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LinkBounds {
+    /// The source's folder, canonical: links within it are always followed.
+    pub root: PathBuf,
+    /// Follow links that leave the folder (the source's `follow_links`).
+    pub follow_outside: bool,
+    /// Never reached through a link, even then: the library's data directory and the other
+    /// sources' folders (canonical).
+    pub forbidden: Vec<PathBuf>,
+}
+
+impl LinkBounds {
+    /// Why the link at `link` is not followed, if it is not (a dangling link is left to the
+    /// walk, which reports it).
+    fn refusal(&self, link: &Path) -> Option<String> {
+        let target = std::fs::canonicalize(link).ok()?;
+        if target.starts_with(&self.root) {
+            return None;
+        }
+        if let Some(other) = self.forbidden.iter().find(|f| target.starts_with(f)) {
+            return Some(format!(
+                "symbolic link to {}, inside {} (the library's data or another source's folder), which is never read through a link",
+                target.display(),
+                other.display()
+            ));
+        }
+        (!self.follow_outside).then(|| {
+            format!(
+                "symbolic link to {}, outside the source folder (a source can be allowed to follow such links)",
+                target.display()
+            )
+        })
+    }
+}
+
+/// Whether `path` (which may no longer exist) is inside `dir`, links resolved: the watcher
+/// ignores the library's own files however their events are named.
+pub(crate) fn resolves_inside(path: &Path, dir: &Path) -> bool {
+    path.ancestors()
+        .find_map(|p| std::fs::canonicalize(p).ok())
+        .is_some_and(|real| real.starts_with(dir))
+}
+
 fn is_hidden(path: &Path) -> bool {
     path.file_name()
         .map(|n| n.as_encoded_bytes().first() == Some(&b'.'))
@@ -134,12 +182,16 @@ pub(crate) fn walk(
     include: &[String],
     exclude: &[String],
     max_file_size: u64,
+    links: &LinkBounds,
 ) -> Result<Vec<WalkItem>> {
     let (excludes, includes) = overrides(root, include, exclude)?;
-    // Hidden entries are found here and recorded, so `quarry status` can say why a dotfile is
-    // absent; the walk does not descend into them.
+    // Hidden entries and links that may not be followed are found here and recorded, so
+    // `quarry status` can say why a file is absent; the walk does not descend into them.
     let hidden: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
     let hidden_seen = hidden.clone();
+    let refused: Arc<Mutex<Vec<(PathBuf, String)>>> = Arc::default();
+    let refused_seen = refused.clone();
+    let bounds = links.clone();
     let scopes_owned = scopes.to_vec();
     let mut builder = WalkBuilder::new(root);
     builder
@@ -161,6 +213,16 @@ pub(crate) fn walk(
                     }
                 }
                 return false;
+            }
+            if entry.depth() > 0 && entry.path_is_symlink() {
+                if let Some(why) = bounds.refusal(path) {
+                    if in_scope {
+                        if let Ok(mut r) = refused_seen.lock() {
+                            r.push((path.to_path_buf(), why));
+                        }
+                    }
+                    return false;
+                }
             }
             true
         });
@@ -217,21 +279,33 @@ pub(crate) fn walk(
     }
     let hidden = std::mem::take(&mut *hidden.lock().unwrap_or_else(|p| p.into_inner()));
     for path in hidden {
-        let stat = std::fs::symlink_metadata(&path)
-            .map(|m| FileStat::of(&path, &m))
-            .unwrap_or(FileStat {
-                path: path.clone(),
-                size: 0,
-                mtime_ns: 0,
-                inode: None,
-            });
         items.push(WalkItem::Skipped {
-            stat,
+            stat: link_stat(&path),
             reason: "hidden",
             message: "hidden (name starts with a dot)".into(),
         });
     }
+    let refused = std::mem::take(&mut *refused.lock().unwrap_or_else(|p| p.into_inner()));
+    for (path, message) in refused {
+        items.push(WalkItem::Skipped {
+            stat: link_stat(&path),
+            reason: "symlink_outside",
+            message,
+        });
+    }
     Ok(items)
+}
+
+/// The entry's own stat (a link's, not its target's).
+fn link_stat(path: &Path) -> FileStat {
+    std::fs::symlink_metadata(path)
+        .map(|m| FileStat::of(path, &m))
+        .unwrap_or(FileStat {
+            path: path.to_path_buf(),
+            size: 0,
+            mtime_ns: 0,
+            inode: None,
+        })
 }
 
 fn walk_failure(path: PathBuf, err: &ignore::Error) -> WalkItem {

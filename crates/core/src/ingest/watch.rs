@@ -22,7 +22,7 @@
 //! documents stay), polled, and re-watched when it comes back.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -34,6 +34,7 @@ use super::indexer::{index_scope, ScanScope};
 use super::options::IndexOptions;
 use super::progress::IndexEvent;
 use super::run::Run;
+use super::walk::resolves_inside;
 use crate::error::{Error, Result};
 use crate::fulltext::FullText;
 use crate::ids::SourceId;
@@ -308,6 +309,10 @@ impl<'a> Watcher<'a> {
 
     /// Re-indexes the paths a burst of OS events names (every source after lost events).
     fn on_changes(&mut self, paths: Vec<PathBuf>, rescan: bool) -> Result<()> {
+        let paths = self.without_library_files(paths);
+        if paths.is_empty() && !rescan {
+            return Ok(());
+        }
         let forward = forward(self.on_event);
         let mut run = Run::new(&forward);
         let mut completed = true;
@@ -337,6 +342,16 @@ impl<'a> Watcher<'a> {
             (self.on_event)(&WatchEvent::Changed { paths });
         }
         Ok(())
+    }
+
+    /// Events about the library's own files (reached through a link in a source folder) are
+    /// not changes to index: indexing writes those files, so each scan would start the next.
+    fn without_library_files(&self, mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+        let data_dir = self.lanes.store.path().parent().map(Path::canonicalize);
+        if let Some(Ok(data_dir)) = data_dir {
+            paths.retain(|p| !resolves_inside(p, &data_dir));
+        }
+        paths
     }
 
     /// A watch error: the sources it touches are rescanned on the next tick (events may have

@@ -215,6 +215,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX chat_events_by_turn ON chat_events(conversation_id, turn);",
     // A file renamed over another can keep the old file's size and mtime; its inode differs.
     "ALTER TABLE documents ADD COLUMN inode INTEGER;",
+    // Symbolic links leaving the source folder are followed only when the source says so.
+    "ALTER TABLE sources ADD COLUMN follow_links INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The schema version this build writes.

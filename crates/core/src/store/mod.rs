@@ -248,6 +248,18 @@ impl Store {
         self.source(id)
     }
 
+    /// Whether a source follows symbolic links whose target leaves its folder.
+    pub fn set_source_follow_links(&self, id: SourceId, follow: bool) -> Result<Source> {
+        let n = self.conn.execute(
+            "UPDATE sources SET follow_links = ?2 WHERE id = ?1",
+            params![id, follow],
+        )?;
+        if n == 0 {
+            return Err(Error::SourceNotFound(id.to_string()));
+        }
+        self.source(id)
+    }
+
     /// All sources with their collection's name.
     pub fn sources(&self) -> Result<Vec<Source>> {
         let mut stmt = self
@@ -673,7 +685,8 @@ fn validate_collection_name(name: &str) -> Result<()> {
 const SOURCE_SELECT: &str = "SELECT s.id, s.collection_id, c.name, s.root, s.include_globs,
     s.exclude_globs, s.status, s.last_error, s.last_scan_at,
     (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status = 'indexed'),
-    (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status != 'indexed')
+    (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status != 'indexed'),
+    s.follow_links
     FROM sources s JOIN collections c ON c.id = s.collection_id";
 
 const DOCUMENT_SELECT: &str = "SELECT d.id, d.source_id, col.name, d.path, d.size, d.mtime_ns,

@@ -118,6 +118,9 @@ pub struct Source {
     pub documents_indexed: i64,
     /// Files skipped or failed.
     pub documents_not_indexed: i64,
+    /// Follow symbolic links whose target is outside `root` (never into the library's data
+    /// directory or another source's folder). Default false.
+    pub follow_links: bool,
 }
 
 impl Source {
@@ -157,6 +160,7 @@ impl Source {
             last_scan_at: r.get(8)?,
             documents_indexed: r.get(9)?,
             documents_not_indexed: r.get(10)?,
+            follow_links: r.get(11)?,
         })
     }
 }

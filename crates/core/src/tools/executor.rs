@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -26,6 +26,19 @@ const WORKER_SOURCE: &str = include_str!("worker.py");
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// The largest message a worker may send (a tool's output included).
 const MAX_LINE_BYTES: u64 = 32 * 1024 * 1024;
+/// All a worker may send in one call: past it the worker is killed.
+const MAX_CALL_BYTES: u64 = 64 * 1024 * 1024;
+/// ctx operations one call may ask for.
+const MAX_CTX_CALLS: usize = 10_000;
+/// Messages read ahead of the host: a worker that writes faster than the host answers waits
+/// on its own pipe instead of filling the host's memory.
+const QUEUED_MESSAGES: usize = 4;
+/// stderr is logged a line at a time, each cut to this...
+const MAX_STDERR_LINE: u64 = 8 * 1024;
+/// ...and a worker that writes more than this in all is killed.
+const MAX_STDERR_BYTES: u64 = 4 * 1024 * 1024;
+/// How much of a garbled message an error quotes.
+const EXCERPT_CHARS: usize = 200;
 /// Idle workers kept in all (about 10 MB of memory each).
 const MAX_IDLE: usize = 8;
 /// Analysis parses source and runs none of it, so its workers are shared.
@@ -58,6 +71,11 @@ struct Worker {
     stdin: ChildStdin,
     lines: Receiver<String>,
     isolation: NetworkIsolation,
+    /// Why the host killed it from another thread (a flood on stderr), when it did.
+    killed_because: Arc<Mutex<Option<String>>>,
+    /// Threads in its process tree when it was ready: more after a call means the tool left
+    /// one running, and the worker is retired (counted by the host, which no tool can patch).
+    threads_at_start: usize,
 }
 
 impl Worker {
@@ -68,10 +86,73 @@ impl Worker {
         self.stdin.flush()
     }
 
-    /// Kills the process and reaps it; the worker is not used again.
+    /// Kills the process group (the worker and anything it started) and reaps the worker;
+    /// it is not used again.
     fn kill(&mut self) {
+        kill_group(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Why the worker is gone: what the host killed it for, else its exit status.
+    fn exit_reason(&mut self) -> String {
+        if let Some(reason) = self
+            .killed_because
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            let _ = self.child.wait();
+            return reason;
+        }
+        let status = self.child.wait().ok();
+        // The kernel's answer to running past RLIMIT_AS can be a kill, not a MemoryError.
+        format!(
+            "the tool worker exited ({})",
+            status.map_or("unknown status".into(), |s| s.to_string())
+        )
+    }
+
+    /// Whether the tool left a thread or a process running (the worker must not serve again).
+    fn left_something_running(&self) -> bool {
+        tree_threads(self.child.id()) > self.threads_at_start
+    }
+}
+
+/// Kills the deadline's worker if the call is still running when it passes, whatever the
+/// host is doing then (even blocked writing to a worker that stopped reading).
+struct Watchdog {
+    done: Option<mpsc::Sender<()>>,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn arm(pid: u32, deadline: Instant) -> Watchdog {
+        let (done, finished) = mpsc::channel::<()>();
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = fired.clone();
+        std::thread::spawn(move || {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(wait) {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                kill_group(pid);
+            }
+        });
+        Watchdog {
+            done: Some(done),
+            fired,
+        }
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Dropping the sender wakes the thread, which then ends without killing.
+        self.done.take();
     }
 }
 
@@ -251,7 +332,12 @@ impl Executor {
             .map_err(|e| unavailable(format!("cannot start `{}`: {e}", self.python.display())))?;
         let stdin = child.stdin.take().expect("piped");
         let lines = read_lines(child.stdout.take().expect("piped"));
-        log_lines(child.stderr.take().expect("piped"));
+        let killed_because = Arc::new(Mutex::new(None));
+        log_lines(
+            child.stderr.take().expect("piped"),
+            child.id(),
+            killed_because.clone(),
+        );
         self.await_ready(&mut child, &lines)?;
         let isolation = match wanted {
             NetworkIsolation::Namespace if !only_loopback(child.id()) => {
@@ -259,11 +345,14 @@ impl Executor {
             }
             other => other,
         };
+        let threads_at_start = tree_threads(child.id());
         Ok(Worker {
             child,
             stdin,
             lines,
             isolation,
+            killed_because,
+            threads_at_start,
         })
     }
 
@@ -294,6 +383,9 @@ impl Executor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // Its own process group, so whatever it starts is killed with it.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if wanted == NetworkIsolation::Namespace {
             isolate_in_network_namespace(&mut command);
         }
@@ -376,24 +468,51 @@ impl Executor {
     ) -> Result<std::result::Result<CallOutcome, CallError>> {
         let mut worker = self.take(memory_mb, owner)?;
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let watchdog = Watchdog::arm(worker.child.id(), deadline);
         let request = json!({
             "op": "run", "source": source, "source_hash": source_hash,
             "input": input, "settings": settings,
         });
-        if worker.send(&request).is_err() {
-            worker.kill();
-            return Ok(Err(CallError::Worker("the tool worker exited".into())));
-        }
-        loop {
-            let (line, message) = match next_message(&mut worker, deadline, timeout_ms) {
-                Ok(next) => next,
-                Err(e) => return Ok(Err(e)),
-            };
-            if message["op"] != "ctx" {
-                return Ok(self.finish(worker, &line, &message, memory_mb, owner));
+        let mut exchange = Exchange::default();
+        let result = if worker.send(&request).is_err() {
+            Err(CallError::Worker(worker.exit_reason()))
+        } else {
+            loop {
+                let (line, message) = match exchange.next_message(&mut worker, deadline, timeout_ms)
+                {
+                    Ok(next) => next,
+                    Err(e) => break Err(e),
+                };
+                if message["op"] != "ctx" {
+                    break Ok((line, message));
+                }
+                if let Err(e) = exchange.answer_ctx(&mut worker, &message, ctx) {
+                    break Err(e);
+                }
             }
-            if let Err(e) = answer_ctx(&mut worker, &message, ctx) {
-                return Ok(Err(e));
+        };
+        let fired = watchdog.fired();
+        drop(watchdog);
+        let killed = worker
+            .killed_because
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match result {
+            // Whatever the host saw last, a call the watchdog ended ran out of time...
+            _ if fired => {
+                worker.kill();
+                Ok(Err(CallError::Timeout(timeout_ms)))
+            }
+            // ...and one whose worker the host stopped failed for that reason.
+            _ if killed.is_some() => {
+                worker.kill();
+                Ok(Err(CallError::Worker(killed.unwrap_or_default())))
+            }
+            Ok((line, message)) => Ok(self.finish(worker, &line, &message, memory_mb, owner)),
+            Err(e) => {
+                worker.kill();
+                Ok(Err(e))
             }
         }
     }
@@ -414,14 +533,14 @@ impl Executor {
                 "the tool's output is larger than {} MiB",
                 MAX_LINE_BYTES >> 20
             )),
-            _ => Some(format!("unexpected worker output: {line}")),
+            _ => Some(format!("unexpected worker output: {}", excerpt(line))),
         };
         if let Some(failure) = failure {
             worker.kill();
             return Err(CallError::Worker(failure));
         }
         let isolation = worker.isolation;
-        if message["fatal"] != true && in_step(&mut worker) {
+        if message["fatal"] != true && !worker.left_something_running() && in_step(&mut worker) {
             self.give_back(memory_mb, owner, worker);
         } else {
             worker.kill();
@@ -437,10 +556,11 @@ fn unavailable(reason: String) -> Error {
     Error::PythonUnavailable { reason }
 }
 
-/// Reads the worker's stdout into lines on a thread of its own. Lines are bounded: a tool
-/// cannot make the host buffer more than `MAX_LINE_BYTES`.
+/// Reads the worker's stdout into lines on a thread of its own. Lines are bounded, and so is
+/// the queue: a tool cannot make the host buffer more than `QUEUED_MESSAGES` lines of at most
+/// `MAX_LINE_BYTES`.
 fn read_lines(stdout: ChildStdout) -> Receiver<String> {
-    let (tx, lines) = mpsc::channel();
+    let (tx, lines) = mpsc::sync_channel(QUEUED_MESSAGES);
     std::thread::spawn(move || {
         let mut reader = BufReader::new(stdout);
         loop {
@@ -466,63 +586,140 @@ fn read_lines(stdout: ChildStdout) -> Receiver<String> {
     lines
 }
 
-/// Forwards the worker's stderr to the debug log.
-fn log_lines(stderr: ChildStderr) {
+/// Forwards the worker's stderr to the debug log, a bounded line at a time; a worker that
+/// writes more than `MAX_STDERR_BYTES` is killed, and `killed_because` says why.
+fn log_lines(stderr: ChildStderr, pid: u32, killed_because: Arc<Mutex<Option<String>>>) {
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            tracing::debug!(target: "quarry::tools::worker", "{line}");
+        let mut reader = BufReader::new(stderr);
+        let mut total = 0u64;
+        loop {
+            let mut line = Vec::new();
+            match (&mut reader)
+                .take(MAX_STDERR_LINE)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n as u64,
+            }
+            if total > MAX_STDERR_BYTES {
+                *killed_because.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                    "the tool wrote more than {} MiB to stderr; its worker was stopped",
+                    MAX_STDERR_BYTES >> 20
+                ));
+                kill_group(pid);
+                break;
+            }
+            let text = String::from_utf8_lossy(&line);
+            tracing::debug!(target: "quarry::tools::worker", "{}", text.trim_end());
         }
     });
 }
 
-/// The worker's next message, raw and parsed. Running out of time, the worker's exit and
-/// garbled output each end the call.
-fn next_message(
-    worker: &mut Worker,
-    deadline: Instant,
-    timeout_ms: u64,
-) -> std::result::Result<(String, Value), CallError> {
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let line = match worker.lines.recv_timeout(remaining) {
-        Ok(line) => line,
-        Err(RecvTimeoutError::Timeout) => {
-            worker.kill();
-            return Err(CallError::Timeout(timeout_ms));
-        }
-        Err(RecvTimeoutError::Disconnected) => {
-            let status = worker.child.wait().ok();
-            // The kernel's answer to running past RLIMIT_AS can be a kill, not a MemoryError.
+/// What one call has exchanged so far, to hold it to its bounds.
+#[derive(Default)]
+struct Exchange {
+    bytes: u64,
+    ctx_calls: usize,
+}
+
+impl Exchange {
+    /// The worker's next message, raw and parsed. Running out of time, the worker's exit,
+    /// garbled output and sending more than a call may each end the call.
+    fn next_message(
+        &mut self,
+        worker: &mut Worker,
+        deadline: Instant,
+        timeout_ms: u64,
+    ) -> std::result::Result<(String, Value), CallError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let line = match worker.lines.recv_timeout(remaining) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => return Err(CallError::Timeout(timeout_ms)),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(CallError::Worker(worker.exit_reason()))
+            }
+        };
+        self.bytes += line.len() as u64;
+        if self.bytes > MAX_CALL_BYTES {
             return Err(CallError::Worker(format!(
-                "the tool worker exited ({})",
-                status.map_or("unknown status".into(), |s| s.to_string())
+                "the tool sent more than {} MiB in one call; its worker was stopped",
+                MAX_CALL_BYTES >> 20
             )));
         }
-    };
-    match serde_json::from_str(&line) {
-        Ok(message) => Ok((line, message)),
-        Err(_) => {
-            worker.kill();
-            Err(CallError::Worker(format!("garbled worker output: {line}")))
+        serde_json::from_str(&line)
+            .map(|message| (line.clone(), message))
+            .map_err(|_| CallError::Worker(format!("garbled worker output: {}", excerpt(&line))))
+    }
+
+    /// Answers one ctx operation the tool asked for.
+    fn answer_ctx(
+        &mut self,
+        worker: &mut Worker,
+        message: &Value,
+        ctx: &mut dyn FnMut(&str, &Value, &Value) -> std::result::Result<Value, String>,
+    ) -> std::result::Result<(), CallError> {
+        self.ctx_calls += 1;
+        if self.ctx_calls > MAX_CTX_CALLS {
+            return Err(CallError::Worker(format!(
+                "the tool asked for more than {MAX_CTX_CALLS} ctx operations in one call"
+            )));
         }
+        let name = message["name"].as_str().unwrap_or("");
+        let reply = match ctx(name, &message["args"], &message["kwargs"]) {
+            Ok(value) => json!({"op": "ctx_result", "ok": true, "value": value}),
+            Err(error) => json!({"op": "ctx_result", "ok": false, "error": error}),
+        };
+        // A worker that stopped reading blocks this write until the watchdog kills it.
+        worker
+            .send(&reply)
+            .map_err(|_| CallError::Worker(worker.exit_reason()))
     }
 }
 
-/// Answers one ctx operation the tool asked for.
-fn answer_ctx(
-    worker: &mut Worker,
-    message: &Value,
-    ctx: &mut dyn FnMut(&str, &Value, &Value) -> std::result::Result<Value, String>,
-) -> std::result::Result<(), CallError> {
-    let name = message["name"].as_str().unwrap_or("");
-    let reply = match ctx(name, &message["args"], &message["kwargs"]) {
-        Ok(value) => json!({"op": "ctx_result", "ok": true, "value": value}),
-        Err(error) => json!({"op": "ctx_result", "ok": false, "error": error}),
-    };
-    if worker.send(&reply).is_err() {
-        worker.kill();
-        return Err(CallError::Worker("the tool worker exited".into()));
+/// The start of a long message, for an error that must stay small.
+fn excerpt(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= EXCERPT_CHARS {
+        return text.to_string();
     }
-    Ok(())
+    let start: String = text.chars().take(EXCERPT_CHARS).collect();
+    format!("{start} …[{count} characters in all]")
+}
+
+/// Kills a worker's process group (itself and what it started).
+fn kill_group(pid: u32) {
+    #[cfg(unix)]
+    // SAFETY: kill(2) with a negative pid signals the process group; no memory is touched.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}
+
+/// Threads in a process and all its descendants, from `/proc` (0 where there is none).
+fn tree_threads(pid: u32) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let mut count = tasks.len();
+    for task in tasks {
+        let children = std::fs::read_to_string(format!(
+            "/proc/{pid}/task/{}/children",
+            task.to_string_lossy()
+        ))
+        .unwrap_or_default();
+        count += children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .map(tree_threads)
+            .sum::<usize>();
+    }
+    count
 }
 
 /// A `result` message as the call's outcome: the output and logs, or the tool's error.
