@@ -1291,3 +1291,38 @@ fn a_thread_left_running_retires_the_worker_even_with_the_workers_own_check_patc
         "the worker that kept a thread running was retired by the host"
     );
 }
+
+/// The audit hook disarmed the way that worked once: a refused operation's traceback reaches
+/// the hook's frame, whose `refuse` gets a harmless body. Then the body `attempts` runs, each
+/// line adding what happened to `results`.
+fn with_the_hook_disarmed(attempts: &str) -> String {
+    format!(
+        "    results = []\n    try:\n        open('/etc/hostname')\n    except Exception as error:\n        tb = error.__traceback__\n        while tb.tb_next:\n            tb = tb.tb_next\n        def harmless():\n            violation = None\n            def refuse(what):\n                return violation\n            return refuse\n        tb.tb_frame.f_back.f_locals['refuse'].__code__ = harmless().__code__\n{attempts}\n    return {{'value': ' | '.join(results)}}"
+    )
+}
+
+#[test]
+fn with_the_audit_hook_disarmed_the_kernel_still_refuses_programs_and_processes() {
+    let attempts = "    import posix\n    for name, attempt in [\n        ('spawn', lambda: posix.posix_spawn('/bin/sh', ['sh', '-c', 'sleep 600'], {})),\n        ('fork', lambda: posix.fork() if hasattr(posix, 'fork') else (_ for _ in ()).throw(OSError(1, 'no fork'))),\n        ('system', lambda: posix.system('true')),\n    ]:\n        try:\n            results.append(name + ' ran: ' + str(attempt()))\n        except Exception as e:\n            results.append(name + ' refused: ' + type(e).__name__ + ' ' + str(getattr(e, 'errno', '')))\n    import threading\n    seen = []\n    worker = threading.Thread(target=lambda: seen.append('thread ran'))\n    worker.start()\n    worker.join()\n    results.extend(seen)";
+    for isolation in [NetworkIsolation::Sandbox, NetworkIsolation::AuditHookOnly] {
+        let (f, _) = one_note("# A\n\nplain text");
+        let library = f.reopen(LibraryOptions {
+            executor: Executor::default().with_max_isolation(isolation),
+            ..LibraryOptions::default()
+        });
+        let s = admin(&library);
+        let tool = action(&library, "disarm", &with_the_hook_disarmed(attempts));
+        let out = call(&library, &s, &tool, json!({})).unwrap();
+        let value = out["value"].as_str().unwrap().to_string();
+        // The hook really was disarmed (a spawn got as far as the kernel)...
+        assert!(
+            !value.contains("SandboxViolation"),
+            "{isolation:?}: {value}"
+        );
+        // ...and the kernel refused every new program and process, but not a thread.
+        assert!(value.contains("spawn refused"), "{isolation:?}: {value}");
+        assert!(value.contains("fork refused"), "{isolation:?}: {value}");
+        assert!(!value.contains("system ran: 0"), "{isolation:?}: {value}");
+        assert!(value.contains("thread ran"), "{isolation:?}: {value}");
+    }
+}

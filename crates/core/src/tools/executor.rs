@@ -383,6 +383,11 @@ impl Executor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // The kernel's filters, which the worker installs before any tool code runs.
+        #[cfg(target_os = "linux")]
+        if let Some(filters) = super::confine::worker_filters() {
+            command.env("QUARRY_SECCOMP", filters);
+        }
         // Its own process group, so whatever it starts is killed with it.
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut command, 0);

@@ -10,6 +10,8 @@
 //! deterministically (keys in a fixed order), so export → delete → import → export gives the
 //! same bytes. Import checks every tool before writing any, in one transaction.
 
+#[cfg(target_os = "linux")]
+mod confine;
 mod executor;
 pub mod schema;
 mod seeds;

@@ -617,6 +617,37 @@ def _reset_timers():
         signal.signal(number, signal.SIG_DFL)
 
 
+def _install_seccomp_filters():
+    """Installs the host's seccomp filters (`QUARRY_SECCOMP`: base64 programs joined by `.`)
+    on this process, for good: from here on the kernel refuses exec, new processes, sockets
+    and the rest, whatever happens to the audit hook. Runs before the hook, the only time this
+    script uses ctypes; the modules are dropped afterwards so a tool has to import them again
+    (which the hook refuses). Returns whether filters are installed."""
+    encoded = os.environ.pop("QUARRY_SECCOMP", "")
+    if not encoded:
+        return False
+    import base64
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    for program in encoded.split("."):
+        code = base64.b64decode(program)
+        buffer = ctypes.create_string_buffer(code, len(code))
+        fprog = SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+        if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[name]
+    return True
+
+
 def main():
     memory_mb = int(os.environ.get("QUARRY_TOOL_MEMORY_MB", "256"))
     # Protocol on a private copy of stdout; fd 1 becomes stderr so stray writes can't corrupt it.
@@ -629,9 +660,10 @@ def main():
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     global _STATUS_FD
     _STATUS_FD = os.open("/proc/self/status", os.O_RDONLY)
+    seccomp = _install_seccomp_filters()
     _drop_unaudited_escapes()
     install_audit_hook()
-    channel.send({"op": "ready", "python": sys.version.split()[0], "pid": os.getpid()})
+    channel.send({"op": "ready", "python": sys.version.split()[0], "pid": os.getpid(), "seccomp": seccomp})
     compiled = {}
     while True:
         message = channel.receive()
