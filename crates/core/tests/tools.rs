@@ -1302,8 +1302,8 @@ fn with_the_hook_disarmed(attempts: &str) -> String {
 }
 
 #[test]
-fn with_the_audit_hook_disarmed_the_kernel_still_refuses_programs_and_processes() {
-    let attempts = "    import posix\n    for name, attempt in [\n        ('spawn', lambda: posix.posix_spawn('/bin/sh', ['sh', '-c', 'sleep 600'], {})),\n        ('fork', lambda: posix.fork() if hasattr(posix, 'fork') else (_ for _ in ()).throw(OSError(1, 'no fork'))),\n        ('system', lambda: posix.system('true')),\n    ]:\n        try:\n            results.append(name + ' ran: ' + str(attempt()))\n        except Exception as e:\n            results.append(name + ' refused: ' + type(e).__name__ + ' ' + str(getattr(e, 'errno', '')))\n    import threading\n    seen = []\n    worker = threading.Thread(target=lambda: seen.append('thread ran'))\n    worker.start()\n    worker.join()\n    results.extend(seen)";
+fn with_the_audit_hook_disarmed_the_kernel_still_refuses_programs_processes_and_files() {
+    let attempts = "    import posix\n    def read(path):\n        with open(path, 'rb') as f:\n            return len(f.read(16))\n    for name, attempt in [\n        ('passwd read', lambda: read('/etc/passwd')),\n        ('database read', lambda: read(DATABASE)),\n        ('home listed', lambda: posix.listdir(DOCS)),\n        ('spawn', lambda: posix.posix_spawn('/bin/sh', ['sh', '-c', 'sleep 600'], {})),\n        ('fork', lambda: posix.fork() if hasattr(posix, 'fork') else (_ for _ in ()).throw(OSError(1, 'no fork'))),\n        ('system', lambda: posix.system('true')),\n    ]:\n        try:\n            results.append(name + ' ran: ' + str(attempt()))\n        except Exception as e:\n            results.append(name + ' refused: ' + type(e).__name__ + ' ' + str(getattr(e, 'errno', '')))\n    import threading\n    seen = []\n    worker = threading.Thread(target=lambda: seen.append('thread ran'))\n    worker.start()\n    worker.join()\n    results.extend(seen)";
     for isolation in [NetworkIsolation::Sandbox, NetworkIsolation::AuditHookOnly] {
         let (f, _) = one_note("# A\n\nplain text");
         let library = f.reopen(LibraryOptions {
@@ -1311,7 +1311,13 @@ fn with_the_audit_hook_disarmed_the_kernel_still_refuses_programs_and_processes(
             ..LibraryOptions::default()
         });
         let s = admin(&library);
-        let tool = action(&library, "disarm", &with_the_hook_disarmed(attempts));
+        let attempts = attempts
+            .replace(
+                "DATABASE",
+                &format!("{:?}", f.data.path().join("quarry.db").to_str().unwrap()),
+            )
+            .replace("DOCS", &format!("{:?}", f.docs.path().to_str().unwrap()));
+        let tool = action(&library, "disarm", &with_the_hook_disarmed(&attempts));
         let out = call(&library, &s, &tool, json!({})).unwrap();
         let value = out["value"].as_str().unwrap().to_string();
         // The hook really was disarmed (a spawn got as far as the kernel)...
@@ -1319,7 +1325,16 @@ fn with_the_audit_hook_disarmed_the_kernel_still_refuses_programs_and_processes(
             !value.contains("SandboxViolation"),
             "{isolation:?}: {value}"
         );
-        // ...and the kernel refused every new program and process, but not a thread.
+        // ...and the kernel refused every file outside Python and the system libraries (the
+        // library's database with its evidence key among them)...
+        for read in [
+            "passwd read refused",
+            "database read refused",
+            "home listed refused",
+        ] {
+            assert!(value.contains(read), "{isolation:?}: {value}");
+        }
+        // ...and every new program and process, but not a thread.
         assert!(value.contains("spawn refused"), "{isolation:?}: {value}");
         assert!(value.contains("fork refused"), "{isolation:?}: {value}");
         assert!(!value.contains("system ran: 0"), "{isolation:?}: {value}");

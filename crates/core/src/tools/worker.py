@@ -621,8 +621,7 @@ def _install_seccomp_filters():
     """Installs the host's seccomp filters (`QUARRY_SECCOMP`: base64 programs joined by `.`)
     on this process, for good: from here on the kernel refuses exec, new processes, sockets
     and the rest, whatever happens to the audit hook. Runs before the hook, the only time this
-    script uses ctypes; the modules are dropped afterwards so a tool has to import them again
-    (which the hook refuses). Returns whether filters are installed."""
+    script uses ctypes besides Landlock's. Returns whether filters are installed."""
     encoded = os.environ.pop("QUARRY_SECCOMP", "")
     if not encoded:
         return False
@@ -643,9 +642,74 @@ def _install_seccomp_filters():
         fprog = SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
         if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    return True
+
+
+def _forget_ctypes():
+    """The confinement steps used ctypes; a tool has to import it again, which the hook refuses."""
     for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
         del sys.modules[name]
-    return True
+
+
+# What a confined worker may read besides its Python installation: the system libraries an
+# extension module loads, the loader's cache and the time zone (what bubblewrap mounts).
+SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/etc/ld.so.cache", "/etc/localtime")
+
+
+def _install_landlock(read_roots):
+    """Restricts this process, for good, to reading (and mapping) files under `read_roots`;
+    it may create, write or remove nothing. The kernel enforces it under the audit hook, so a
+    tool that disarms the hook still reads no user file and no library database. Returns the
+    Landlock ABI used, or 0 where the kernel has none (older than 5.13, or switched off)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    create_ruleset, add_rule, restrict_self = 444, 445, 446  # the same on x86_64 and aarch64
+    abi = libc.syscall(create_ruleset, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        return 0
+    # Every filesystem right of this ABI: 13 in v1, then refer (v2), truncate (v3), ioctl_dev (v5).
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= 1 << 13
+    if abi >= 3:
+        rights |= 1 << 14
+    if abi >= 5:
+        rights |= 1 << 15
+    read = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read_file, read_dir
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    attr = RulesetAttr(rights)
+    ruleset = libc.syscall(create_ruleset, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for root in read_roots:
+            try:
+                fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # not on this system
+            try:
+                # A file (the loader's cache) takes only file rights.
+                allowed = read if os.path.isdir(root) else (1 << 0) | (1 << 2)
+                rule = PathBeneath(allowed, fd)
+                if libc.syscall(add_rule, ruleset, 1, ctypes.byref(rule), 0) != 0:  # PATH_BENEATH
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule({root}) failed")
+            finally:
+                os.close(fd)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.syscall(restrict_self, ruleset, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return abi
 
 
 def main():
@@ -660,10 +724,14 @@ def main():
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     global _STATUS_FD
     _STATUS_FD = os.open("/proc/self/status", os.O_RDONLY)
+    landlock = _install_landlock(
+        tuple(r.rstrip("/") or "/" for r in _allowed_read_roots()) + SYSTEM_READ_ROOTS
+    )
     seccomp = _install_seccomp_filters()
+    _forget_ctypes()
     _drop_unaudited_escapes()
     install_audit_hook()
-    channel.send({"op": "ready", "python": sys.version.split()[0], "pid": os.getpid(), "seccomp": seccomp})
+    channel.send({"op": "ready", "python": sys.version.split()[0], "pid": os.getpid(), "seccomp": seccomp, "landlock": landlock})
     compiled = {}
     while True:
         message = channel.receive()
