@@ -274,7 +274,12 @@ fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<(
 
 /// A field of /proc/self/status (memory figures), or "-" where there is none.
 fn proc_status(field: &str) -> String {
-    std::fs::read_to_string("/proc/self/status")
+    process_status("self", field)
+}
+
+/// A field of a process's /proc status (`process`: a pid, or `self`), or "-".
+pub fn process_status(process: &str, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
         .ok()
         .and_then(|s| {
             s.lines()

@@ -199,13 +199,7 @@ impl Server {
 
     /// The server's resident memory.
     fn rss(&self) -> String {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_string()))
-            })
-            .unwrap_or_else(|| "-".into())
+        super::bench::process_status(&self.child.id().to_string(), "VmRSS:")
     }
 }
 

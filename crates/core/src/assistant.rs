@@ -180,32 +180,35 @@ impl Library {
             tool,
             arguments,
         );
-        let failure = match &result {
-            Ok(call) if call.is_error => {
-                // What the client read, without the prefixes the audit's words repeat.
+        // A refused or failed call is audited as an error, in the words the client read
+        // without the prefixes the audit's own words repeat.
+        let failure = result
+            .as_ref()
+            .ok()
+            .filter(|call| call.is_error)
+            .map(|call| {
                 let reason = call.text.trim_start_matches("Error: ");
-                let reason = reason
-                    .strip_prefix(&format!("tool `{tool}` failed: "))
-                    .unwrap_or(reason);
-                Some(crate::Error::ToolFailed {
+                crate::Error::ToolFailed {
                     tool: tool.to_string(),
-                    reason: reason.to_string(),
-                })
-            }
-            _ => None,
-        };
+                    reason: reason
+                        .strip_prefix(&format!("tool `{tool}` failed: "))
+                        .unwrap_or(reason)
+                        .to_string(),
+                }
+            });
         let outcome = match (&result, &failure) {
             (Err(e), _) | (Ok(_), Some(e)) => Err(e),
             (Ok(_), None) => Ok(()),
         };
+        let context = format!("client {client}, session {session}");
         let detail = match &result {
-            Ok(call) if failure.is_none() => format!(
-                "client {client}, session {session}, turn {}: {} passages admitted",
+            Ok(call) if call.is_error => format!("{context}, turn {}", call.turn),
+            Ok(call) => format!(
+                "{context}, turn {}: {} passages admitted",
                 call.turn,
                 call.admitted.len()
             ),
-            Ok(call) => format!("client {client}, session {session}, turn {}", call.turn),
-            Err(_) => format!("client {client}, session {session}"),
+            Err(_) => context,
         };
         audit::record(
             self.store(),

@@ -91,18 +91,24 @@ impl QuarryMcp {
         }
     }
 
-    /// Authenticates the request and finds (or starts) the caller's engine session.
-    async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+    /// Serves one request: authenticates it, finds (or starts) the caller's engine session,
+    /// then runs `work` as that caller, all in one task off the async threads and under one
+    /// hold of the library (SQLite, ONNX Runtime and Python workers block).
+    async fn as_caller<T: Send + 'static>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        work: impl FnOnce(&Library, &Caller) -> Result<T, ErrorData> + Send + 'static,
+    ) -> Result<T, ErrorData> {
         let credentials = self.credentials(context)?;
         let client = client_name(context);
         let parts = context.extensions.get::<::http::request::Parts>();
         // Without an MCP session (stateless HTTP) there is nothing per-session to hang state
         // on: such requests share one engine session per caller for the server's life.
-        let sessions = match parts.is_none_or(|p| p.headers.contains_key("mcp-session-id")) {
-            true => Some(self.sessions.clone()),
-            false => None,
-        };
-        self.blocking(move |shared| {
+        let sessions = parts
+            .is_none_or(|p| p.headers.contains_key("mcp-session-id"))
+            .then(|| self.sessions.clone());
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
             let library = shared.library();
             let principal = match credentials {
                 None => Principal::administrator(),
@@ -129,13 +135,16 @@ impl QuarryMcp {
                     started.id
                 }
             };
-            Ok(Caller {
+            drop(map);
+            let caller = Caller {
                 principal,
                 session,
                 client,
-            })
+            };
+            work(&library, &caller)
         })
         .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
     }
 
     /// The request's key and, for a service key, the user it acts for (`None`: the
@@ -170,18 +179,6 @@ impl QuarryMcp {
                 )))
             }
         }
-    }
-
-    /// Runs engine work (SQLite, ONNX Runtime, Python workers) off the async threads, one
-    /// request at a time.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Shared) -> Result<T, ErrorData> + Send + 'static,
-    ) -> Result<T, ErrorData> {
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || work(&shared))
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
     }
 }
 
@@ -242,11 +239,9 @@ impl ServerHandler for QuarryMcp {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let caller = self.caller(&context).await?;
         let specs = self
-            .blocking(move |shared| {
-                shared
-                    .library()
+            .as_caller(&context, |library, caller| {
+                library
                     .agent_tools(&caller.principal, &caller.session)
                     .map_err(engine_error)
             })
@@ -261,13 +256,11 @@ impl ServerHandler for QuarryMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = self.caller(&context).await?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let tool = request.name.to_string();
         let call = self
-            .blocking(move |shared| {
-                shared
-                    .library()
+            .as_caller(&context, move |library, caller| {
+                library
                     .agent_call(
                         &caller.principal,
                         &caller.session,
@@ -292,11 +285,9 @@ impl ServerHandler for QuarryMcp {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let caller = self.caller(&context).await?;
         let documents = self
-            .blocking(move |shared| {
-                shared
-                    .library()
+            .as_caller(&context, |library, caller| {
+                library
                     .agent_documents(&caller.principal, &caller.session)
                     .map_err(engine_error)
             })
@@ -320,21 +311,23 @@ impl ServerHandler for QuarryMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let caller = self.caller(&context).await?;
         let uri = request.uri.clone();
-        let id = uri
-            .strip_prefix(DOCUMENT_URI)
-            .and_then(|id| id.parse::<i64>().ok())
-            .ok_or_else(|| {
-                ErrorData::resource_not_found(
-                    format!("`{uri}` is not a Quarry document (quarry://doc/ID)"),
-                    None,
-                )
-            })?;
         let document = self
-            .blocking(move |shared| {
-                shared
-                    .library()
+            .as_caller(&context, move |library, caller| {
+                let id = request
+                    .uri
+                    .strip_prefix(DOCUMENT_URI)
+                    .and_then(|id| id.parse::<i64>().ok())
+                    .ok_or_else(|| {
+                        ErrorData::resource_not_found(
+                            format!(
+                                "`{}` is not a Quarry document (quarry://doc/ID)",
+                                request.uri
+                            ),
+                            None,
+                        )
+                    })?;
+                library
                     .agent_document(
                         &caller.principal,
                         &caller.session,

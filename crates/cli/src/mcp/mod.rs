@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use quarry_core::orchestrator::DEFAULT_CONFIG;
 use quarry_core::Library;
 use rmcp::ServiceExt;
 
@@ -49,7 +50,7 @@ pub fn run(args: McpArgs, library: Library) -> Result<()> {
     let identity = identity(&args, &library)?;
     // Fails before serving when the configuration or mode does not exist.
     library
-        .orchestrator_revision(args.config.as_deref().unwrap_or("default"), None)?
+        .orchestrator_revision(args.config.as_deref().unwrap_or(DEFAULT_CONFIG), None)?
         .config
         .mode(&args.mode)?;
     let shared = Arc::new(Shared::new(library, args.config, args.mode, identity));

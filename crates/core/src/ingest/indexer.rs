@@ -109,13 +109,13 @@ fn scope_paths(source: &Source, scope: &ScanScope) -> Vec<PathBuf> {
 
 /// Where the source's symbolic links may lead: within its folder, or out of it when the source
 /// says so, but never into the library's data directory or another source's folder.
-pub(crate) fn link_bounds(store: &Store, source: &Source) -> Result<LinkBounds> {
+fn link_bounds(store: &Store, source: &Source) -> Result<LinkBounds> {
     let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let mut forbidden: Vec<PathBuf> = store
-        .sources()?
+        .source_roots()?
         .iter()
-        .filter(|s| s.id != source.id)
-        .map(|s| canonical(&s.root))
+        .filter(|(id, _)| *id != source.id)
+        .map(|(_, root)| canonical(root))
         .collect();
     if let Some(data_dir) = store.path().parent() {
         forbidden.push(canonical(data_dir));

@@ -22,7 +22,7 @@
 //! documents stay), polled, and re-watched when it comes back.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -186,6 +186,8 @@ struct Watcher<'a> {
     outbox_checked: Instant,
     /// When the last change was handled, while a reconciliation is pending.
     last_change: Option<Instant>,
+    /// The library's data directory, resolved: events about its files are not changes.
+    library_dir: Option<PathBuf>,
 }
 
 impl<'a> Watcher<'a> {
@@ -203,7 +205,13 @@ impl<'a> Watcher<'a> {
             path: PathBuf::new(),
             reason: e.to_string(),
         })?;
+        let library_dir = lanes
+            .store
+            .path()
+            .parent()
+            .and_then(|dir| dir.canonicalize().ok());
         Ok(Watcher {
+            library_dir,
             lanes,
             options,
             on_event,
@@ -347,9 +355,8 @@ impl<'a> Watcher<'a> {
     /// Events about the library's own files (reached through a link in a source folder) are
     /// not changes to index: indexing writes those files, so each scan would start the next.
     fn without_library_files(&self, mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
-        let data_dir = self.lanes.store.path().parent().map(Path::canonicalize);
-        if let Some(Ok(data_dir)) = data_dir {
-            paths.retain(|p| !resolves_inside(p, &data_dir));
+        if let Some(dir) = &self.library_dir {
+            paths.retain(|p| !resolves_inside(p, dir));
         }
         paths
     }

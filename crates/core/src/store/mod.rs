@@ -269,6 +269,18 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Every source's folder, without the document counts `sources` adds (a scan asks for
+    /// these on every change).
+    pub(crate) fn source_roots(&self) -> Result<Vec<(SourceId, PathBuf)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, root FROM sources ORDER BY id")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, bytes_to_path(&r.get::<_, Vec<u8>>(1)?)))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// One source by id.
     pub fn source(&self, id: SourceId) -> Result<Source> {
         self.conn

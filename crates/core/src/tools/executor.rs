@@ -76,6 +76,8 @@ struct Worker {
     /// Threads in its process tree when it was ready: more after a call means the tool left
     /// one running, and the worker is retired (counted by the host, which no tool can patch).
     threads_at_start: usize,
+    /// Its exit status once the host has reaped it.
+    exited: Option<std::process::ExitStatus>,
 }
 
 impl Worker {
@@ -88,24 +90,28 @@ impl Worker {
 
     /// Kills the process group (the worker and anything it started) and reaps the worker;
     /// it is not used again.
-    fn kill(&mut self) {
-        kill_group(self.child.id());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill(&mut self) -> Option<std::process::ExitStatus> {
+        // Until it is reaped the worker's pid names its group, so the group is killed first.
+        if self.exited.is_none() {
+            kill_group(self.child.id());
+            let _ = self.child.kill();
+            self.exited = self.child.wait().ok();
+        }
+        self.exited
     }
 
-    /// Why the worker is gone: what the host killed it for, else its exit status.
+    /// Why the worker is gone: what the host killed it for, else its exit status. It is
+    /// killed and reaped here if it was not already.
     fn exit_reason(&mut self) -> String {
+        let status = self.kill();
         if let Some(reason) = self
             .killed_because
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
         {
-            let _ = self.child.wait();
             return reason;
         }
-        let status = self.child.wait().ok();
         // The kernel's answer to running past RLIMIT_AS can be a kill, not a MemoryError.
         format!(
             "the tool worker exited ({})",
@@ -353,6 +359,7 @@ impl Executor {
             isolation,
             killed_because,
             threads_at_start,
+            exited: None,
         })
     }
 
