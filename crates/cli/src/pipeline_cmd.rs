@@ -34,6 +34,10 @@ pub enum PipelineCommand {
         /// Check the draft instead of the saved version
         #[arg(long)]
         draft: bool,
+        /// Check for this caller (code tools may be blocked for keys where the OS cannot
+        /// confine them)
+        #[command(flatten)]
+        principal: AsPrincipal,
         #[arg(long)]
         json: bool,
     },
@@ -167,8 +171,14 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             );
             Ok(true)
         }
-        PipelineCommand::Check { name, draft, json } => {
-            let problems = library.check_pipeline(&name, draft)?;
+        PipelineCommand::Check {
+            name,
+            draft,
+            principal,
+            json,
+        } => {
+            let who = principal.principal(library)?;
+            let problems = library.check_pipeline(&name, draft, &who)?;
             if json {
                 print_json(&problems)?;
             } else {
@@ -231,7 +241,8 @@ fn list(library: &Library, json: bool) -> Result<()> {
 
 fn show(library: &Library, name: &str, json: bool) -> Result<()> {
     let view = library.pipeline(name)?;
-    let problems = library.check_pipeline(name, view.saved.is_none())?;
+    let problems =
+        library.check_pipeline(name, view.saved.is_none(), &Principal::administrator())?;
     if json {
         return print_json(&serde_json::json!({"pipeline": view, "readiness": problems}));
     }

@@ -13,6 +13,7 @@
 //! | `HF_TOKEN` | a hub token, sent only to the hub's host |
 //! | `QUARRY_PYTHON` | the Python that runs code tools and `pip download` (default `python3`) |
 //! | `QUARRY_BWRAP` | bubblewrap's path, or `none` to turn the sandbox tier off |
+//! | `QUARRY_UNCONFINED_CODE_TOOLS` | `admin`: where the OS cannot confine code tools (no user namespaces, seccomp or Landlock), the administrator may still run them |
 //! | `OMP_WAIT_POLICY` | read to warn when llama.cpp's OpenMP threads will spin |
 //!
 //! An OpenAI-compatible backend's API key is read from the variable its configuration names
@@ -106,6 +107,11 @@ pub fn bwrap() -> BwrapSetting {
         Some(v) if v == "none" => BwrapSetting::Off,
         Some(v) => BwrapSetting::At(PathBuf::from(v)),
     }
+}
+
+/// Whether `QUARRY_UNCONFINED_CODE_TOOLS` is `admin`.
+pub fn unconfined_code_tools_for_admin() -> bool {
+    std::env::var("QUARRY_UNCONFINED_CODE_TOOLS").is_ok_and(|v| v.trim() == "admin")
 }
 
 /// A program on the `PATH`.

@@ -197,14 +197,20 @@ impl Library {
         pipeline::delete(self.store(), name)
     }
 
-    /// Readiness problems of a pipeline's saved version (or its draft).
-    pub fn check_pipeline(&self, name: &str, draft: bool) -> Result<Vec<ReadinessProblem>> {
+    /// Readiness problems of a pipeline's saved version (or its draft) for `principal`.
+    pub fn check_pipeline(
+        &self,
+        name: &str,
+        draft: bool,
+        principal: &Principal,
+    ) -> Result<Vec<ReadinessProblem>> {
         let resolved = pipeline::resolve(self.store(), name, draft)?;
         Ok(pipeline::check(
             self.store(),
             self.models(),
             &self.executor,
             &resolved,
+            principal,
         ))
     }
 

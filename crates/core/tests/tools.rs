@@ -1341,3 +1341,180 @@ fn with_the_audit_hook_disarmed_the_kernel_still_refuses_programs_processes_and_
         assert!(value.contains("thread ran"), "{isolation:?}: {value}");
     }
 }
+
+/// A tool that starts `COUNT` threads which, once all have started, each allocate `EACH` MB
+/// in 20 KB pieces (the sizes glibc serves from per-thread arenas) and hold it until all have
+/// tried.
+const THREADS_ALLOCATING: &str = "    import threading\n    got, failed = [], []\n    go = threading.Barrier(COUNT, timeout=20)\n    gate = threading.Barrier(COUNT + 1, timeout=20)\n    def grab():\n        go.wait()\n        try:\n            got.append([bytes(20_000) for _ in range(EACH * 52)])\n        except MemoryError:\n            failed.append(1)\n        gate.wait()\n    workers = []\n    for _ in range(COUNT):\n        t = threading.Thread(target=grab)\n        try:\n            t.start()\n        except RuntimeError as e:\n            gate.abort()\n            return {'value': f'thread {len(workers)} refused: {e}'}\n        workers.append(t)\n    gate.wait()\n    for t in workers:\n        t.join()\n    return {'value': f'{len(got)} allocated, {len(failed)} refused'}";
+
+fn threads_allocating(count: usize, each_mb: usize, memory_mb: u64) -> String {
+    let body = THREADS_ALLOCATING
+        .replace("COUNT", &count.to_string())
+        .replace("EACH", &each_mb.to_string());
+    within_a_minute("threads", move || {
+        let (f, s) = one_note("# A\n\nplain text");
+        let tool = limited_action(
+            &f.library,
+            "threads",
+            &body,
+            Limits {
+                timeout_ms: 30_000,
+                memory_mb,
+            },
+        );
+        let out = call(&f.library, &s, &tool, json!({})).unwrap();
+        out["value"].as_str().unwrap().to_string()
+    })
+}
+
+#[test]
+fn the_memory_limit_leaves_room_for_threads() {
+    // Before: under RLIMIT_AS a fourth thread could not start (each reserves a malloc arena
+    // of address space it never uses).
+    assert_eq!(threads_allocating(32, 1, 256), "32 allocated, 0 refused");
+}
+
+#[test]
+fn the_memory_limit_holds_for_the_worker_as_a_whole() {
+    // Ten workers of 60 MB under a 256 MB limit: whatever runs in the sandbox shares it (new
+    // processes are refused by the kernel, so every thread is in the one limited process).
+    let value = threads_allocating(10, 60, 256);
+    let allocated: usize = value.split(' ').next().unwrap().parse().expect(&value);
+    assert!(allocated <= 4, "{value}");
+    assert!(
+        value.ends_with(&format!("{} refused", 10 - allocated)),
+        "{value}"
+    );
+}
+
+#[test]
+fn in_a_user_namespace_of_its_own_the_worker_runs_a_bounded_number_of_tasks() {
+    // bubblewrap gives the worker its own user namespace, where RLIMIT_NPROC counts only the
+    // sandbox's tasks (Linux 5.14 and later; a root user outside is exempt from the count).
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let version = (numbers.next().unwrap(), numbers.next().unwrap());
+    let (f, s) = one_note("# A\n\nplain text");
+    assert_eq!(
+        f.library.executor().check().unwrap(),
+        NetworkIsolation::Sandbox
+    );
+    let tool = action(
+        &f.library,
+        "tasks",
+        "    import resource\n    return {'value': str(resource.getrlimit(resource.RLIMIT_NPROC))}",
+    );
+    let value = call(&f.library, &s, &tool, json!({})).unwrap()["value"].clone();
+    if version >= (5, 14) {
+        assert_eq!(value, "(128, 128)");
+    } else {
+        assert_ne!(
+            value, "(128, 128)",
+            "an older kernel counts the user's every process"
+        );
+    }
+}
+
+/// A library whose workers the OS does not confine (the hook alone: no namespaces, seccomp or
+/// Landlock, as on macOS or an old kernel), the administrator allowed to run them or not, and
+/// a personal key.
+fn unconfined_library(admin_allowed: bool) -> (Fixture, Library, Principal) {
+    let f = fixture(&[("a.md", "# A\n\nplain text".to_string())]);
+    let key = f
+        .library
+        .create_key(&NewKey {
+            name: "alice".into(),
+            kind: PrincipalKind::Personal,
+            user: None,
+            scope: Scope {
+                collections: None,
+                sensitivity_ceiling: "restricted".into(),
+            },
+        })
+        .unwrap();
+    let library = f.reopen(LibraryOptions {
+        executor: Executor::default()
+            .with_max_isolation(NetworkIsolation::AuditHookOnly)
+            .without_kernel_confinement()
+            .with_unconfined_admin(admin_allowed),
+        ..LibraryOptions::default()
+    });
+    let alice = library.authenticate(&key.secret, None).unwrap();
+    (f, library, alice)
+}
+
+#[test]
+fn without_os_isolation_code_tools_run_only_for_an_administrator_who_allowed_it() {
+    let pipeline = quarry_core::pipeline::PipelineDefinition {
+        query_tools: vec!["expand_multi_query".into()],
+        retrieval: Some("retrieve-lexical-focused".into()),
+        chunk_tools: vec!["noop_chunk".into()],
+        ..Default::default()
+    };
+    for admin_allowed in [false, true] {
+        let (_f, library, alice) = unconfined_library(admin_allowed);
+        let confinement = library.executor().confinement().unwrap();
+        assert!(!confinement.os_isolated(), "{confinement:?}");
+        let tool = action(&library, "echo", "    return {'value': 'ran'}");
+        // A personal key is refused, naming what is missing, whatever the setting...
+        let (code, message) = error_of(call(
+            &library,
+            &session(&library, alice.clone()),
+            &tool,
+            json!({}),
+        ));
+        assert_eq!(code, "unauthorized", "{message}");
+        assert!(
+            message.contains("isolation by the operating system"),
+            "{message}"
+        );
+        assert!(
+            message.contains("no seccomp filters, no Landlock"),
+            "{message}"
+        );
+        // ...and the administrator only with the setting, which says what is lost.
+        let as_admin = call(&library, &admin(&library), &tool, json!({}));
+        if admin_allowed {
+            assert_eq!(as_admin.unwrap()["value"], "ran");
+        } else {
+            let (code, message) = error_of(as_admin);
+            assert_eq!(code, "unauthorized", "{message}");
+            assert!(
+                message.contains("QUARRY_UNCONFINED_CODE_TOOLS=admin"),
+                "{message}"
+            );
+            assert!(message.contains("read every file"), "{message}");
+        }
+        // `pipeline check` calls it blocking for the key, not degraded; a run is refused.
+        library.create_pipeline("coded", &pipeline).unwrap();
+        let for_alice = library.check_pipeline("coded", true, &alice).unwrap();
+        let sandbox = for_alice.iter().find(|p| p.component == "sandbox").unwrap();
+        assert_eq!(
+            sandbox.severity,
+            quarry_core::pipeline::Severity::Blocking,
+            "{sandbox:?}"
+        );
+        let run = library.run_pipeline(
+            "coded",
+            "text",
+            &alice,
+            &RunOptions {
+                draft: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(run.unwrap_err().code(), "pipeline_not_ready");
+        let for_admin = library
+            .check_pipeline("coded", true, &Principal::administrator())
+            .unwrap();
+        let sandbox = for_admin.iter().find(|p| p.component == "sandbox").unwrap();
+        let expected = if admin_allowed {
+            quarry_core::pipeline::Severity::Degraded
+        } else {
+            quarry_core::pipeline::Severity::Blocking
+        };
+        assert_eq!(sandbox.severity, expected, "{sandbox:?}");
+    }
+}

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::candidate::{
     Candidate, DocumentPage, FoundDocument, Neighbors, PageChunk, SourceDocument,
 };
+use crate::auth::PrincipalKind;
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
 use crate::evidence::{EvidenceLedger, EvidenceSession};
@@ -109,6 +110,7 @@ pub fn call_code_tool(
         let owner = format!("{}#{}", derived.source_hash, env.session.principal.id);
         env.engine.executor.call(
             &owner,
+            env.session.principal.kind == PrincipalKind::Administrator,
             source,
             &derived.source_hash,
             &input,

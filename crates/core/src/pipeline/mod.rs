@@ -21,11 +21,14 @@ use std::collections::BTreeMap;
 use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Principal, PrincipalKind};
 use crate::error::{Error, Result};
 use crate::models::Models;
 use crate::retrieve::{RetrievalSettings, SearchMode};
 use crate::store::{now_unix, Collection, Store};
-use crate::tools::{self, Executor, NetworkIsolation, ToolDefinition, ToolType};
+use crate::tools::{
+    self, Executor, NetworkIsolation, ToolDefinition, ToolType, UNCONFINED_SETTING,
+};
 pub use host::{call_code_tool, CtxCall, ToolCallReport, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
 pub use run::{
     call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageReport, TestInput,
@@ -441,14 +444,16 @@ fn structural_problems(resolved: &ResolvedPipeline) -> Vec<ReadinessProblem> {
     problems
 }
 
-/// Everything that keeps a pipeline from running as configured, blocking problems first:
-/// its structure, its collections, Python and the sandbox for code tools, and the models its
-/// retrieval tools use.
+/// Everything that keeps a pipeline from running as configured for `principal`, blocking
+/// problems first: its structure, its collections, Python and the sandbox for code tools
+/// (where the OS cannot confine them, only the administrator may run them), and the models
+/// its retrieval tools use.
 pub fn check(
     store: &Store,
     models: &Models,
     executor: &Executor,
     resolved: &ResolvedPipeline,
+    principal: &Principal,
 ) -> Vec<ReadinessProblem> {
     let collections = store.collections().unwrap_or_default();
     let mut problems = structural_problems(resolved);
@@ -461,7 +466,10 @@ pub fn check(
         if tool.tool_type.is_code() {
             if !python_checked {
                 python_checked = true;
-                problems.extend(python_problem(executor));
+                problems.extend(python_problem(
+                    executor,
+                    principal.kind == PrincipalKind::Administrator,
+                ));
             }
             problems.extend(code_tool_problems(slug, tool));
             continue;
@@ -499,23 +507,48 @@ fn collection_problems(
         .collect()
 }
 
-/// No Python blocks code tools; a weaker sandbox than bubblewrap degrades them.
-fn python_problem(executor: &Executor) -> Option<ReadinessProblem> {
-    match executor.check() {
-        Err(e) => Some(ReadinessProblem {
-            severity: Severity::Blocking,
-            component: "python".into(),
-            message: e.to_string(),
-        }),
-        Ok(NetworkIsolation::Sandbox) => None,
-        Ok(weaker) => Some(ReadinessProblem {
-            severity: Severity::Degraded,
+/// No Python blocks code tools, and so does a system that cannot confine them, for anyone
+/// but an administrator who allowed it; a weaker sandbox than bubblewrap degrades them.
+fn python_problem(executor: &Executor, administrator: bool) -> Option<ReadinessProblem> {
+    let confinement = match executor.confinement() {
+        Err(e) => {
+            return Some(ReadinessProblem {
+                severity: Severity::Blocking,
+                component: "python".into(),
+                message: e.to_string(),
+            })
+        }
+        Ok(confinement) => confinement,
+    };
+    let sandbox = |severity, message| {
+        Some(ReadinessProblem {
+            severity,
             component: "sandbox".into(),
-            message: format!(
+            message,
+        })
+    };
+    if let Err(refused) = executor.may_run(&confinement, administrator) {
+        return sandbox(Severity::Blocking, refused.to_string());
+    }
+    if !confinement.os_isolated() {
+        return sandbox(
+            Severity::Degraded,
+            format!(
+                "code tools run without isolation by the operating system ({}), for the \
+                 administrator only ({UNCONFINED_SETTING})",
+                confinement.missing()
+            ),
+        );
+    }
+    match confinement.network {
+        NetworkIsolation::Sandbox => None,
+        weaker => sandbox(
+            Severity::Degraded,
+            format!(
                 "code tools run with weaker isolation ({weaker:?}): install bubblewrap \
                  (`bwrap`) for the full sandbox"
             ),
-        }),
+        ),
     }
 }
 

@@ -346,7 +346,7 @@ pub fn run_resolved(
     options: &RunOptions,
 ) -> Result<PipelineRun> {
     let started = Instant::now();
-    let readiness = ready_to_run(engine, resolved)?;
+    let readiness = ready_to_run(engine, resolved, principal)?;
     let query = non_empty(query)?;
     let session = session_for(engine, principal, options.conversation.as_deref())?;
     let env = environment(*engine, &session, resolved);
@@ -383,8 +383,15 @@ pub fn run_resolved(
 fn ready_to_run(
     engine: &EngineContext<'_>,
     resolved: &ResolvedPipeline,
+    principal: &Principal,
 ) -> Result<Vec<ReadinessProblem>> {
-    let problems = check(engine.store, engine.models, engine.executor, resolved);
+    let problems = check(
+        engine.store,
+        engine.models,
+        engine.executor,
+        resolved,
+        principal,
+    );
     let blocking: Vec<String> = problems
         .iter()
         .filter(|p| p.severity == Severity::Blocking)

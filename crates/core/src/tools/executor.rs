@@ -3,8 +3,8 @@
 //! A worker is `python3 -I -S -c <worker.py>` with the protocol on its stdin and stdout (see
 //! `worker.py`). It starts in a fresh network namespace where the OS allows one (root or
 //! unprivileged user namespaces); everywhere, its audit hook refuses sockets, processes,
-//! ctypes, file writes and reads outside the Python installation, and an address-space limit
-//! caps its memory. The host enforces the time limit by killing the worker. A worker that
+//! ctypes, file writes and reads outside the Python installation, and a data limit caps its
+//! memory. The host enforces the time limit by killing the worker. A worker that
 //! finished a call cleanly goes back to an idle pool, so a warm call costs a round trip over
 //! a pipe, not a Python start-up. Workers are pooled per tool and caller (source hash and
 //! principal): a tool could leave something behind in its interpreter (a patched module, a
@@ -58,6 +58,44 @@ pub enum NetworkIsolation {
     AuditHookOnly,
 }
 
+/// How the operating system confines a worker, as the worker reported it when it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Confinement {
+    /// How it is kept off the network (and, in the sandbox, off the filesystem).
+    pub network: NetworkIsolation,
+    /// Whether its seccomp filters are installed (no programs, processes or sockets).
+    pub seccomp: bool,
+    /// The Landlock ABI confining its file access; 0 where the kernel has none.
+    pub landlock: u32,
+}
+
+impl Confinement {
+    /// Whether the kernel, not only Python's audit hook, holds the worker: bubblewrap's
+    /// namespaces, or seccomp with Landlock (a tool that disarms the hook then still starts
+    /// nothing, reaches no network and reads no user file).
+    pub fn os_isolated(&self) -> bool {
+        self.network == NetworkIsolation::Sandbox || (self.seccomp && self.landlock > 0)
+    }
+
+    /// What this system lacks for OS isolation, in words (empty where nothing is missing).
+    pub fn missing(&self) -> String {
+        let mut missing = Vec::new();
+        if self.network != NetworkIsolation::Sandbox {
+            missing.push("no bubblewrap sandbox");
+        }
+        if !self.seccomp {
+            missing.push("no seccomp filters");
+        }
+        if self.landlock == 0 {
+            missing.push("no Landlock");
+        }
+        missing.join(", ")
+    }
+}
+
+/// The setting that lets the administrator run code tools where the OS cannot confine them.
+pub const UNCONFINED_SETTING: &str = "QUARRY_UNCONFINED_CODE_TOOLS=admin";
+
 /// The interpreter behind `python`, with the folders it reads from.
 #[derive(Debug, Clone)]
 struct Interpreter {
@@ -70,7 +108,7 @@ struct Worker {
     child: Child,
     stdin: ChildStdin,
     lines: Receiver<String>,
-    isolation: NetworkIsolation,
+    confinement: Confinement,
     /// Why the host killed it from another thread (a flood on stderr), when it did.
     killed_because: Arc<Mutex<Option<String>>>,
     /// Threads in its process tree when it was ready: more after a call means the tool left
@@ -112,7 +150,7 @@ impl Worker {
         {
             return reason;
         }
-        // The kernel's answer to running past RLIMIT_AS can be a kill, not a MemoryError.
+        // The kernel's answer to running past the memory limit can be a kill, not a MemoryError.
         format!(
             "the tool worker exited ({})",
             status.map_or("unknown status".into(), |s| s.to_string())
@@ -200,6 +238,12 @@ pub struct Executor {
     bwrap: Option<PathBuf>,
     /// The strongest isolation to try (tests use it to exercise the fallbacks).
     max_isolation: NetworkIsolation,
+    /// Whether workers install seccomp filters and Landlock (off only to test what a system
+    /// without them gets).
+    kernel_confinement: bool,
+    /// Whether the administrator may run code tools where the OS cannot confine them
+    /// ([`UNCONFINED_SETTING`]).
+    unconfined_admin: bool,
     /// Idle workers by (memory limit, owner), oldest first.
     idle: Mutex<Vec<((u64, String), Worker)>>,
 }
@@ -223,8 +267,24 @@ impl Executor {
             interpreter: std::sync::OnceLock::new(),
             bwrap: find_bwrap(),
             max_isolation: NetworkIsolation::Sandbox,
+            kernel_confinement: true,
+            unconfined_admin: crate::environment::unconfined_code_tools_for_admin(),
             idle: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same executor with workers that install neither seccomp filters nor Landlock:
+    /// what a system without them (macOS, an old kernel) gets, for testing the rules there.
+    pub fn without_kernel_confinement(mut self) -> Executor {
+        self.kernel_confinement = false;
+        self
+    }
+
+    /// The same executor, letting the administrator run code tools without OS isolation
+    /// (or not), whatever [`UNCONFINED_SETTING`] says.
+    pub fn with_unconfined_admin(mut self, allowed: bool) -> Executor {
+        self.unconfined_admin = allowed;
+        self
     }
 
     /// The same executor, never isolating more strongly than `isolation` (for testing the
@@ -236,10 +296,37 @@ impl Executor {
 
     /// Whether Python can run tools here, and how the workers are kept off the network.
     pub fn check(&self) -> Result<NetworkIsolation> {
+        Ok(self.confinement()?.network)
+    }
+
+    /// Whether Python can run tools here, and how the OS confines the workers.
+    pub fn confinement(&self) -> Result<Confinement> {
         let worker = self.take(256, ANALYSIS_OWNER)?;
-        let isolation = worker.isolation;
+        let confinement = worker.confinement;
         self.give_back(256, ANALYSIS_OWNER, worker);
-        Ok(isolation)
+        Ok(confinement)
+    }
+
+    /// Whether a caller may run code tools under `confinement`: anyone where the OS confines
+    /// the workers; where it cannot, only the administrator, and only with
+    /// [`UNCONFINED_SETTING`]. The error says what is missing and what is at stake.
+    pub fn may_run(&self, confinement: &Confinement, administrator: bool) -> Result<()> {
+        if confinement.os_isolated() || (administrator && self.unconfined_admin) {
+            return Ok(());
+        }
+        let missing = confinement.missing();
+        Err(Error::Unauthorized(if administrator {
+            format!(
+                "this system cannot confine code tools ({missing}): a tool could read every \
+                 file this account can, start programs and reach the network. Install \
+                 bubblewrap, or set {UNCONFINED_SETTING} to run them anyway as the administrator"
+            )
+        } else {
+            format!(
+                "code tools need isolation by the operating system, which this system lacks \
+                 ({missing}); only the administrator may run them here"
+            )
+        }))
     }
 
     /// Stops every idle worker (the next call starts a fresh one).
@@ -344,19 +431,24 @@ impl Executor {
             child.id(),
             killed_because.clone(),
         );
-        self.await_ready(&mut child, &lines)?;
-        let isolation = match wanted {
+        let ready = self.await_ready(&mut child, &lines)?;
+        let network = match wanted {
             NetworkIsolation::Namespace if !only_loopback(child.id()) => {
                 NetworkIsolation::AuditHookOnly
             }
             other => other,
+        };
+        let confinement = Confinement {
+            network,
+            seccomp: ready["seccomp"] == true,
+            landlock: ready["landlock"].as_u64().unwrap_or(0) as u32,
         };
         let threads_at_start = tree_threads(child.id());
         Ok(Worker {
             child,
             stdin,
             lines,
-            isolation,
+            confinement,
             killed_because,
             threads_at_start,
             exited: None,
@@ -392,8 +484,12 @@ impl Executor {
             .stderr(Stdio::piped());
         // The kernel's filters, which the worker installs before any tool code runs.
         #[cfg(target_os = "linux")]
-        if let Some(filters) = super::confine::worker_filters() {
+        if let Some(filters) = super::confine::worker_filters().filter(|_| self.kernel_confinement)
+        {
             command.env("QUARRY_SECCOMP", filters);
+        }
+        if !self.kernel_confinement {
+            command.env("QUARRY_LANDLOCK", "off");
         }
         // Its own process group, so whatever it starts is killed with it.
         #[cfg(unix)]
@@ -404,8 +500,9 @@ impl Executor {
         command
     }
 
-    /// Waits for the worker's `ready`; one that does not say it in time is killed.
-    fn await_ready(&self, child: &mut Child, lines: &Receiver<String>) -> Result<()> {
+    /// Waits for the worker's `ready` and returns it; one that does not say it in time is
+    /// killed.
+    fn await_ready(&self, child: &mut Child, lines: &Receiver<String>) -> Result<Value> {
         let ready = lines.recv_timeout(START_TIMEOUT).map_err(|_| {
             let status = child.try_wait().ok().flatten();
             let _ = child.kill();
@@ -420,7 +517,7 @@ impl Executor {
         if ready["op"] != "ready" {
             return Err(unavailable(format!("unexpected worker output: {ready}")));
         }
-        Ok(())
+        Ok(ready)
     }
 
     /// Derives a code tool's shapes and evidence manifest from its source (see `worker.py`).
@@ -463,13 +560,15 @@ impl Executor {
         }
     }
 
-    /// Runs one call in a worker of `owner` (the tool and its caller). `ctx` answers the
-    /// tool's ctx operations (name, args, kwargs), already checked by the caller against the
-    /// manifest and authorization.
+    /// Runs one call in a worker of `owner` (the tool and its caller; `administrator` when
+    /// the caller is, see [`Executor::may_run`]). `ctx` answers the tool's ctx operations
+    /// (name, args, kwargs), already checked by the caller against the manifest and
+    /// authorization.
     #[allow(clippy::too_many_arguments)]
     pub fn call(
         &self,
         owner: &str,
+        administrator: bool,
         source: &str,
         source_hash: &str,
         input: &Value,
@@ -479,6 +578,10 @@ impl Executor {
         ctx: &mut dyn FnMut(&str, &Value, &Value) -> std::result::Result<Value, String>,
     ) -> Result<std::result::Result<CallOutcome, CallError>> {
         let mut worker = self.take(memory_mb, owner)?;
+        if let Err(refused) = self.may_run(&worker.confinement, administrator) {
+            self.give_back(memory_mb, owner, worker);
+            return Err(refused);
+        }
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         let watchdog = Watchdog::arm(worker.child.id(), deadline);
         let request = json!({
@@ -551,7 +654,7 @@ impl Executor {
             worker.kill();
             return Err(CallError::Worker(failure));
         }
-        let isolation = worker.isolation;
+        let isolation = worker.confinement.network;
         if message["fatal"] != true && !worker.left_something_running() && in_step(&mut worker) {
             self.give_back(memory_mb, owner, worker);
         } else {

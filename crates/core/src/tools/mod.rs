@@ -25,7 +25,10 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::retrieve::RetrievalSettings;
 use crate::store::Store;
-pub use executor::{python_command, CallError, CallOutcome, Executor, NetworkIsolation};
+pub use executor::{
+    python_command, CallError, CallOutcome, Confinement, Executor, NetworkIsolation,
+    UNCONFINED_SETTING,
+};
 pub use seeds::SEEDED_TOOLS;
 pub(crate) use seeds::{insert_seeded, seeded_definitions, store_late_derivations};
 
