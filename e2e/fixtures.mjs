@@ -65,3 +65,41 @@ export function mendQuietly(file) {
   fs.writeFileSync(file, pdfWithText(RETRY_TEXT));
   fs.utimesSync(file, FIXED_MTIME, FIXED_MTIME);
 }
+
+/**
+ * A loopback OpenAI-compatible server that streams `text` a word every `everyMs` (a one-token
+ * request, the app's backend check, is answered at once). Resolves to `{url, close}`.
+ */
+export async function slowChatServer(text, everyMs) {
+  const { createServer } = await import('node:http');
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      if (req.method !== 'POST' || !req.url.endsWith('/chat/completions')) {
+        res.writeHead(404).end();
+        return;
+      }
+      const request = JSON.parse(body || '{}');
+      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+      const words = request.max_tokens === 1 ? ['OK'] : text.split(/(?<= )/);
+      let i = 0;
+      const next = () => {
+        if (res.destroyed) return;
+        if (i === words.length) {
+          res.end('data: [DONE]\n\n');
+          return;
+        }
+        const delta = { choices: [{ index: 0, delta: { content: words[i++] } }] };
+        res.write(`data: ${JSON.stringify(delta)}\n\n`);
+        setTimeout(next, request.max_tokens === 1 ? 0 : everyMs);
+      };
+      next();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/v1`,
+    close: () => new Promise((resolve) => server.close(resolve) && server.closeAllConnections()),
+  };
+}

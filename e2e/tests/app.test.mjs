@@ -8,7 +8,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { after, afterEach, before, describe, it } from 'node:test';
 
-import { mendQuietly, writeCorpus } from '../fixtures.mjs';
+import { mendQuietly, slowChatServer, writeCorpus } from '../fixtures.mjs';
 import { eventually, repoRoot, startApp, tempDir, tid } from '../harness.mjs';
 
 describe('Quarry desktop', () => {
@@ -423,6 +423,138 @@ describe('Quarry desktop', () => {
     await (await browser.$(`${tid('audit-row')}[data-action="orchestrator.apply"]`)).waitForExist({
       timeout: 10_000,
     });
+  });
+
+  async function openChat() {
+    await (await browser.$(tid('nav-chat'))).click();
+    await (await browser.$(tid('chat-input'))).waitForDisplayed({ timeout: 10_000 });
+  }
+
+  async function ask(question) {
+    const input = await browser.$(tid('chat-input'));
+    await input.setValue(question);
+    await browser.keys('Enter');
+  }
+
+  /** The newest finished turn, once there are `count` of them. */
+  async function finishedTurn(count, timeout = 120_000) {
+    await eventually(
+      browser,
+      `${count} finished turn(s)`,
+      async () =>
+        (await browser.$$(`${tid('chat-turn')}[aria-busy="false"]`)).length === count &&
+        !(await browser.$(tid('chat-stop')).isExisting()),
+      timeout,
+    );
+    const turns = await browser.$$(tid('chat-turn'));
+    return turns[turns.length - 1];
+  }
+
+  /** Chooses where answers come from in the backend form (checked by the app first). */
+  async function chooseBackend(kind, fields = {}) {
+    await (await browser.$(tid('chat-backend-change'))).click();
+    const form = await browser.$(tid('chat-backend-form'));
+    await form.waitForDisplayed();
+    await (await form.$(tid('chat-backend-kind'))).selectByAttribute('value', kind);
+    if (fields.url) await (await form.$(tid('chat-backend-url'))).setValue(fields.url);
+    if (fields.model) await (await form.$(tid('chat-backend-model'))).setValue(fields.model);
+    await (await form.$(tid('chat-backend-save'))).click();
+    return form;
+  }
+
+  it('answers in the chat with the embedded model, cites its sources, and a citation opens its passage', async () => {
+    await openChat();
+    await (await browser.$(tid('chat-new'))).click();
+    await ask('When does the keeper sound the horn?');
+    const turn = await finishedTurn(1);
+    const chip = await turn.$(tid('citation'));
+    await chip.waitForExist({ timeout: 5_000, timeoutMsg: `no citation in: ${await turn.getText()}` });
+    assert.match(await turn.$('.badge').getText(), /embedded smollm2/);
+
+    // A citation opens its passage in the preview pane.
+    await chip.click();
+    const focus = await browser.$(tid('preview-focus'));
+    await focus.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await focus.getText(), /horn|keeper|wick/i);
+
+    // The trace says which tools ran and what they admitted.
+    await (await turn.$(tid('chat-trace-toggle'))).click();
+    const trace = await turn.$(tid('chat-trace'));
+    await eventually(browser, 'the trace', async () => /run_pipeline/.test(await trace.getText()));
+    assert.match(await trace.getText(), /llm\.generate/);
+
+    // The conversation goes on, and is listed by its first question.
+    await ask('And what does the keeper do at dusk?');
+    await finishedTurn(2);
+    const listed = await browser.$(tid('chat-conversation'));
+    assert.match(await listed.getAttribute('data-title'), /keeper sound the horn/);
+  });
+
+  it('streams an answer from a server and stops it mid-way, keeping what was written', async () => {
+    const answer = 'The keeper sounds the horn every thirty seconds when fog rolls in [1]. '.repeat(8);
+    const server = await slowChatServer(answer, 120);
+    try {
+      await openChat();
+      await chooseBackend('openai', { url: server.url, model: 'slow' });
+      await eventually(browser, 'the server chosen', async () =>
+        (await browser.$(tid('chat-backend')).getText()).includes(server.url),
+      );
+      await (await browser.$(tid('chat-new'))).click();
+      await ask('How often does the keeper sound the horn in fog?');
+      // Tokens arrive one by one while the turn runs.
+      const streaming = await browser.$(`${tid('chat-answer')}[data-streaming="true"]`);
+      await eventually(browser, 'streamed words', async () => (await streaming.getText()).split(' ').length >= 4);
+      await (await browser.$(tid('chat-stop'))).click();
+      const turn = await finishedTurn(1, 20_000);
+      const text = await (await turn.$(tid('chat-answer'))).getText();
+      assert.ok(text.length > 0 && text.length < answer.length / 2, `stopped early: ${text.length} characters`);
+      assert.match(await turn.getText(), /stopped/);
+
+      // Regenerate asks the same question again in its place.
+      await (await turn.$(tid('chat-regenerate'))).click();
+      await (await browser.$(tid('chat-stop'))).waitForDisplayed({ timeout: 10_000 });
+      await (await browser.$(tid('chat-stop'))).click();
+      await finishedTurn(1, 20_000);
+    } finally {
+      await server.close();
+    }
+
+    // With the server gone, choosing it again says what is wrong, and nothing changes.
+    const form = await chooseBackend('openai', { url: server.url, model: 'slow' });
+    const error = await form.$(tid('chat-backend-error'));
+    await error.waitForDisplayed({ timeout: 20_000 });
+    assert.match(await error.getText(), /127\.0\.0\.1/);
+    await (await form.$('button=Cancel')).click();
+
+    // Extractive answers need no model at all.
+    await chooseBackend('extractive');
+    await eventually(browser, 'extractive chosen', async () =>
+      /extractive/.test(await browser.$(tid('chat-backend')).getText()),
+    );
+    await (await browser.$(tid('chat-new'))).click();
+    await ask('What do apple orchards need?');
+    const turn = await finishedTurn(1);
+    assert.match(await turn.getText(), /extractive/);
+    await (await turn.$(tid('citation'))).waitForExist({ timeout: 5_000 });
+    await chooseBackend('mode');
+  });
+
+  it('renames and deletes conversations', async () => {
+    await openChat();
+    const before = (await browser.$$(tid('chat-conversation'))).length;
+    await (await browser.$(tid('chat-rename'))).click();
+    const input = await browser.$(tid('chat-rename-input'));
+    await input.clearValue();
+    await input.setValue('Orchard notes');
+    await browser.keys('Enter');
+    await eventually(browser, 'the new title', async () =>
+      (await (await browser.$(tid('chat-conversation'))).getAttribute('data-title')) === 'Orchard notes',
+    );
+    await (await browser.$(tid('chat-delete'))).click();
+    await (await browser.$(tid('chat-delete-confirm'))).click();
+    await eventually(browser, 'one conversation fewer', async () =>
+      (await browser.$$(tid('chat-conversation'))).length === before - 1,
+    );
   });
 
   it('removes the folder, and its documents leave the results', async () => {

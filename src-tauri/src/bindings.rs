@@ -6,7 +6,7 @@
 use tauri_specta::{collect_commands, Builder, ErrorHandlingMode};
 
 use crate::activity::Activity;
-use crate::{admin, commands};
+use crate::{admin, chat, commands};
 
 /// The generated file, relative to this crate.
 #[cfg(test)]
@@ -40,6 +40,15 @@ pub fn builder() -> Builder<tauri::Wry> {
             admin::apply_orchestrator,
             admin::orchestrator_revision,
             admin::mcp_setup,
+            chat::chat_overview,
+            chat::chat_conversation,
+            chat::chat_send,
+            chat::chat_stop,
+            chat::chat_rename,
+            chat::chat_delete,
+            chat::chat_take_back,
+            chat::chat_trace,
+            chat::chat_choose_backend,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

@@ -26,4 +26,13 @@ pub const COMMAND_NAMES: &[&str] = &[
     "apply_orchestrator",
     "orchestrator_revision",
     "mcp_setup",
+    "chat_overview",
+    "chat_conversation",
+    "chat_send",
+    "chat_stop",
+    "chat_rename",
+    "chat_delete",
+    "chat_take_back",
+    "chat_trace",
+    "chat_choose_backend",
 ];

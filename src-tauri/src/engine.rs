@@ -34,10 +34,24 @@ const INDEX_CHANGED_INTERVAL: Duration = Duration::from_millis(700);
 pub struct Engine {
     data_dir: PathBuf,
     library: Mutex<Library>,
+    /// The assistant's own handle, opened on the first question: a turn holds it for seconds,
+    /// and the other views keep theirs meanwhile.
+    chat: Mutex<Option<Library>>,
     activity: Arc<Mutex<Throttled>>,
     requests: WatchRequests,
     indexer: Mutex<Option<Indexer>>,
     notify: Notify,
+}
+
+/// The assistant's library handle, held for one turn.
+pub struct ChatHandle<'a>(MutexGuard<'a, Option<Library>>);
+
+impl std::ops::Deref for ChatHandle<'_> {
+    type Target = Library;
+
+    fn deref(&self) -> &Library {
+        self.0.as_ref().expect("opened by Engine::chat_library")
+    }
 }
 
 struct Indexer {
@@ -61,6 +75,7 @@ impl Engine {
         Ok(Engine {
             data_dir: data_dir.to_path_buf(),
             library: Mutex::new(library),
+            chat: Mutex::new(None),
             activity: Arc::new(Mutex::new(Throttled {
                 state,
                 activity_sent: None,
@@ -79,6 +94,15 @@ impl Engine {
     /// The UI's library handle (reads, adding and removing sources).
     pub fn library(&self) -> MutexGuard<'_, Library> {
         self.library.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The assistant's handle (one turn at a time: a second question waits for the first).
+    pub fn chat_library(&self) -> quarry_core::Result<ChatHandle<'_>> {
+        let mut chat = self.chat.lock().unwrap_or_else(|e| e.into_inner());
+        if chat.is_none() {
+            *chat = Some(Library::open(&self.data_dir)?);
+        }
+        Ok(ChatHandle(chat))
     }
 
     pub fn activity(&self) -> Activity {

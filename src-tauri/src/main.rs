@@ -1,6 +1,6 @@
 //! Quarry's desktop app: a Tauri window over quarry-core. The shell holds no engine logic:
 //! `engine` runs the library and its indexer thread, `commands` adapts calls from the UI,
-//! `admin` serves the keys and audit views, `activity` folds indexing events into what the UI
+//! `admin` serves the keys and audit views, `chat` the assistant's, `activity` folds indexing events into what the UI
 //! shows.
 
 // No console window on Windows release builds.
@@ -9,6 +9,7 @@
 mod activity;
 mod admin;
 mod bindings;
+mod chat;
 #[cfg(test)]
 mod command_names;
 mod commands;
@@ -53,6 +54,7 @@ fn main() {
             let engine = Arc::new(engine);
             engine.start_indexing();
             app.manage(engine);
+            app.manage(Arc::new(chat::RunningTurns::default()));
             Ok(())
         })
         .invoke_handler(bindings::builder().invoke_handler())

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use quarry_core::orchestrator::BackendConfig;
 use quarry_core::SearchMode;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,9 @@ pub struct Settings {
     /// Opens a result at its line: words with `{path}`, `{line}`, `{page}` placeholders
     /// (e.g. `code --goto {path}:{line}`). Empty: the system opener.
     pub open_command: String,
+    /// Where the assistant's answers come from (`None`: each mode's own backend). An API key
+    /// is never stored here: a server's configuration names the variable that holds it.
+    pub chat_backend: Option<BackendConfig>,
 }
 
 impl Default for Settings {
@@ -35,6 +39,7 @@ impl Default for Settings {
             theme: Theme::System,
             search_mode: SearchMode::Hybrid,
             open_command: String::new(),
+            chat_backend: None,
         }
     }
 }
@@ -86,6 +91,7 @@ mod tests {
             theme: Theme::Dark,
             search_mode: SearchMode::Lexical,
             open_command: "code --goto {path}:{line}".into(),
+            chat_backend: Some(BackendConfig::Extractive),
         };
         save(dir.path(), &chosen).unwrap();
         assert_eq!(load(dir.path()).unwrap(), chosen);

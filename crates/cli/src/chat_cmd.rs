@@ -197,6 +197,9 @@ fn turn(
                 eprintln!("· {tool}: {admitted} passage(s) admitted")
             }
             TurnEvent::Notice(n) => eprintln!("notice: {n}"),
+            TurnEvent::Loading { model, bytes } => {
+                eprintln!("· loading {model} ({:.0} MB) …", bytes as f64 / 1e6)
+            }
         }
     };
     let result = library.chat(question, options, &mut on_event)?;

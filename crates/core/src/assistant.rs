@@ -103,6 +103,27 @@ impl Library {
         conversation::get(self.store(), principal, id)
     }
 
+    /// Renames a conversation of `principal`.
+    pub fn rename_conversation(
+        &self,
+        principal: &Principal,
+        id: &str,
+        title: &str,
+    ) -> Result<Conversation> {
+        conversation::rename(self.store(), principal, id, title)
+    }
+
+    /// Deletes a conversation of `principal` with everything recorded in it.
+    pub fn delete_conversation(&self, principal: &Principal, id: &str) -> Result<()> {
+        conversation::delete(self.store(), principal, id)
+    }
+
+    /// Takes back the last turn of a conversation of `principal` and returns its question
+    /// (to regenerate the answer, or to edit the question and send it again).
+    pub fn take_back_last_turn(&self, principal: &Principal, id: &str) -> Result<String> {
+        conversation::take_back_last_turn(self.store(), principal, id)
+    }
+
     /// The messages of a conversation of `principal`, in order.
     pub fn conversation_messages(
         &self,

@@ -1023,3 +1023,162 @@ fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
     assert!(!script.offered(1).contains(&"fetch_neighbors".to_string()));
     assert!(script.tool_results(1)[0].starts_with("Error: the result was withheld"));
 }
+
+#[test]
+fn a_stopped_answer_keeps_what_was_written_and_says_so() {
+    let f = fixture();
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("grounded".into());
+    let stop = options.cancel.clone();
+    let mut streamed = String::new();
+    let result = f
+        .library
+        .chat(
+            "What inlet pressure does the XR-200 pump need?",
+            &options,
+            &mut |e| {
+                if let orchestrator::TurnEvent::Token(t) = e {
+                    streamed.push_str(t);
+                    // The stop button, pressed at the first token.
+                    stop.cancel();
+                }
+            },
+        )
+        .unwrap();
+    assert!(result.stopped);
+    assert!(!result.answer.is_empty());
+    assert_eq!(result.answer, streamed, "what was written is what is kept");
+    assert!(
+        result.completion_tokens <= 2,
+        "{}",
+        result.completion_tokens
+    );
+    assert!(
+        result.notices.iter().any(|n| n.starts_with("stopped")),
+        "{:?}",
+        result.notices
+    );
+    let generate = events(&result, "llm.generate");
+    assert_eq!(generate[0]["finish_reason"], "cancelled");
+    let messages = f
+        .library
+        .conversation_messages(&Principal::administrator(), &result.conversation)
+        .unwrap();
+    assert_eq!(messages[1].content, result.answer);
+}
+
+#[test]
+fn a_stopped_server_answer_closes_the_stream() {
+    let f = fixture();
+    // The answer streamed a word an event, as servers do.
+    let words = "The pump needs 4 bar [1]. It is serviced every 600 hours [1].";
+    let mut events_text: String = words
+        .split_inclusive(' ')
+        .map(|w| {
+            let delta = json!({"choices": [{"index": 0, "delta": {"content": w}}]});
+            format!("data: {delta}\n\n")
+        })
+        .collect();
+    events_text.push_str("data: [DONE]\n\n");
+    let script = serve_script(vec![events_text]);
+    let mut options = agent_options(&script.url);
+    options.mode = Some("grounded".into());
+    let stop = options.cancel.clone();
+    let result = f
+        .library
+        .chat("What does the pump need?", &options, &mut |e| {
+            if let orchestrator::TurnEvent::Token(_) = e {
+                stop.cancel();
+            }
+        })
+        .unwrap();
+    assert!(result.stopped);
+    assert!(
+        result.answer.len() < "The pump needs 4 bar [1].".len(),
+        "{}",
+        result.answer
+    );
+    assert_eq!(
+        events(&result, "llm.generate")[0]["finish_reason"],
+        "cancelled"
+    );
+}
+
+#[test]
+fn conversations_are_renamed_deleted_and_their_last_turn_taken_back() {
+    let f = fixture();
+    let admin = Principal::administrator();
+    let mut options = ChatOptions::new(admin.clone());
+    options.mode = Some("grounded".into());
+    options.backend = Some(BackendConfig::Extractive);
+    let first = f
+        .library
+        .chat(
+            "What inlet pressure does the XR-200 pump need?",
+            &options,
+            &mut |_| {},
+        )
+        .unwrap();
+    options.conversation = Some(first.conversation.clone());
+    let second = f
+        .library
+        .chat("How do ferns reproduce?", &options, &mut |_| {})
+        .unwrap();
+    let id = first.conversation.as_str();
+    let ledger_before = f.library.conversation_evidence(&admin, id).unwrap();
+
+    // Regenerate / edit and resend: the last turn is taken back whole, its question returned.
+    let question = f.library.take_back_last_turn(&admin, id).unwrap();
+    assert_eq!(question, second.question);
+    let messages = f.library.conversation_messages(&admin, id).unwrap();
+    assert_eq!(messages.len(), 2);
+    assert!(messages.iter().all(|m| m.turn == 1));
+    let ledger = f.library.conversation_evidence(&admin, id).unwrap();
+    let first_turns: Vec<_> = ledger_before.iter().filter(|i| i.turn == 1).collect();
+    assert_eq!(ledger.iter().collect::<Vec<_>>(), first_turns);
+    assert!(f
+        .library
+        .conversation_trace(&admin, id, Some(2))
+        .unwrap()
+        .is_empty());
+    let again = f
+        .library
+        .chat("How do ferns spread?", &options, &mut |_| {})
+        .unwrap();
+    assert_eq!(again.turn, 2);
+
+    // Renamed (trimmed), and never by another caller; an empty title is refused by name.
+    let renamed = f
+        .library
+        .rename_conversation(&admin, id, "  Pump notes ")
+        .unwrap();
+    assert_eq!(renamed.title, "Pump notes");
+    let empty = f.library.rename_conversation(&admin, id, " ").unwrap_err();
+    assert!(empty.to_string().contains("title"), "{empty}");
+    let mut other = Principal::administrator();
+    other.id = "someone-else".into();
+    assert_eq!(
+        f.library
+            .rename_conversation(&other, id, "mine")
+            .unwrap_err()
+            .code(),
+        "conversation_not_found"
+    );
+    assert_eq!(
+        f.library
+            .delete_conversation(&other, id)
+            .unwrap_err()
+            .code(),
+        "conversation_not_found"
+    );
+    // Deleted with everything in it.
+    f.library.delete_conversation(&admin, id).unwrap();
+    assert!(f.library.conversations(&admin).unwrap().is_empty());
+    assert_eq!(
+        f.library
+            .conversation_messages(&admin, id)
+            .unwrap_err()
+            .code(),
+        "conversation_not_found"
+    );
+}

@@ -23,8 +23,8 @@ use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
 use super::{
-    BackendInfo, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
-    StreamEvent, ToolCall, ToolSpec, Usage,
+    BackendInfo, Cancel, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
+    StreamEvent, ToolCall, ToolSpec, Usage, CANCELLED,
 };
 use crate::models::{ModelKind, Models};
 use crate::{Error, Result};
@@ -170,9 +170,7 @@ impl EmbeddedBackend {
     /// Loads once per process and model file, then shares it (the app and the CLI's REPL keep
     /// one model for every turn).
     pub fn shared(config: EmbeddedConfig) -> Result<Arc<EmbeddedBackend>> {
-        static LOADED: OnceLock<Mutex<Vec<Arc<EmbeddedBackend>>>> = OnceLock::new();
-        let loaded = LOADED.get_or_init(Default::default);
-        let mut loaded = loaded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut loaded = shared_models();
         if let Some(b) = loaded
             .iter()
             .find(|b| b.config.model_path == config.model_path)
@@ -182,6 +180,11 @@ impl EmbeddedBackend {
         let backend = Arc::new(EmbeddedBackend::load(config)?);
         loaded.push(backend.clone());
         Ok(backend)
+    }
+
+    /// Whether [`EmbeddedBackend::shared`] has the model at `path` loaded already.
+    pub fn is_shared(path: &Path) -> bool {
+        shared_models().iter().any(|b| b.config.model_path == path)
     }
 
     /// The thread count in use.
@@ -391,6 +394,7 @@ impl ChatBackend for EmbeddedBackend {
             },
             max_new,
             started,
+            &request.cancel,
             &mut |piece| {
                 if streams_text {
                     on_event(StreamEvent::Token(piece));
@@ -417,6 +421,15 @@ impl ChatBackend for EmbeddedBackend {
     }
 }
 
+/// The models [`EmbeddedBackend::shared`] loaded, for the life of the process.
+fn shared_models() -> std::sync::MutexGuard<'static, Vec<Arc<EmbeddedBackend>>> {
+    static LOADED: OnceLock<Mutex<Vec<Arc<EmbeddedBackend>>>> = OnceLock::new();
+    LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
 /// The state generation advances token by token.
 struct Decoding<'a, 'c> {
     ctx: &'a mut LlamaContext<'c>,
@@ -431,7 +444,7 @@ struct Generated {
     text: String,
     tokens: usize,
     first_token_ms: Option<u64>,
-    /// `stop` (end of generation) or `length` (the token limit).
+    /// `stop` (end of generation), `length` (the token limit) or [`CANCELLED`].
     finish: &'static str,
 }
 
@@ -529,6 +542,7 @@ impl EmbeddedBackend {
         decoding: Decoding<'_, '_>,
         max_new: usize,
         started: Instant,
+        cancel: &Cancel,
         on_piece: &mut dyn FnMut(&str),
     ) -> Result<Generated> {
         let Decoding {
@@ -547,6 +561,10 @@ impl EmbeddedBackend {
             finish: "length",
         };
         while out.tokens < max_new {
+            if cancel.is_cancelled() {
+                out.finish = CANCELLED;
+                break;
+            }
             // `sample` also accepts the token into every sampler of the chain (the grammar
             // included); accepting it a second time would abort inside llama.cpp.
             let token = sampler.sample(ctx, batch.n_tokens() - 1);

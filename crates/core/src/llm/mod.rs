@@ -9,10 +9,38 @@
 pub mod embedded;
 pub mod openai;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::Result;
+
+/// What finishes a generation the caller stopped ([`ChatResponse::finish_reason`]).
+pub const CANCELLED: &str = "cancelled";
+
+/// A stop button: the caller keeps a clone and cancels; the backend stops at its next token
+/// and returns what it wrote so far, finished as [`CANCELLED`].
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// A button not pressed yet.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Presses it.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it was pressed.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// Who speaks in a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +172,8 @@ pub struct ChatRequest {
     pub constraint: Option<Constraint>,
     /// The model must call one of `tools` (OpenAI's `tool_choice: "required"`).
     pub require_tool: bool,
+    /// Stops the generation early (see [`Cancel`]).
+    pub cancel: Cancel,
 }
 
 impl ChatRequest {
@@ -156,6 +186,7 @@ impl ChatRequest {
             temperature: 0.0,
             constraint: None,
             require_tool: false,
+            cancel: Cancel::default(),
         }
     }
 }
@@ -194,7 +225,7 @@ pub struct ChatResponse {
     pub content: String,
     /// Tool calls, in order.
     pub tool_calls: Vec<ToolCall>,
-    /// `stop`, `length`, `tool_calls`, …
+    /// `stop`, `length`, `tool_calls`, [`CANCELLED`], …
     pub finish_reason: String,
     /// Token counts (as reported by the server, or counted here).
     pub usage: Usage,

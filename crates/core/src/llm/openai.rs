@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::{
-    BackendInfo, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
-    StreamEvent, ToolCallAssembler, Usage,
+    BackendInfo, Cancel, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
+    StreamEvent, ToolCallAssembler, Usage, CANCELLED,
 };
 use crate::{Error, Result};
 
@@ -352,7 +352,7 @@ impl ChatBackend for OpenAiBackend {
         let started = Instant::now();
         let mut notices = Vec::new();
         let with_tools = !request.tools.is_empty() && !self.no_tools.load(Ordering::Relaxed);
-        let mut collector = Collector::new(started, on_event);
+        let mut collector = Collector::new(started, &request.cancel, on_event);
         let mut outcome = self.attempt(request, with_tools, &mut collector);
         if let Err(failure) = &outcome {
             if with_tools && !failure.output_started && is_tools_refusal(&failure.message) {
@@ -696,12 +696,18 @@ struct Collector<'e, 'f> {
     /// Tool calls seen in an Ollama stream (each arrives whole, without an index).
     ollama_calls: usize,
     first_token_ms: Option<u64>,
+    cancel: &'e Cancel,
 }
 
 impl<'e, 'f> Collector<'e, 'f> {
-    fn new(started: Instant, on_event: &'e mut (dyn FnMut(StreamEvent<'_>) + 'f)) -> Self {
+    fn new(
+        started: Instant,
+        cancel: &'e Cancel,
+        on_event: &'e mut (dyn FnMut(StreamEvent<'_>) + 'f),
+    ) -> Self {
         Collector {
             started,
+            cancel,
             on_event,
             content: String::new(),
             tools: ToolCallAssembler::default(),
@@ -726,6 +732,16 @@ impl<'e, 'f> Collector<'e, 'f> {
 
     fn started(&self) -> bool {
         self.first_token_ms.is_some()
+    }
+
+    /// Whether the caller stopped the answer: the stream is dropped (which closes the
+    /// connection, and the server stops) and what came so far is the answer.
+    fn stopped(&mut self) -> bool {
+        let stopped = self.cancel.is_cancelled();
+        if stopped {
+            self.finish_reason = Some(CANCELLED.into());
+        }
+        stopped
     }
 
     fn mark_first(&mut self) {
@@ -888,7 +904,7 @@ fn read_openai_stream(
     let mut buf = Vec::new();
     let mut plain_json: Option<String> = None;
     let mut first = true;
-    while read_line(&mut reader, &mut buf)? {
+    while !collector.stopped() && read_line(&mut reader, &mut buf)? {
         // Lines split on `\n` never cut a UTF-8 sequence.
         let line = String::from_utf8_lossy(&buf);
         if let Some(json) = &mut plain_json {
@@ -935,7 +951,7 @@ fn read_ollama_stream(
     collector: &mut Collector<'_, '_>,
 ) -> std::result::Result<(), String> {
     let mut buf = Vec::new();
-    while read_line(&mut reader, &mut buf)? {
+    while !collector.stopped() && read_line(&mut reader, &mut buf)? {
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim();
         if line.is_empty() {
@@ -963,7 +979,8 @@ mod tests {
     ) -> (std::result::Result<ChatResponse, String>, Vec<String>) {
         let mut events = Vec::new();
         let mut on_event = |e: StreamEvent<'_>| events.push(format!("{e:?}"));
-        let mut collector = Collector::new(Instant::now(), &mut on_event);
+        let cancel = Cancel::new();
+        let mut collector = Collector::new(Instant::now(), &cancel, &mut on_event);
         let result = read(&mut collector).map(|()| collector.finish());
         (result, events)
     }

@@ -41,6 +41,7 @@ pub enum ToolChoice {
 /// Where answers come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum BackendConfig {
     /// The in-process llama.cpp model: an installed model id or a path to a GGUF file.
     Embedded {

@@ -134,6 +134,46 @@ pub fn list(store: &Store, principal: &Principal) -> Result<Vec<Conversation>> {
     ids.iter().map(|id| get(store, principal, id)).collect()
 }
 
+/// Renames a conversation of `principal` (the title is trimmed and cut to 80 characters).
+pub fn rename(store: &Store, principal: &Principal, id: &str, title: &str) -> Result<Conversation> {
+    let title: String = title.trim().chars().take(80).collect();
+    if title.is_empty() {
+        return Err(Error::InvalidSetting {
+            field: "title".into(),
+            reason: "is empty".into(),
+        });
+    }
+    if !store.rename_conversation(id, &principal.id, &title)? {
+        return Err(Error::ConversationNotFound(id.into()));
+    }
+    get(store, principal, id)
+}
+
+/// Deletes a conversation of `principal`, with everything recorded in it.
+pub fn delete(store: &Store, principal: &Principal, id: &str) -> Result<()> {
+    if !store.delete_conversation(id, &principal.id)? {
+        return Err(Error::ConversationNotFound(id.into()));
+    }
+    Ok(())
+}
+
+/// Takes back the last turn of a conversation of `principal` (its question, answer, evidence
+/// and events) and returns its question, so it can be asked again or edited and resent.
+pub fn take_back_last_turn(store: &Store, principal: &Principal, id: &str) -> Result<String> {
+    get(store, principal, id)?;
+    let last = store.next_chat_turn(id)? - 1;
+    let question = messages_of(store, id)?
+        .into_iter()
+        .find(|m| m.turn == last && m.role == "user")
+        .map(|m| m.content)
+        .ok_or_else(|| Error::InvalidSetting {
+            field: "conversation".into(),
+            reason: format!("`{id}` has no question to take back"),
+        })?;
+    store.forget_chat_turn(id, last)?;
+    Ok(question)
+}
+
 /// Marks, in the caller's transaction, that a qualifying pipeline completed.
 pub(crate) fn mark_qualified(tx: &Transaction<'_>, id: &str) -> Result<()> {
     store::mark_conversation_qualified(tx, id)

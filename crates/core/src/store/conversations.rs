@@ -9,6 +9,7 @@ use crate::ids::ChunkId;
 
 /// A conversation's header.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Conversation {
     /// Its id.
     pub id: String,
@@ -103,6 +104,44 @@ impl Store {
             .query_map([principal], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         Ok(ids)
+    }
+
+    /// Renames a conversation of `principal`; false when it has none by that id.
+    pub(crate) fn rename_conversation(
+        &self,
+        id: &str,
+        principal: &str,
+        title: &str,
+    ) -> Result<bool> {
+        let changed = self.conn.execute(
+            "UPDATE conversations SET title = ?3 WHERE id = ?1 AND principal = ?2",
+            params![id, principal, title],
+        )?;
+        Ok(changed > 0)
+    }
+
+    /// Deletes a conversation of `principal` with its messages, evidence and events; false
+    /// when it has none by that id.
+    pub(crate) fn delete_conversation(&self, id: &str, principal: &str) -> Result<bool> {
+        let deleted = self.conn.execute(
+            "DELETE FROM conversations WHERE id = ?1 AND principal = ?2",
+            params![id, principal],
+        )?;
+        Ok(deleted > 0)
+    }
+
+    /// Forgets a conversation's turn `turn` (its messages, the evidence first admitted in it
+    /// and its events), in one transaction; the numbers it used are free again.
+    pub(crate) fn forget_chat_turn(&self, id: &str, turn: i64) -> Result<()> {
+        let tx = self.conn.unchecked_transaction()?;
+        for table in ["chat_messages", "chat_evidence", "chat_events"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE conversation_id = ?1 AND turn = ?2"),
+                params![id, turn],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// The next turn number of a conversation (1 when it has no message yet).

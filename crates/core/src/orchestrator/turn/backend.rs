@@ -71,6 +71,7 @@ impl Turn<'_> {
         config: &BackendConfig,
         on_event: &mut dyn FnMut(TurnEvent<'_>),
     ) -> Result<Option<Arc<dyn ChatBackend>>> {
+        announce_loading(self.ctx.models, config, on_event);
         match open(config) {
             Ok(backend) => Ok(backend),
             Err(e) => {
@@ -82,5 +83,27 @@ impl Turn<'_> {
                 Ok(None)
             }
         }
+    }
+}
+
+/// Says that the embedded model is about to load (a few seconds the first time), with its
+/// size, so a window can show it instead of a silent wait.
+fn announce_loading(
+    models: &Models,
+    config: &BackendConfig,
+    on_event: &mut dyn FnMut(TurnEvent<'_>),
+) {
+    let BackendConfig::Embedded { model, .. } = config else {
+        return;
+    };
+    let Ok(cfg) = EmbeddedConfig::named(models, model) else {
+        return; // opening it fails with the reason
+    };
+    if !EmbeddedBackend::is_shared(&cfg.model_path) {
+        let bytes = std::fs::metadata(&cfg.model_path).map_or(0, |m| m.len());
+        on_event(TurnEvent::Loading {
+            model: &cfg.model_id,
+            bytes,
+        });
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::setup::Turn;
@@ -12,12 +12,14 @@ use crate::orchestrator::conversation::{self, EvidenceItem};
 use crate::Result;
 
 /// A citation: a ledger entry of the conversation, openable.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Citation {
     /// Its number (`[n]` in the answer).
     pub n: i64,
     /// The file.
     #[serde(serialize_with = "crate::store::serialize_path")]
+    #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: std::path::PathBuf,
     /// `path p. N lines a-b`.
     pub locator: String,

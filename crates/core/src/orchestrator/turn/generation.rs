@@ -8,7 +8,9 @@ use serde_json::json;
 use super::citations::Citation;
 use super::setup::Turn;
 use super::TurnEvent;
-use crate::llm::{ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, StreamEvent};
+use crate::llm::{
+    ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, StreamEvent, CANCELLED,
+};
 use crate::orchestrator::config::ToolChoice;
 use crate::orchestrator::extractive;
 use crate::{Error, Result};
@@ -101,10 +103,12 @@ impl Turn<'_> {
         let budget = self.mode.budget;
         for round in 1..=budget.rounds {
             let tools = self.offered_tools()?;
-            let mut request = ChatRequest::new(messages.clone());
-            request.max_tokens = budget.answer_tokens;
+            let mut request = self.request(messages.clone());
             request.tools = tools;
             let response = self.generate(backend, &request, round, on_event)?;
+            if response.finish_reason == CANCELLED {
+                return Ok(response.content);
+            }
             if !request.tools.is_empty() && !backend.info().supports_tools {
                 // The server just refused tools and answered without them: that answer has no
                 // evidence behind it, so retrieve and ask again the grounded way.
@@ -126,8 +130,7 @@ impl Turn<'_> {
         messages.push(ChatMessage::user(
             "The tool budget is spent. Answer now from the evidence above, citing it.".to_string(),
         ));
-        let mut request = ChatRequest::new(messages);
-        request.max_tokens = budget.answer_tokens;
+        let request = self.request(messages);
         let response = self.generate(backend, &request, budget.rounds + 1, on_event)?;
         Ok(response.content)
     }
@@ -154,8 +157,7 @@ impl Turn<'_> {
             "Evidence:\n{evidence}\nQuestion: {}\nAnswer the question in one to three full sentences using the evidence. End each sentence with the number of the evidence it comes from, like [{}].",
             self.question, shown[0]
         )));
-        let mut request = ChatRequest::new(messages);
-        request.max_tokens = self.mode.budget.answer_tokens;
+        let mut request = self.request(messages);
         if backend.info().supports_grammar {
             // Sentences sized so that three of them fit the answer budget (about 4
             // characters a token): the grammar's last citation is never cut off.
@@ -199,6 +201,14 @@ impl Turn<'_> {
         (text, shown)
     }
 
+    /// A request of the mode's answer budget that the turn's stop button stops.
+    fn request(&self, messages: Vec<ChatMessage>) -> ChatRequest {
+        let mut request = ChatRequest::new(messages);
+        request.max_tokens = self.mode.budget.answer_tokens;
+        request.cancel = self.cancel.clone();
+        request
+    }
+
     /// One generation, streamed to the UI and recorded as `llm.generate`.
     fn generate(
         &mut self,
@@ -216,6 +226,9 @@ impl Turn<'_> {
         let response = backend.chat(request, &mut forward)?;
         for n in &response.notices {
             self.notice(n, &mut |_| {})?;
+        }
+        if response.finish_reason == CANCELLED {
+            self.notice("stopped: the answer ends where you stopped it", on_event)?;
         }
         if self.first_token_ms.is_none() {
             self.first_token_ms = response.first_token_ms;

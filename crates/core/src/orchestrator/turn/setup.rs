@@ -12,7 +12,7 @@ use super::PipelineCalls;
 use crate::auth::Principal;
 use crate::context::EngineContext;
 use crate::evidence::EvidenceSession;
-use crate::llm::ChatMessage;
+use crate::llm::{Cancel, ChatMessage};
 use crate::orchestrator::config::{BackendConfig, Mode, DEFAULT_CONFIG};
 use crate::orchestrator::conversation::{self, Conversation, EvidenceItem, TraceEvent};
 use crate::orchestrator::gates::Gates;
@@ -32,6 +32,8 @@ pub struct ChatOptions {
     pub mode: Option<String>,
     /// Use this backend instead of the mode's, for this turn (recorded in the trace).
     pub backend: Option<BackendConfig>,
+    /// Stops the answer where it is (the turn keeps what was written and says so).
+    pub cancel: Cancel,
 }
 
 impl ChatOptions {
@@ -43,6 +45,7 @@ impl ChatOptions {
             config: None,
             mode: None,
             backend: None,
+            cancel: Cancel::default(),
         }
     }
 }
@@ -63,6 +66,13 @@ pub enum TurnEvent<'a> {
     },
     /// Something the user should know (a fallback, a refused call).
     Notice(&'a str),
+    /// The embedded model is being loaded (the first turn after start waits for it).
+    Loading {
+        /// The model.
+        model: &'a str,
+        /// Its size on disk.
+        bytes: u64,
+    },
 }
 
 /// A finished turn.
@@ -92,6 +102,8 @@ pub struct TurnResult {
     pub evidence: Vec<EvidenceItem>,
     /// The turn's events.
     pub trace: Vec<TraceEvent>,
+    /// Whether the caller stopped the answer before it was finished.
+    pub stopped: bool,
     /// Milliseconds to the first answer token (generation only).
     pub first_token_ms: Option<u64>,
     /// Generated tokens.
@@ -117,6 +129,7 @@ pub(super) struct Turn<'a> {
     pub(super) tool_calls: usize,
     pub(super) first_token_ms: Option<u64>,
     pub(super) completion_tokens: usize,
+    pub(super) cancel: Cancel,
 }
 
 impl<'a> Turn<'a> {
@@ -156,6 +169,7 @@ impl<'a> Turn<'a> {
             tool_calls: 0,
             first_token_ms: None,
             completion_tokens: 0,
+            cancel: options.cancel.clone(),
         })
     }
 
@@ -265,6 +279,7 @@ impl<'a> Turn<'a> {
             notices: self.notices,
             evidence: self.admitted,
             trace,
+            stopped: self.cancel.is_cancelled(),
             first_token_ms: self.first_token_ms,
             completion_tokens: self.completion_tokens,
             took_ms: started.elapsed().as_millis() as u64,
