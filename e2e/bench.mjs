@@ -1,8 +1,10 @@
 // Figures for the desktop app, measured in the running app on the demo corpus: start-up to a
 // usable window, search latency as the user sees it (keystroke to rendered results, through
-// the debounce, IPC, the engine and Svelte), and memory of the app and its WebKit processes.
+// the debounce, IPC, the engine and Svelte), the assistant (Enter to the first token on
+// screen, against `quarry chat` for the same question), and memory of the app and its WebKit
+// processes at each stage.
 // Run through scripts/bench-desktop.sh (which provides the display).
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -121,6 +123,64 @@ try {
   }
   const afterSearch = rssMiB();
 
+  // The embedding lane releases its session after 15 s with nothing to embed.
+  await new Promise((r) => setTimeout(r, 20_000));
+  const afterLaneIdle = rssMiB();
+
+  // The assistant: Enter to the first token on screen, and to the finished answer.
+  await (await browser.$(tid('nav-chat'))).click();
+  await (await browser.$(tid('chat-input'))).waitForDisplayed();
+  const askTimed = (question) =>
+    browser.executeAsync((q, done) => {
+      const input = document.querySelector('[data-testid="chat-input"]');
+      const finishedTurns = () => document.querySelectorAll('[data-testid="chat-turn"][aria-busy="false"]').length;
+      const before = finishedTurns();
+      const started = performance.now();
+      let first = null;
+      const observer = new MutationObserver(() => {
+        const streaming = document.querySelector('[data-testid="chat-answer"][data-streaming]');
+        if (first === null && streaming && streaming.textContent.trim()) first = performance.now() - started;
+        const finished = !document.querySelector('[data-testid="chat-stop"]') && !streaming;
+        if (finished && finishedTurns() > before) {
+          observer.disconnect();
+          const meta = [...document.querySelectorAll('[data-testid="chat-turn"]')].at(-1).textContent;
+          const rate = Number(/([\d.]+) tokens\/s/.exec(meta)?.[1] ?? NaN);
+          done({ first, total: performance.now() - started, rate });
+        }
+      });
+      observer.observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+      input.value = q;
+      input.dispatchEvent(new Event('input', { bubbles: true }));
+      input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', bubbles: true }));
+    }, question);
+  const question = 'What inlet pressure does the pump need?';
+  const coldChat = await askTimed(question);
+  const warmChat = await askTimed(`${question} Answer again.`);
+  const withChatModel = rssMiB();
+
+  // The same question through `quarry chat`: a new process, which loads the model every time.
+  const cliFirstToken = await new Promise((resolve, reject) => {
+    const started = performance.now();
+    const cli = spawn(path.join(repoRoot, 'target/debug/quarry'), ['chat', question], {
+      env: { ...process.env, QUARRY_DATA_DIR: dataDir },
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    let first = null;
+    cli.stdout.on('data', () => {
+      first ??= performance.now() - started;
+    });
+    cli.on('error', reject);
+    cli.on('close', () => resolve(first));
+  });
+
+  // Released from the Models view, the chat model gives its memory back.
+  await (await browser.$(tid('nav-models'))).click();
+  const unload = await browser.$(tid('model-unload'));
+  await unload.waitForDisplayed({ timeout: 10_000 });
+  await unload.click();
+  await (await browser.$(tid('model-unload'))).waitForExist({ reverse: true, timeout: 10_000 });
+  const afterRelease = rssMiB();
+
   const f = (n) => n.toFixed(0);
   console.log(`start-up to a usable window: ${f(startup)} ms (tauri-driver session included)`);
   console.log(`add the demo folder → up to date on screen: ${f(indexed)} ms`);
@@ -131,8 +191,17 @@ try {
     );
   }
   console.log(
-    `memory (RSS): app ${f(idle.app)} MiB idle → ${f(afterSearch.app)} MiB after indexing and ` +
-      `searching with the embedder loaded; with WebKit's processes ${f(idle.total)} → ${f(afterSearch.total)} MiB`,
+    `chat, Enter to the first token on screen: ${f(coldChat.first)} ms the first time (the model loads), ` +
+      `${f(warmChat.first)} ms after; whole answer ${f(coldChat.total)} / ${f(warmChat.total)} ms; ` +
+      `${warmChat.rate.toFixed(1)} tokens/s`,
+  );
+  console.log(`quarry chat, the same question from a new process to its first token: ${f(cliFirstToken)} ms`);
+  console.log(
+    `memory (RSS) of the app: ${f(idle.app)} MiB idle → ${f(afterSearch.app)} MiB after indexing and ` +
+      `searching → ${f(afterLaneIdle.app)} MiB once the embedding lane released its session → ` +
+      `${f(withChatModel.app)} MiB with the chat model loaded → ${f(afterRelease.app)} MiB after it was ` +
+      `released; with WebKit's processes ${f(idle.total)} → ${f(afterSearch.total)} → ` +
+      `${f(afterLaneIdle.total)} → ${f(withChatModel.total)} → ${f(afterRelease.total)} MiB`,
   );
 } finally {
   await app.stop();

@@ -103,3 +103,49 @@ export async function slowChatServer(text, everyMs) {
     close: () => new Promise((resolve) => server.close(resolve) && server.closeAllConnections()),
   };
 }
+
+/**
+ * A loopback stand-in for the model hub (`QUARRY_HF_ENDPOINT`): every file is `size` bytes of
+ * its own name repeated, sent 64 KiB every `everyMs`, with ranges for resumed downloads and the
+ * content's sha256 in `X-Linked-Etag`, as the hub sends it. `corrupt = true` makes it send a
+ * hash that does not match. Resolves to `{url, ranges, close, set corrupt}`.
+ */
+export async function fakeHub({ size = 4 << 20, everyMs = 40 } = {}) {
+  const { createServer } = await import('node:http');
+  const { createHash } = await import('node:crypto');
+  const hub = { ranges: 0, corrupt: false };
+  const server = createServer((req, res) => {
+    const match = /\/resolve\/[^/]+\/(.+)$/.exec(req.url);
+    if (req.method !== 'GET' || !match) {
+      res.writeHead(404).end();
+      return;
+    }
+    const name = decodeURIComponent(match[1]);
+    const bytes = name.endsWith('.onnx') ? size : 4096;
+    const body = Buffer.alloc(bytes, `${name} `);
+    const sha = createHash('sha256').update(body).digest('hex');
+    const etag = hub.corrupt ? sha.replace(/^./, (c) => (c === '0' ? '1' : '0')) : sha;
+    const from = Number(/bytes=(\d+)-/.exec(req.headers.range ?? '')?.[1] ?? 0);
+    if (from > 0) hub.ranges++;
+    const headers = { 'Content-Length': String(bytes - from), 'X-Linked-Etag': `"${etag}"` };
+    if (from > 0) headers['Content-Range'] = `bytes ${from}-${bytes - 1}/${bytes}`;
+    res.writeHead(from > 0 ? 206 : 200, headers);
+    let at = from;
+    const next = () => {
+      if (res.destroyed) return;
+      if (at >= bytes) {
+        res.end();
+        return;
+      }
+      const end = Math.min(bytes, at + (64 << 10));
+      res.write(body.subarray(at, end));
+      at = end;
+      setTimeout(next, everyMs);
+    };
+    next();
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  hub.url = `http://127.0.0.1:${server.address().port}`;
+  hub.close = () => new Promise((resolve) => server.close(resolve) && server.closeAllConnections());
+  return hub;
+}

@@ -8,7 +8,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { after, afterEach, before, describe, it } from 'node:test';
 
-import { mendQuietly, slowChatServer, writeCorpus } from '../fixtures.mjs';
+import { fakeHub, mendQuietly, slowChatServer, writeCorpus } from '../fixtures.mjs';
 import { eventually, repoRoot, startApp, tempDir, tid } from '../harness.mjs';
 
 describe('Quarry desktop', () => {
@@ -17,16 +17,24 @@ describe('Quarry desktop', () => {
   const work = tempDir('quarry-e2e-work-');
   const openerLog = path.join(work, 'opened.txt');
   const { broken } = writeCorpus(corpus);
+  // Installs and imports go to a folder of the test's own; the checkout's models are read.
+  const modelsDir = tempDir('quarry-e2e-models-');
+  let hub;
   let app;
   let browser;
 
   before(async () => {
+    hub = await fakeHub();
     // The opener stub records what the app asked to open instead of starting a program.
     const stub = path.join(work, 'opener.sh');
     fs.writeFileSync(stub, `#!/bin/sh\nprintf '%s\\n' "$@" >> '${openerLog}'\n`, { mode: 0o755 });
     app = await startApp({
       dataDir,
-      env: { QUARRY_OPENER: `${stub} {path} {line} {page}` },
+      env: {
+        QUARRY_OPENER: `${stub} {path} {line} {page}`,
+        QUARRY_HF_ENDPOINT: hub.url,
+        QUARRY_MODELS_DIR: `${modelsDir}:${path.join(repoRoot, 'models/cache')}`,
+      },
     });
     browser = app.browser;
     await (await browser.$(tid('nav-library'))).waitForDisplayed({ timeout: 60_000 });
@@ -46,7 +54,8 @@ describe('Quarry desktop', () => {
 
   after(async () => {
     if (app) await app.stop();
-    for (const dir of [dataDir, corpus, work]) fs.rmSync(dir, { recursive: true, force: true });
+    if (hub) await hub.close();
+    for (const dir of [dataDir, corpus, work, modelsDir]) fs.rmSync(dir, { recursive: true, force: true });
   });
 
   const sourceRow = () => browser.$(`${tid('source-row')}[data-root="${corpus}"]`);
@@ -555,6 +564,85 @@ describe('Quarry desktop', () => {
     await eventually(browser, 'one conversation fewer', async () =>
       (await browser.$$(tid('chat-conversation'))).length === before - 1,
     );
+  });
+
+  const modelRow = (id) => browser.$(`${tid('model-row')}[data-id="${id}"]`);
+
+  async function openModels() {
+    await (await browser.$(tid('nav-models'))).click();
+    await (await modelRow('smollm2-135m-instruct-q4_1')).waitForExist({ timeout: 20_000 });
+  }
+
+  it('lists the installed models with their checked sha256, and refuses to delete one in use', async () => {
+    await openModels();
+    for (const id of ['all-minilm-l6-v2-int8', 'smollm2-135m-instruct-q4_1']) {
+      const row = await modelRow(id);
+      assert.equal(await row.getAttribute('data-verified'), 'true', `${id} is verified`);
+    }
+    const llm = await modelRow('smollm2-135m-instruct-q4_1');
+    await (await llm.$('button*=Files')).click();
+    assert.match(await (await llm.$(tid('model-sha256'))).getText(), /^[0-9a-f]{64}$/);
+    assert.match(await (await browser.$(tid('models-runtime'))).getAttribute('data-ok'), /true/);
+
+    // The seeded configuration answers with it: the engine refuses, naming who uses it.
+    await (await llm.$(tid('model-remove'))).click();
+    await (await llm.$(tid('model-remove-confirm'))).click();
+    const error = await llm.$(tid('model-error'));
+    await error.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await error.getText(), /used by orchestrator configuration default \(mode grounded\)/);
+    assert.equal(await llm.getAttribute('data-verified'), 'true', 'nothing was removed');
+  });
+
+  it('installs a model from a loopback hub with progress, resumes a cancelled download, and refuses a corrupted copy', async () => {
+    await openModels();
+    const id = 'ms-marco-minilm-l6-v2';
+    const row = await modelRow(id);
+    assert.equal(await row.getAttribute('data-verified'), 'absent');
+    await (await row.$(tid('model-install'))).click();
+    const progress = await row.$(tid('model-progress'));
+    await eventually(browser, 'download progress', async () => /model\.onnx · [\d.]+ [KM]i?B of/.test(await progress.getText()));
+    await (await row.$(tid('model-cancel'))).click();
+    const error = await row.$(tid('model-error'));
+    await error.waitForDisplayed({ timeout: 20_000 });
+    assert.match(await error.getText(), /cancelled after \d+ bytes/);
+
+    // Installing again resumes where the download stopped.
+    await (await row.$(tid('model-install'))).click();
+    await eventually(browser, 'the model installed', async () => (await row.getAttribute('data-verified')) === 'true');
+    assert.ok(hub.ranges > 0, 'the second download asked for the rest only');
+
+    // A copy whose hash does not match is refused, naming the file; the good copy stays.
+    hub.corrupt = true;
+    await (await row.$(tid('model-install'))).click();
+    await error.waitForDisplayed({ timeout: 30_000 });
+    assert.match(await error.getText(), /model\.onnx.*checksum mismatch/s);
+    assert.equal(await row.getAttribute('data-verified'), 'true');
+    hub.corrupt = false;
+  });
+
+  it('imports a GGUF chat model and deletes it', async () => {
+    await openModels();
+    const gguf = path.join(work, 'tiny-chat.gguf');
+    fs.writeFileSync(gguf, Buffer.concat([Buffer.from('GGUF'), Buffer.alloc(4096)]));
+    await (await browser.$(tid('model-import-kind'))).selectByAttribute('value', 'llm');
+    await (await browser.$(tid('model-import-path'))).setValue(gguf);
+    await (await browser.$(tid('model-import-id'))).setValue('tiny-chat');
+    await (await browser.$(tid('model-import'))).click();
+    const row = await modelRow('tiny-chat');
+    await row.waitForExist({ timeout: 10_000 });
+    assert.equal(await row.getAttribute('data-verified'), 'true');
+
+    // Not a GGUF file: the error names it, and nothing is installed.
+    await (await browser.$(tid('model-import-path'))).setValue(path.join(work, 'opener.sh'));
+    await (await browser.$(tid('model-import-id'))).setValue('not-a-model');
+    await (await browser.$(tid('model-import'))).click();
+    const importError = await browser.$(tid('model-import-error'));
+    await importError.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await importError.getText(), /opener\.sh.*not a GGUF file/s);
+
+    await (await row.$(tid('model-remove'))).click();
+    await (await row.$(tid('model-remove-confirm'))).click();
+    await row.waitForExist({ reverse: true, timeout: 10_000 });
   });
 
   it('removes the folder, and its documents leave the results', async () => {

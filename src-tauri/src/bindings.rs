@@ -6,7 +6,7 @@
 use tauri_specta::{collect_commands, Builder, ErrorHandlingMode};
 
 use crate::activity::Activity;
-use crate::{admin, chat, commands};
+use crate::{admin, chat, commands, models};
 
 /// The generated file, relative to this crate.
 #[cfg(test)]
@@ -49,6 +49,14 @@ pub fn builder() -> Builder<tauri::Wry> {
             chat::chat_take_back,
             chat::chat_trace,
             chat::chat_choose_backend,
+            models::models_overview,
+            models::models_install,
+            models::models_cancel,
+            models::models_import,
+            models::pick_model,
+            models::models_remove,
+            models::models_use_for_collection,
+            models::models_unload,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

@@ -4,11 +4,10 @@
 //! chosen. Turns run on the engine's chat handle, so a long answer never holds the library the
 //! other views use; everything else reads through the UI's handle.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
-use quarry_core::llm::{Cancel, ChatMessage, ChatRequest};
+use quarry_core::llm::{ChatMessage, ChatRequest};
 use quarry_core::orchestrator::{
     self, BackendConfig, ChatOptions, Citation, Conversation, TraceEvent, TurnEvent, TurnResult,
     DEFAULT_CONFIG,
@@ -20,30 +19,7 @@ use tauri::ipc::Channel;
 use crate::commands::{blocking, EngineState};
 use crate::error::CommandResult;
 use crate::settings;
-
-/// The turns running now, by the id the window gave each, so its Stop button can reach it.
-#[derive(Default)]
-pub struct RunningTurns(Mutex<HashMap<String, Cancel>>);
-
-impl RunningTurns {
-    fn start(&self, run: &str) -> Cancel {
-        let cancel = Cancel::new();
-        lock(&self.0).insert(run.to_string(), cancel.clone());
-        cancel
-    }
-
-    fn finish(&self, run: &str) {
-        lock(&self.0).remove(run);
-    }
-
-    fn stop(&self, run: &str) -> bool {
-        lock(&self.0).get(run).map(Cancel::cancel).is_some()
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::stops::Stops;
 
 /// A mode of the applied orchestrator configuration, as the mode picker offers it.
 #[derive(Serialize, specta::Type)]
@@ -335,7 +311,7 @@ fn with_timings(mut turn: ChatTurn, result: &TurnResult) -> ChatTurn {
 #[specta::specta]
 pub async fn chat_send(
     engine: EngineState<'_>,
-    running: tauri::State<'_, Arc<RunningTurns>>,
+    running: tauri::State<'_, Arc<Stops>>,
     ask: ChatAsk,
     events: Channel<ChatEvent>,
 ) -> CommandResult<ChatConversation> {
@@ -371,10 +347,7 @@ pub async fn chat_send(
 /// Stops a running turn where it is; false when it already finished.
 #[tauri::command]
 #[specta::specta]
-pub async fn chat_stop(
-    running: tauri::State<'_, Arc<RunningTurns>>,
-    run: String,
-) -> CommandResult<bool> {
+pub async fn chat_stop(running: tauri::State<'_, Arc<Stops>>, run: String) -> CommandResult<bool> {
     Ok(running.stop(&run))
 }
 

@@ -35,4 +35,12 @@ pub const COMMAND_NAMES: &[&str] = &[
     "chat_take_back",
     "chat_trace",
     "chat_choose_backend",
+    "models_overview",
+    "models_install",
+    "models_cancel",
+    "models_import",
+    "pick_model",
+    "models_remove",
+    "models_use_for_collection",
+    "models_unload",
 ];

@@ -1,7 +1,7 @@
 //! Quarry's desktop app: a Tauri window over quarry-core. The shell holds no engine logic:
 //! `engine` runs the library and its indexer thread, `commands` adapts calls from the UI,
-//! `admin` serves the keys and audit views, `chat` the assistant's, `activity` folds indexing events into what the UI
-//! shows.
+//! `admin` serves the keys and audit views, `chat` the assistant's, `models` the model
+//! manager's, `activity` folds indexing events into what the UI shows.
 
 // No console window on Windows release builds.
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
@@ -15,8 +15,10 @@ mod command_names;
 mod commands;
 mod engine;
 mod error;
+mod models;
 mod opener;
 mod settings;
+mod stops;
 
 use std::sync::Arc;
 
@@ -54,7 +56,7 @@ fn main() {
             let engine = Arc::new(engine);
             engine.start_indexing();
             app.manage(engine);
-            app.manage(Arc::new(chat::RunningTurns::default()));
+            app.manage(Arc::new(stops::Stops::default()));
             Ok(())
         })
         .invoke_handler(bindings::builder().invoke_handler())

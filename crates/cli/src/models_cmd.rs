@@ -134,11 +134,7 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
             let model = models.import(folder, id.as_deref(), kind)?;
             println!("installed {} at {}", model.id, model.dir.display());
         }
-        ModelsCommand::Remove { id } => {
-            let dir = models.remove(id)?;
-            println!("removed {id} ({})", dir.display());
-        }
-        ModelsCommand::Use { .. } => return Ok(false),
+        ModelsCommand::Remove { .. } | ModelsCommand::Use { .. } => return Ok(false),
     }
     Ok(true)
 }
@@ -155,13 +151,20 @@ fn already_installed(models: &Models, id: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// `models use`: needs the library.
+/// `models use` and `models remove`: they need the library (a model in use is not removed).
 pub fn run_with_library(command: &ModelsCommand, library: &mut Library) -> Result<()> {
-    if let ModelsCommand::Use { id, collection } = command {
-        library.use_embedding_model(collection, id)?;
-        println!(
-            "collection {collection} will be embedded with {id}; run `quarry index` (or keep `quarry index --watch` running) to fill in its vectors"
-        );
+    match command {
+        ModelsCommand::Use { id, collection } => {
+            library.use_embedding_model(collection, id)?;
+            println!(
+                "collection {collection} will be embedded with {id}; run `quarry index` (or keep `quarry index --watch` running) to fill in its vectors"
+            );
+        }
+        ModelsCommand::Remove { id } => {
+            let dir = library.remove_model(id)?;
+            println!("removed {id} ({})", dir.display());
+        }
+        _ => {}
     }
     Ok(())
 }

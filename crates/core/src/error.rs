@@ -150,6 +150,14 @@ pub enum Error {
         /// The command that repairs it.
         fix: String,
     },
+    /// A model that collections, tools or configurations still use.
+    #[error("model `{model}` is used by {users}; switch them to another model first", users = .users.join(", "))]
+    ModelInUse {
+        /// The model id.
+        model: String,
+        /// Who uses it, in words.
+        users: Vec<String>,
+    },
     /// The ONNX Runtime library cannot be loaded.
     #[error("ONNX Runtime is not available: {reason}; run `{fix}` (or point ORT_DYLIB_PATH at libonnxruntime)")]
     RuntimeUnavailable {
@@ -389,6 +397,7 @@ error_codes! {
     UnknownModel => unknown_model, NotFound;
     ModelNotInstalled => model_not_installed, Unavailable;
     ModelFileBad => model_file_bad, Unavailable;
+    ModelInUse => model_in_use, InvalidInput;
     RuntimeUnavailable => runtime_unavailable, Unavailable;
     InvalidModel => invalid_model, InvalidInput;
     ModelMismatch => model_mismatch, InvalidInput;
@@ -431,7 +440,7 @@ mod tests {
             "collection_not_found,collection_exists,invalid_collection_name,unknown_language,\
 source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,writer_busy,\
 schema_too_new,watch_failed,disk_full,database_error,fulltext_error,fulltext_out_of_sync,\
-io_error,unknown_model,model_not_installed,model_file_bad,runtime_unavailable,invalid_model,\
+io_error,unknown_model,model_not_installed,model_file_bad,model_in_use,runtime_unavailable,invalid_model,\
 model_mismatch,inference_failed,download_failed,invalid_setting,invalid_query,invalid_dataset,\
 tool_not_found,\
 tool_exists,invalid_tool,invalid_tool_source,tool_in_use,invalid_tool_file,tool_failed,tool_timeout,\

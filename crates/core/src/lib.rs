@@ -26,6 +26,7 @@
 mod assistant;
 pub mod audit;
 pub mod auth;
+pub mod cancel;
 pub mod context;
 pub mod embed;
 pub mod environment;
@@ -40,6 +41,7 @@ pub mod ingest;
 mod library;
 pub mod llm;
 mod lock;
+mod model_use;
 pub mod models;
 pub mod orchestrator;
 pub mod pipeline;

@@ -556,40 +556,8 @@ impl LibraryWriter<'_> {
         let (embedders, models, threads) = (&lib.lane_embedders, &lib.models, lib.ort_threads);
         let (store, fulltext) = (&mut lib.store, &mut lib.fulltext);
         std::thread::scope(|scope| {
-            let lane = scope.spawn(|| -> Result<()> {
-                let mut lane_store = Store::open(&db_path)?;
-                let embedder_for =
-                    |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
-                let report = |p: &EmbedProgress| on_event(&WatchEvent::Embedding(p.clone()));
-                let mut reported_error = false;
-                while !stop.load(Ordering::Relaxed) {
-                    match backfill(
-                        &mut lane_store,
-                        &embedder_for,
-                        crate::ingest::DEFAULT_EMBED_BATCH,
-                        u64::MAX,
-                        &report,
-                        stop,
-                    ) {
-                        Ok(_) => reported_error = false,
-                        Err(e) if !reported_error => {
-                            on_event(&WatchEvent::EmbeddingUnavailable {
-                                code: e.code(),
-                                message: e.to_string(),
-                            });
-                            reported_error = true;
-                        }
-                        Err(_) => {}
-                    }
-                    for _ in 0..10 {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-                Ok(())
-            });
+            let lane = scope
+                .spawn(|| embedding_lane(&db_path, embedders, models, threads, on_event, stop));
             let watched =
                 crate::ingest::watch(store, fulltext, index_options, options, on_event, stop);
             stop.store(true, Ordering::Relaxed);
@@ -615,6 +583,86 @@ impl LibraryWriter<'_> {
 impl Drop for LibraryWriter<'_> {
     fn drop(&mut self) {
         self.library.fulltext.stop_writing();
+    }
+}
+
+/// How long the embedding lane keeps its model session with nothing to embed: the session
+/// holds a few hundred MB, and the app's searches have their own.
+const LANE_IDLE_RELEASE: Duration = Duration::from_secs(15);
+
+/// The embedding lane of [`LibraryWriter::watch`]: on its own connection, fills in vectors
+/// every second until `stop`, reports a missing model once, and releases its session (and
+/// the memory behind it) after [`LANE_IDLE_RELEASE`] with nothing to do.
+fn embedding_lane(
+    db_path: &Path,
+    embedders: &Mutex<HashMap<String, Arc<Embedder>>>,
+    models: &Models,
+    threads: Option<usize>,
+    on_event: &(dyn Fn(&WatchEvent) + Sync),
+    stop: &AtomicBool,
+) -> Result<()> {
+    let mut lane_store = Store::open(db_path)?;
+    let embedder_for =
+        |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
+    let report = |p: &EmbedProgress| on_event(&WatchEvent::Embedding(p.clone()));
+    let mut reported_error = false;
+    let mut idle_since = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        match backfill(
+            &mut lane_store,
+            &embedder_for,
+            crate::ingest::DEFAULT_EMBED_BATCH,
+            u64::MAX,
+            &report,
+            stop,
+        ) {
+            Ok(embedded) => {
+                reported_error = false;
+                if embedded > 0 {
+                    idle_since = std::time::Instant::now();
+                }
+            }
+            Err(e) if !reported_error => {
+                on_event(&WatchEvent::EmbeddingUnavailable {
+                    code: e.code(),
+                    message: e.to_string(),
+                });
+                reported_error = true;
+            }
+            Err(_) => {}
+        }
+        if idle_since.elapsed() >= LANE_IDLE_RELEASE && release_all(embedders) {
+            tracing::debug!("the embedding lane released its model session (idle)");
+        }
+        for _ in 0..10 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
+
+/// Drops every cached session and hands the freed memory back to the OS; false when there
+/// was none.
+fn release_all<T>(cache: &Mutex<HashMap<String, Arc<T>>>) -> bool {
+    let released = std::mem::take(&mut *cache.lock().unwrap_or_else(|e| e.into_inner()));
+    if released.is_empty() {
+        return false;
+    }
+    drop(released);
+    return_freed_memory();
+    true
+}
+
+/// Asks the allocator to give freed pages back (glibc keeps them otherwise, and a released
+/// ONNX session would still count in the app's resident memory).
+pub(crate) fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

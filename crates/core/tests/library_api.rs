@@ -129,3 +129,46 @@ fn unreadable_globs_fail_closed_naming_the_source_and_keep_the_index() {
         indexed_before
     );
 }
+
+#[test]
+fn a_model_in_use_is_not_removed_and_the_refusal_names_its_users() {
+    let mut f = Fixture::new();
+    f.add_source("notes", "", &[("a.md", "# A\n\nsome text\n")]);
+    f.reindex();
+    let models = f.library.models();
+    let embedder = quarry_core::models::default_embedding_model();
+    let collection = f.library.collections().unwrap()[0].clone();
+    assert_eq!(collection.embedding_model.as_deref(), Some(embedder));
+    let e = f.library.remove_model(embedder).unwrap_err();
+    assert_eq!(e.code(), "model_in_use");
+    assert!(e.to_string().contains("collection `notes`"), "{e}");
+    assert!(models.find(embedder).is_ok(), "nothing was removed");
+
+    // The default chat model answers the seeded configuration's modes.
+    let llm = quarry_core::models::default_llm_model();
+    let e = f.library.remove_model(llm).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("orchestrator configuration `default` (mode `grounded`)"),
+        "{e}"
+    );
+
+    // A model nobody uses goes.
+    let gguf = f.docs.path().join("spare.gguf");
+    std::fs::write(&gguf, b"GGUF and nothing else").unwrap();
+    let spare = models
+        .import(
+            &gguf,
+            Some("spare-chat"),
+            quarry_core::models::ModelKind::Llm,
+        )
+        .unwrap();
+    assert!(f.library.model_users("spare-chat").unwrap().is_empty());
+    let removed = f.library.remove_model("spare-chat").unwrap();
+    assert_eq!(removed, spare.dir);
+    assert!(!spare.dir.exists());
+    assert_eq!(
+        f.library.remove_model("spare-chat").unwrap_err().code(),
+        "unknown_model"
+    );
+}

@@ -51,7 +51,7 @@ export const commands = {
 	/**  Stops a running turn where it is; false when it already finished. */
 	chatStop: (run: string) => __TAURI_INVOKE<boolean>("chat_stop", { run }),
 	chatRename: (id: string, title: string) => __TAURI_INVOKE<Conversation>("chat_rename", { id, title }),
-	/**  Deletes a conversation after the user confirms in a native dialog. */
+	/**  Deletes a conversation with everything recorded in it (the view asked first). */
 	chatDelete: (id: string) => __TAURI_INVOKE<null>("chat_delete", { id }),
 	/**  Takes back the last turn of a conversation and returns its question. */
 	chatTakeBack: (id: string) => __TAURI_INVOKE<string>("chat_take_back", { id }),
@@ -62,6 +62,33 @@ export const commands = {
 	 *  shows it answers; returns what answered.
 	 */
 	chatChooseBackend: (backend: BackendConfig | null) => __TAURI_INVOKE<string>("chat_choose_backend", { backend }),
+	modelsOverview: () => __TAURI_INVOKE<ModelsOverview>("models_overview"),
+	/**  Installs a catalogue model, streaming progress to `events`; `models_cancel(id)` stops it. */
+	modelsInstall: (id: string, events: Channel<InstallProgress>) => __TAURI_INVOKE<ModelRow>("models_install", { id, events }),
+	/**  Stops an install; what was downloaded stays for the next one to resume. */
+	modelsCancel: (id: string) => __TAURI_INVOKE<boolean>("models_cancel", { id }),
+	/**
+	 *  Imports a model: an ONNX folder (an embedder or a cross-encoder) or a GGUF file (a chat
+	 *  model), under `id` (default: its name).
+	 */
+	modelsImport: (path: string, kind: ModelKind, id: string | null) => __TAURI_INVOKE<ModelRow>("models_import", { path, kind, id }),
+	/**
+	 *  The native dialog for an import: a folder for ONNX models, a `.gguf` file for chat
+	 *  models; `None` when cancelled.
+	 */
+	pickModel: (kind: ModelKind) => __TAURI_INVOKE<string | null>("pick_model", { kind }),
+	/**  Removes an installed model, unless something uses it (the error names them). */
+	modelsRemove: (id: string) => __TAURI_INVOKE<string>("models_remove", { id }),
+	/**
+	 *  Makes `model` the collection's embedding model: its vectors are filled in the background
+	 *  (the Library view shows the progress) while the old ones keep serving searches.
+	 */
+	modelsUseForCollection: (collection: string, model: string) => __TAURI_INVOKE<null>("models_use_for_collection", { collection, model }),
+	/**
+	 *  Releases the chat models held in memory (the next answer loads its model again); returns
+	 *  how many were released.
+	 */
+	modelsUnload: () => __TAURI_INVOKE<number>("models_unload"),
 };
 
 /* Types */
@@ -394,6 +421,12 @@ export type Collection = {
 /**  A collection (`collections.id`). */
 export type CollectionId = number;
 
+/**  A collection's embedding model and how far its vectors are. */
+export type CollectionModel = {
+	collection: string,
+	coverage: EmbeddingCoverage | null,
+};
+
 /**  A failed command, serialised as `{code, kind, message}`. */
 export type CommandError = {
 	code: string,
@@ -607,6 +640,13 @@ export type IndexerState =
 /**  Stopped by an error (`Activity::error` says which). */
 "error";
 
+/**  Download progress of one file, as the window shows it. */
+export type InstallProgress = {
+	file: string,
+	done: number,
+	total: number | null,
+};
+
 /**  What the Keys view shows, and the choices its form offers. */
 export type KeysOverview = {
 	/**  Every key, revoked ones included (never a secret). */
@@ -657,6 +697,13 @@ export type ModeChoice = {
 	backend: string,
 };
 
+/**  One installed file, as recorded when it was installed. */
+export type ModelFile = {
+	path: string,
+	bytes: number,
+	sha256: string,
+};
+
 /**  What a model is for. */
 export type ModelKind = 
 /**  Turns text into a vector. */
@@ -684,6 +731,40 @@ export type ModelListing = {
 	description: string,
 	/**  Licence of the weights. */
 	license: string,
+};
+
+/**  A model of the catalogue, installed or not, or one imported. */
+export type ModelRow = {
+	id: string,
+	kind: ModelKind,
+	description: string,
+	license: string,
+	/**  The catalogue's default for its kind. */
+	default: boolean,
+	/**  In the built-in catalogue (installable from here). */
+	in_catalogue: boolean,
+	/**  Where it is installed, if it is. */
+	dir: string | null,
+	/**  Where it came from (PyPI wheels, the hub, an import). */
+	origin: string | null,
+	files: ModelFile[],
+	/**  Every file matches its recorded sha256 (`None`: not installed). */
+	verified: boolean | null,
+	/**  What is wrong with the installed copy. */
+	problem: string | null,
+	/**  Who uses it (collections, tools, configurations): it cannot be removed while any does. */
+	users: string[],
+	/**  A chat model held in memory now. */
+	loaded: boolean,
+};
+
+/**  What the Models view shows. */
+export type ModelsOverview = {
+	/**  Where installs go. */
+	install_dir: string,
+	runtime: RuntimeStatus,
+	models: ModelRow[],
+	collections: CollectionModel[],
 };
 
 /**  What a new key may do. */

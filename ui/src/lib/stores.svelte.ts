@@ -11,7 +11,7 @@ import {
   type Settings,
 } from './api';
 
-export type View = 'library' | 'search' | 'chat' | 'status' | 'keys' | 'audit' | 'orchestrator';
+export type View = 'library' | 'search' | 'chat' | 'models' | 'status' | 'keys' | 'audit' | 'orchestrator';
 export type ThemeChoice = Settings['theme'];
 
 export const ui = $state({

@@ -182,6 +182,25 @@ impl EmbeddedBackend {
         Ok(backend)
     }
 
+    /// Releases every model [`EmbeddedBackend::shared`] holds (a turn still answering keeps
+    /// its own until it is done), so an idle app gives their memory back; returns how many.
+    /// The next turn loads its model again.
+    pub fn release_shared() -> usize {
+        let released = std::mem::take(&mut *shared_models());
+        let count = released.len();
+        drop(released);
+        crate::library::return_freed_memory();
+        count
+    }
+
+    /// The models [`EmbeddedBackend::shared`] holds now: (id, file size in bytes).
+    pub fn shared_now() -> Vec<(String, u64)> {
+        shared_models()
+            .iter()
+            .map(|b| (b.config.model_id.clone(), b.model_bytes()))
+            .collect()
+    }
+
     /// Whether [`EmbeddedBackend::shared`] has the model at `path` loaded already.
     pub fn is_shared(path: &Path) -> bool {
         shared_models().iter().any(|b| b.config.model_path == path)

@@ -9,38 +9,15 @@
 pub mod embedded;
 pub mod openai;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::cancel::Cancel;
 use crate::Result;
 
-/// What finishes a generation the caller stopped ([`ChatResponse::finish_reason`]).
+/// What finishes a generation the caller stopped ([`ChatResponse::finish_reason`], see
+/// [`Cancel`]).
 pub const CANCELLED: &str = "cancelled";
-
-/// A stop button: the caller keeps a clone and cancels; the backend stops at its next token
-/// and returns what it wrote so far, finished as [`CANCELLED`].
-#[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
-
-impl Cancel {
-    /// A button not pressed yet.
-    pub fn new() -> Cancel {
-        Cancel::default()
-    }
-
-    /// Presses it.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether it was pressed.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// Who speaks in a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

