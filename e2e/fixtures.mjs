@@ -68,11 +68,14 @@ export function mendQuietly(file) {
 
 /**
  * A loopback OpenAI-compatible server that streams `text` a word every `everyMs` (a one-token
- * request, the app's backend check, is answered at once). Resolves to `{url, close}`.
+ * request, the app's backend check, is answered at once). Resolves to `{url, authorizations,
+ * close}`.
  */
 export async function slowChatServer(text, everyMs) {
   const { createServer } = await import('node:http');
+  const authorizations = [];
   const server = createServer((req, res) => {
+    authorizations.push(req.headers.authorization ?? null);
     let body = '';
     req.on('data', (c) => (body += c));
     req.on('end', () => {
@@ -100,6 +103,8 @@ export async function slowChatServer(text, everyMs) {
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${server.address().port}/v1`,
+    /** The Authorization header of every request, in order. */
+    authorizations,
     close: () => new Promise((resolve) => server.close(resolve) && server.closeAllConnections()),
   };
 }
@@ -148,4 +153,44 @@ export async function fakeHub({ size = 4 << 20, everyMs = 40 } = {}) {
   hub.url = `http://127.0.0.1:${server.address().port}`;
   hub.close = () => new Promise((resolve) => server.close(resolve) && server.closeAllConnections());
   return hub;
+}
+
+/**
+ * llama.cpp's `llama-server` (built by scripts/llama-server.sh) serving SmolLM2 on loopback.
+ * Resolves to `{url, stop}` once it reports healthy.
+ */
+export async function llamaServer(repoRoot) {
+  const { spawn } = await import('node:child_process');
+  const net = await import('node:net');
+  const binary = path.join(repoRoot, 'target/llama-server/bin/llama-server');
+  const model = path.join(repoRoot, 'models/cache/smollm2-135m-instruct-q4_1/model.gguf');
+  for (const needed of [binary, model]) {
+    if (!fs.existsSync(needed)) throw new Error(`${needed} is missing: run scripts/llama-server.sh and scripts/provision.sh`);
+  }
+  const port = await new Promise((resolve) => {
+    const probe = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port: p } = probe.address();
+      probe.close(() => resolve(p));
+    });
+  });
+  const child = spawn(
+    binary,
+    ['--host', '127.0.0.1', '--port', String(port), '-m', model, '--alias', 'smollm2', '-c', '4096', '-np', '1', '-t', '1', '--jinja', '--no-webui'],
+    { stdio: 'ignore' },
+  );
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`llama-server exited with ${child.exitCode}`);
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error('llama-server did not report healthy within 120 s');
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    stop: () => new Promise((resolve) => (child.exitCode !== null ? resolve() : (child.once('exit', resolve), child.kill()))),
+  };
 }

@@ -24,8 +24,9 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
   /usr/lib/*-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 # The desktop app (Tauri 2 on WebKitGTK) and its end-to-end tests (WebKitWebDriver under Xvfb).
+# libdbus-1-dev: the app keeps API keys in the Secret Service keyring over D-Bus.
 for pkg in libwebkit2gtk-4.1-dev libgtk-3-dev libsoup-3.0-dev libjavascriptcoregtk-4.1-dev \
-  libssl-dev librsvg2-dev libxdo-dev file webkit2gtk-driver xvfb xauth imagemagick \
+  libssl-dev librsvg2-dev libxdo-dev libdbus-1-dev file webkit2gtk-driver xvfb xauth imagemagick \
   fonts-dejavu-core; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

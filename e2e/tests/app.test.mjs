@@ -8,7 +8,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { after, afterEach, before, describe, it } from 'node:test';
 
-import { fakeHub, mendQuietly, slowChatServer, writeCorpus } from '../fixtures.mjs';
+import { fakeHub, llamaServer, mendQuietly, slowChatServer, writeCorpus } from '../fixtures.mjs';
 import { eventually, repoRoot, startApp, tempDir, tid } from '../harness.mjs';
 
 describe('Quarry desktop', () => {
@@ -467,8 +467,16 @@ describe('Quarry desktop', () => {
     await (await form.$(tid('chat-backend-kind'))).selectByAttribute('value', kind);
     if (fields.url) await (await form.$(tid('chat-backend-url'))).setValue(fields.url);
     if (fields.model) await (await form.$(tid('chat-backend-model'))).setValue(fields.model);
+    if (fields.key) await (await form.$(tid('chat-backend-key'))).setValue(fields.key);
+    if (fields.grammar) await (await form.$(tid('chat-backend-grammar'))).click();
     await (await form.$(tid('chat-backend-save'))).click();
     return form;
+  }
+
+  /** Dismisses the toast a choice leaves (it sits over the view's top buttons). */
+  async function dismissToast() {
+    const toast = await browser.$(tid('toast'));
+    if (await toast.isExisting()) await (await toast.$('button[aria-label="Dismiss"]')).click();
   }
 
   it('answers in the chat with the embedded model, cites its sources, and a citation opens its passage', async () => {
@@ -504,10 +512,15 @@ describe('Quarry desktop', () => {
     const server = await slowChatServer(answer, 120);
     try {
       await openChat();
-      await chooseBackend('openai', { url: server.url, model: 'slow' });
+      await chooseBackend('openai', { url: server.url, model: 'slow', key: 'sk-e2e-secret' });
       await eventually(browser, 'the server chosen', async () =>
         (await browser.$(tid('chat-backend')).getText()).includes(server.url),
       );
+      await dismissToast();
+      // The key went to the server, and to the keyring (or an owner-only file), not the settings.
+      assert.equal(server.authorizations.at(-1), 'Bearer sk-e2e-secret');
+      const settingsFile = fs.readFileSync(path.join(dataDir, 'desktop-settings.json'), 'utf8');
+      assert.ok(!settingsFile.includes('sk-e2e-secret'), settingsFile);
       await (await browser.$(tid('chat-new'))).click();
       await ask('How often does the keeper sound the horn in fog?');
       // Tokens arrive one by one while the turn runs.
@@ -515,6 +528,7 @@ describe('Quarry desktop', () => {
       await eventually(browser, 'streamed words', async () => (await streaming.getText()).split(' ').length >= 4);
       await (await browser.$(tid('chat-stop'))).click();
       const turn = await finishedTurn(1, 20_000);
+      assert.equal(server.authorizations.at(-1), 'Bearer sk-e2e-secret', 'a turn sends the kept key');
       const text = await (await turn.$(tid('chat-answer'))).getText();
       assert.ok(text.length > 0 && text.length < answer.length / 2, `stopped early: ${text.length} characters`);
       assert.match(await turn.getText(), /stopped/);
@@ -540,11 +554,42 @@ describe('Quarry desktop', () => {
     await eventually(browser, 'extractive chosen', async () =>
       /extractive/.test(await browser.$(tid('chat-backend')).getText()),
     );
+    await dismissToast();
     await (await browser.$(tid('chat-new'))).click();
     await ask('What do apple orchards need?');
     const turn = await finishedTurn(1);
     assert.match(await turn.getText(), /extractive/);
     await (await turn.$(tid('citation'))).waitForExist({ timeout: 5_000 });
+    await chooseBackend('mode');
+  });
+
+  it('answers through a real llama-server, cited, and says what is wrong once it is gone', async () => {
+    const server = await llamaServer(repoRoot);
+    try {
+      await openChat();
+      await chooseBackend('openai', { url: server.url, model: 'smollm2', grammar: true });
+      await eventually(browser, 'llama-server chosen', async () =>
+        (await browser.$(tid('chat-backend')).getText()).includes(server.url),
+      );
+      await dismissToast();
+      await (await browser.$(tid('chat-new'))).click();
+      await ask('When does the keeper sound the horn?');
+      const turn = await finishedTurn(1);
+      assert.match(await turn.$('.badge').getText(), /openai smollm2/);
+      await (await turn.$(tid('citation'))).waitForExist({ timeout: 5_000, timeoutMsg: await turn.getText() });
+    } finally {
+      await server.stop();
+    }
+    // The server is gone: the answer falls back to the evidence, and the panel says why.
+    await ask('What does the keeper do at dusk?');
+    const turn = await finishedTurn(2);
+    assert.match(await turn.getText(), /answering extractively/);
+    await (await browser.$(tid('chat-problem'))).waitForDisplayed({ timeout: 5_000 });
+    await (await browser.$(tid('chat-use-extractive'))).click();
+    await eventually(browser, 'extractive chosen', async () =>
+      /extractive/.test(await browser.$(tid('chat-backend')).getText()),
+    );
+    await dismissToast();
     await chooseBackend('mode');
   });
 
@@ -643,6 +688,39 @@ describe('Quarry desktop', () => {
     await (await row.$(tid('model-remove'))).click();
     await (await row.$(tid('model-remove-confirm'))).click();
     await row.waitForExist({ reverse: true, timeout: 10_000 });
+  });
+
+  it('says what is wrong when the chat model is gone, and offers the fix', async () => {
+    // A copy of the default model, chosen for chat, then deleted from disk behind the app.
+    await openModels();
+    const copy = path.join(work, 'smollm2-copy.gguf');
+    fs.copyFileSync(path.join(repoRoot, 'models/cache/smollm2-135m-instruct-q4_1/model.gguf'), copy);
+    await (await browser.$(tid('model-import-kind'))).selectByAttribute('value', 'llm');
+    await (await browser.$(tid('model-import-path'))).setValue(copy);
+    await (await browser.$(tid('model-import-id'))).setValue('smollm2-copy');
+    await (await browser.$(tid('model-import'))).click();
+    const row = await modelRow('smollm2-copy');
+    await row.waitForExist({ timeout: 20_000 });
+    await (await row.$('button=Use for chat')).click();
+    await eventually(browser, 'the copy used by the assistant', async () => /the assistant/.test(await row.getText()));
+    // In use by the assistant: not removed from here.
+    await (await row.$(tid('model-remove'))).click();
+    await (await row.$(tid('model-remove-confirm'))).click();
+    await (await row.$(tid('model-error'))).waitForDisplayed({ timeout: 10_000 });
+    fs.rmSync(path.join(modelsDir, 'smollm2-copy'), { recursive: true, force: true });
+
+    await openChat();
+    const problem = await browser.$(tid('chat-problem'));
+    await problem.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await problem.getText(), /smollm2-copy/);
+    assert.match(await problem.getText(), /quarry models import/);
+    await (await browser.$(tid('chat-new'))).click();
+    await ask('What do apple orchards need?');
+    const turn = await finishedTurn(1);
+    assert.match(await turn.getText(), /extractive/);
+    await (await browser.$(tid('chat-use-extractive'))).click();
+    await problem.waitForExist({ reverse: true, timeout: 10_000 });
+    await chooseBackend('mode');
   });
 
   it('removes the folder, and its documents leave the results', async () => {

@@ -18,6 +18,7 @@ use tauri::ipc::Channel;
 
 use crate::commands::{blocking, EngineState};
 use crate::error::CommandResult;
+use crate::secrets;
 use crate::settings;
 use crate::stops::Stops;
 
@@ -321,6 +322,10 @@ pub async fn chat_send(
         options.conversation = ask.conversation;
         options.mode = ask.mode;
         options.backend = settings::load(engine.data_dir())?.chat_backend;
+        options.api_key = options
+            .backend
+            .as_ref()
+            .and_then(|b| kept_key(engine.data_dir(), b));
         options.cancel = running.start(&ask.run);
         let result = engine.chat_library().and_then(|library| {
             library.chat(&ask.question, &options, &mut |e| {
@@ -404,29 +409,54 @@ pub async fn chat_trace(
 }
 
 /// Chooses the backend answers come from (`None`: each mode's own), after a test request
-/// shows it answers; returns what answered.
+/// shows it answers; an OpenAI-compatible server's `api_key`, when given, is kept in the OS
+/// keyring (or an owner-only file where there is none), never in the settings. Returns what
+/// answered, and where the key is.
 #[tauri::command]
 #[specta::specta]
 pub async fn chat_choose_backend(
     engine: EngineState<'_>,
     backend: Option<BackendConfig>,
+    api_key: Option<String>,
 ) -> CommandResult<String> {
     blocking(&engine, move |engine| {
-        let answered = match &backend {
-            Some(config) => test_request(&engine.library(), config)?,
+        let data_dir = engine.data_dir();
+        let api_key = api_key.filter(|k| !k.trim().is_empty());
+        let mut answered = match &backend {
+            Some(config) => {
+                let key = api_key.clone().or_else(|| kept_key(data_dir, config));
+                test_request(&engine.library(), config, key.as_deref())?
+            }
             None => "each mode's own backend".to_string(),
         };
-        let mut chosen = settings::load(engine.data_dir())?;
+        if let (Some(key), Some(BackendConfig::Openai { base_url, .. })) = (&api_key, &backend) {
+            let kept = secrets::store(data_dir, base_url, key.trim())?;
+            answered = format!("{answered}; {}", kept.describe());
+        }
+        let mut chosen = settings::load(data_dir)?;
         chosen.chat_backend = backend;
-        settings::save(engine.data_dir(), &chosen)?;
+        settings::save(data_dir, &chosen)?;
         Ok(answered)
     })
     .await
 }
 
+/// The API key kept for an OpenAI-compatible backend, if one was.
+fn kept_key(data_dir: &std::path::Path, backend: &BackendConfig) -> Option<String> {
+    match backend {
+        BackendConfig::Openai { base_url, .. } => secrets::load(data_dir, base_url),
+        _ => None,
+    }
+}
+
 /// Asks `config` for one token; an error says why it cannot answer.
-fn test_request(library: &Library, config: &BackendConfig) -> CommandResult<String> {
-    let Some(backend) = orchestrator::open_backend(library.models(), config)? else {
+fn test_request(
+    library: &Library,
+    config: &BackendConfig,
+    api_key: Option<&str>,
+) -> CommandResult<String> {
+    let Some(backend) = orchestrator::open_backend_with_key(library.models(), config, api_key)?
+    else {
         return Ok("extractive answers (no model)".to_string());
     };
     let mut request = ChatRequest::new(vec![ChatMessage::user("Say OK.")]);

@@ -17,6 +17,7 @@ mod engine;
 mod error;
 mod models;
 mod opener;
+mod secrets;
 mod settings;
 mod stops;
 

@@ -3,11 +3,12 @@
 //! stopped), imports of an ONNX folder or a GGUF file, removal (refused while something uses
 //! the model), each collection's embedding model switched, and the chat model unloaded.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use quarry_core::llm::embedded::EmbeddedBackend;
 use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
+use quarry_core::orchestrator::BackendConfig;
 use quarry_core::store::EmbeddingCoverage;
 use quarry_core::Library;
 use serde::Serialize;
@@ -17,6 +18,7 @@ use tauri_plugin_dialog::DialogExt;
 
 use crate::commands::{blocking, EngineState};
 use crate::error::{CommandError, CommandResult};
+use crate::settings;
 use crate::stops::Stops;
 
 /// One installed file, as recorded when it was installed.
@@ -70,7 +72,28 @@ pub struct ModelsOverview {
     collections: Vec<CollectionModel>,
 }
 
-fn row(library: &Library, id: &str, installed: Option<&InstalledModel>) -> CommandResult<ModelRow> {
+/// Whether the assistant's chosen backend (the desktop's own setting) answers with `id`.
+fn assistant_uses(data_dir: &Path, id: &str) -> bool {
+    settings::load(data_dir).is_ok_and(
+        |s| matches!(s.chat_backend, Some(BackendConfig::Embedded { model, .. }) if model == id),
+    )
+}
+
+/// Who uses `id`: the library's users, and the assistant when the window chose it.
+fn users_of(library: &Library, data_dir: &Path, id: &str) -> quarry_core::Result<Vec<String>> {
+    let mut users = library.model_users(id)?;
+    if assistant_uses(data_dir, id) {
+        users.push("the assistant (chosen in Chat)".into());
+    }
+    Ok(users)
+}
+
+fn row(
+    library: &Library,
+    data_dir: &Path,
+    id: &str,
+    installed: Option<&InstalledModel>,
+) -> CommandResult<ModelRow> {
     let catalogue = spec(id);
     let loaded = EmbeddedBackend::shared_now().iter().any(|(m, _)| m == id);
     let (verified, problem) = match installed.map(InstalledModel::verify) {
@@ -106,18 +129,18 @@ fn row(library: &Library, id: &str, installed: Option<&InstalledModel>) -> Comma
             .unwrap_or_default(),
         verified,
         problem,
-        users: library.model_users(id)?,
+        users: users_of(library, data_dir, id)?,
         loaded,
     })
 }
 
-fn model_rows(library: &Library) -> CommandResult<Vec<ModelRow>> {
+fn model_rows(library: &Library, data_dir: &Path) -> CommandResult<Vec<ModelRow>> {
     let models = library.models();
     let installed = models.installed();
     let mut rows = Vec::new();
     for listing in models.list() {
         let copy = installed.iter().find(|m| m.id == listing.id);
-        rows.push(row(library, &listing.id, copy)?);
+        rows.push(row(library, data_dir, &listing.id, copy)?);
     }
     Ok(rows)
 }
@@ -132,7 +155,7 @@ pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOve
         Ok(ModelsOverview {
             install_dir: library.models().install_dir().display().to_string(),
             runtime: setup.runtime,
-            models: model_rows(&library)?,
+            models: model_rows(&library, engine.data_dir())?,
             collections: library
                 .collections()?
                 .into_iter()
@@ -204,7 +227,7 @@ pub async fn models_install(
             });
         stops.finish(&key);
         let installed = installed?;
-        row(&engine.library(), &id, Some(&installed))
+        row(&engine.library(), engine.data_dir(), &id, Some(&installed))
     })
     .await
 }
@@ -231,7 +254,7 @@ pub async fn models_import(
         let id = id.filter(|i| !i.trim().is_empty());
         let model =
             models_of(&library)?.import(&PathBuf::from(path.trim()), id.as_deref(), kind)?;
-        row(&library, &model.id, Some(&model))
+        row(&library, engine.data_dir(), &model.id, Some(&model))
     })
     .await
 }
@@ -263,6 +286,13 @@ pub async fn pick_model(app: AppHandle, kind: ModelKind) -> CommandResult<Option
 #[specta::specta]
 pub async fn models_remove(engine: EngineState<'_>, id: String) -> CommandResult<String> {
     blocking(&engine, move |engine| {
+        if assistant_uses(engine.data_dir(), &id) {
+            return Err(quarry_core::Error::ModelInUse {
+                model: id,
+                users: vec!["the assistant (chosen in Chat)".into()],
+            }
+            .into());
+        }
         let dir = engine.library().remove_model(&id)?;
         Ok(dir.display().to_string())
     })

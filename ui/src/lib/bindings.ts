@@ -59,9 +59,11 @@ export const commands = {
 	chatTrace: (id: string, turn: number) => __TAURI_INVOKE<ChatTraceEvent[]>("chat_trace", { id, turn }),
 	/**
 	 *  Chooses the backend answers come from (`None`: each mode's own), after a test request
-	 *  shows it answers; returns what answered.
+	 *  shows it answers; an OpenAI-compatible server's `api_key`, when given, is kept in the OS
+	 *  keyring (or an owner-only file where there is none), never in the settings. Returns what
+	 *  answered, and where the key is.
 	 */
-	chatChooseBackend: (backend: BackendConfig | null) => __TAURI_INVOKE<string>("chat_choose_backend", { backend }),
+	chatChooseBackend: (backend: BackendConfig | null, apiKey: string | null) => __TAURI_INVOKE<string>("chat_choose_backend", { backend, apiKey }),
 	modelsOverview: () => __TAURI_INVOKE<ModelsOverview>("models_overview"),
 	/**  Installs a catalogue model, streaming progress to `events`; `models_cancel(id)` stops it. */
 	modelsInstall: (id: string, events: Channel<InstallProgress>) => __TAURI_INVOKE<ModelRow>("models_install", { id, events }),

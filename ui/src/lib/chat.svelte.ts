@@ -189,9 +189,12 @@ export async function deleteConversation(id: string): Promise<void> {
   showToast('Conversation deleted');
 }
 
-/** Chooses where answers come from, after the backend answered a test request. */
-export async function chooseBackend(backend: BackendConfig | null): Promise<string> {
-  const answered = await api.chatChooseBackend(backend);
+/**
+ * Chooses where answers come from, after the backend answered a test request; a server's API
+ * key goes to the OS keyring (never the settings).
+ */
+export async function chooseBackend(backend: BackendConfig | null, apiKey: string | null = null): Promise<string> {
+  const answered = await api.chatChooseBackend(backend, apiKey);
   await loadChatOverview();
   return answered;
 }

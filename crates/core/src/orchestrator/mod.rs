@@ -25,7 +25,7 @@ pub use gates::{Gate, GateConfig, GateDecision, Gates, Verdict};
 pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};
 pub use turn::{
-    agent_call, agent_tools, chat, citation_grammar, cited_documents, open_backend, read_document,
-    start_agent_session, AgentCall, AgentDocument, ChatOptions, Citation, PipelineCalls, TurnEvent,
-    TurnResult, RUN_PIPELINE,
+    agent_call, agent_tools, chat, citation_grammar, cited_documents, open_backend,
+    open_backend_with_key, read_document, start_agent_session, AgentCall, AgentDocument,
+    ChatOptions, Citation, PipelineCalls, TurnEvent, TurnResult, RUN_PIPELINE,
 };

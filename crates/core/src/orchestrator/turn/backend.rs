@@ -17,6 +17,16 @@ pub fn open_backend(
     models: &Models,
     config: &BackendConfig,
 ) -> Result<Option<Arc<dyn ChatBackend>>> {
+    open_backend_with_key(models, config, None)
+}
+
+/// [`open_backend`], an OpenAI-compatible server given `api_key` (which a caller keeps in
+/// the OS keyring, say) instead of the one in the variable its configuration names.
+pub fn open_backend_with_key(
+    models: &Models,
+    config: &BackendConfig,
+    api_key: Option<&str>,
+) -> Result<Option<Arc<dyn ChatBackend>>> {
     Ok(match config {
         BackendConfig::Extractive => None,
         BackendConfig::Embedded { model, threads } => {
@@ -31,10 +41,12 @@ pub fn open_backend(
             grammar,
         } => {
             let mut cfg = OpenAiConfig::openai(base_url, model).with_grammar(*grammar);
-            if let Some(key) = api_key_env
-                .as_deref()
-                .and_then(crate::environment::configured_secret)
-            {
+            let from_env = || {
+                api_key_env
+                    .as_deref()
+                    .and_then(crate::environment::configured_secret)
+            };
+            if let Some(key) = api_key.map(str::to_string).or_else(from_env) {
                 cfg = cfg.with_api_key(key);
             }
             Some(shared_http(cfg)?)

@@ -40,7 +40,7 @@ pub use agent::{
     agent_call, agent_tools, cited_documents, read_document, start_agent_session, AgentCall,
     AgentDocument,
 };
-pub use backend::open_backend;
+pub use backend::{open_backend, open_backend_with_key};
 pub use citations::Citation;
 pub use generation::citation_grammar;
 pub use setup::{ChatOptions, TurnEvent, TurnResult};
@@ -85,7 +85,9 @@ pub fn chat(
     options: &ChatOptions,
     on_event: &mut dyn FnMut(TurnEvent<'_>),
 ) -> Result<TurnResult> {
-    let open = |config: &BackendConfig| open_backend(ctx.models, config);
+    let open = |config: &BackendConfig| {
+        open_backend_with_key(ctx.models, config, options.api_key.as_deref())
+    };
     run(ctx, pipelines, question, options, &open, on_event)
 }
 

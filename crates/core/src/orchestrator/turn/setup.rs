@@ -20,7 +20,7 @@ use crate::orchestrator::revisions::{self, AppliedRevision};
 use crate::{Error, Result};
 
 /// How to run a turn.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ChatOptions {
     /// Who asks.
     pub principal: Principal,
@@ -34,6 +34,24 @@ pub struct ChatOptions {
     pub backend: Option<BackendConfig>,
     /// Stops the answer where it is (the turn keeps what was written and says so).
     pub cancel: Cancel,
+    /// The API key of an OpenAI-compatible backend, held by the caller (never stored or
+    /// traced); `None`: the variable the configuration names.
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for ChatOptions {
+    // By hand, so an API key never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatOptions")
+            .field("principal", &self.principal)
+            .field("conversation", &self.conversation)
+            .field("config", &self.config)
+            .field("mode", &self.mode)
+            .field("backend", &self.backend)
+            .field("cancel", &self.cancel)
+            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
+            .finish()
+    }
 }
 
 impl ChatOptions {
@@ -46,6 +64,7 @@ impl ChatOptions {
             mode: None,
             backend: None,
             cancel: Cancel::default(),
+            api_key: None,
         }
     }
 }
