@@ -482,11 +482,19 @@ describe('Quarry desktop', () => {
   it('answers in the chat with the embedded model, cites its sources, and a citation opens its passage', async () => {
     await openChat();
     await (await browser.$(tid('chat-new'))).click();
+    // Before the first answer, the view says the model will load, and how big it is.
+    assert.match(await (await browser.$(tid('chat-model-size'))).getText(), /loads the model \([\d.]+ MB\)/);
     await ask('When does the keeper sound the horn?');
     const turn = await finishedTurn(1);
     const chip = await turn.$(tid('citation'));
     await chip.waitForExist({ timeout: 5_000, timeoutMsg: `no citation in: ${await turn.getText()}` });
     assert.match(await turn.$('.badge').getText(), /embedded smollm2/);
+
+    // Hovering a citation shows its file and passage.
+    await chip.moveTo();
+    const card = await browser.$(tid('citation-card'));
+    await card.waitForDisplayed({ timeout: 5_000 });
+    assert.match(await card.getText(), /\.md/);
 
     // A citation opens its passage in the preview pane.
     await chip.click();
@@ -655,6 +663,12 @@ describe('Quarry desktop', () => {
     await (await row.$(tid('model-install'))).click();
     await eventually(browser, 'the model installed', async () => (await row.getAttribute('data-verified')) === 'true');
     assert.ok(hub.ranges > 0, 'the second download asked for the rest only');
+
+    // The default pipeline reranks with it, saved as a new version.
+    const reranker = await browser.$(tid('pipeline-reranker'));
+    await reranker.selectByVisibleText(id);
+    await (await browser.$(`${tid('pipeline-reranker-form')} button[type="submit"]`)).click();
+    await eventually(browser, 'the reranker in use', async () => /retrieve-hybrid-coverage/.test(await row.getText()));
 
     // A copy whose hash does not match is refused, naming the file; the good copy stays.
     hub.corrupt = true;

@@ -57,6 +57,7 @@ pub fn builder() -> Builder<tauri::Wry> {
             models::models_remove,
             models::models_use_for_collection,
             models::models_unload,
+            models::models_pipeline_reranker,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

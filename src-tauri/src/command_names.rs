@@ -43,4 +43,5 @@ pub const COMMAND_NAMES: &[&str] = &[
     "models_remove",
     "models_use_for_collection",
     "models_unload",
+    "models_pipeline_reranker",
 ];

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use quarry_core::llm::embedded::EmbeddedBackend;
 use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
 use quarry_core::orchestrator::BackendConfig;
+use quarry_core::pipeline::DEFAULT_PIPELINE;
 use quarry_core::store::EmbeddingCoverage;
-use quarry_core::Library;
+use quarry_core::{Library, Principal};
 use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::AppHandle;
@@ -70,6 +71,8 @@ pub struct ModelsOverview {
     runtime: RuntimeStatus,
     models: Vec<ModelRow>,
     collections: Vec<CollectionModel>,
+    /// The reranker of the default pipeline's retrieval tool (`None`: it does not rerank).
+    pipeline_reranker: Option<String>,
 }
 
 /// Whether the assistant's chosen backend (the desktop's own setting) answers with `id`.
@@ -168,7 +171,27 @@ pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOve
                     collection: c.name,
                 })
                 .collect(),
+            pipeline_reranker: library.pipeline_reranker(DEFAULT_PIPELINE)?,
         })
+    })
+    .await
+}
+
+/// Makes `model` (`None`: none) the reranker of the default pipeline, saved as its new
+/// version.
+#[tauri::command]
+#[specta::specta]
+pub async fn models_pipeline_reranker(
+    engine: EngineState<'_>,
+    model: Option<String>,
+) -> CommandResult<i64> {
+    blocking(&engine, move |engine| {
+        let saved = engine.library().set_pipeline_reranker(
+            DEFAULT_PIPELINE,
+            model.as_deref(),
+            &Principal::administrator(),
+        )?;
+        Ok(saved.version)
     })
     .await
 }

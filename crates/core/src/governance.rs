@@ -13,15 +13,16 @@ use crate::audit::{self, AuditFacets, AuditQuery, AuditRecord};
 use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::evidence::{EvidenceKey, EvidenceSession};
 use crate::ids::CollectionId;
+use crate::models::ModelKind;
 use crate::pipeline::{
     self, PipelineDefinition, PipelineRun, PipelineView, ReadinessProblem, ResolvedPipeline,
     RunOptions, SavedPipeline, ToolCallReport, ToolEnvironment,
 };
 use crate::pipeline::{TestInput, ToolTestReport};
-use crate::retrieve::{SearchRequest, SearchResults};
+use crate::retrieve::{RerankSettings, SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, VectorTable};
 use crate::tools::{self, Executor, ToolDefinition, ToolSummary, ToolType};
 use crate::Library;
@@ -195,6 +196,50 @@ impl Library {
     /// Deletes a pipeline.
     pub fn delete_pipeline(&self, name: &str) -> Result<()> {
         pipeline::delete(self.store(), name)
+    }
+
+    /// The reranker a pipeline's retrieval tool uses (`None`: it does not rerank).
+    pub fn pipeline_reranker(&self, name: &str) -> Result<Option<String>> {
+        let Some(slug) = self.pipeline(name)?.draft.retrieval else {
+            return Ok(None);
+        };
+        Ok(self
+            .tool(&slug)?
+            .retrieval_settings()?
+            .rerank
+            .map(|r| r.model))
+    }
+
+    /// Makes `model` (an installed reranker; `None`: none) the reranker of the pipeline's
+    /// retrieval tool, and saves the pipeline as a new version so runs use it. The tool gets a
+    /// new version too: every pipeline that uses it reranks the same way.
+    pub fn set_pipeline_reranker(
+        &self,
+        name: &str,
+        model: Option<&str>,
+        principal: &Principal,
+    ) -> Result<SavedPipeline> {
+        if let Some(model) = model {
+            self.models().find_kind(model, ModelKind::Reranker)?;
+        }
+        let slug = self
+            .pipeline(name)?
+            .draft
+            .retrieval
+            .ok_or_else(|| Error::InvalidSetting {
+                field: "retrieval".into(),
+                reason: format!("pipeline `{name}` has no retrieval tool to rerank"),
+            })?;
+        let mut tool = self.tool(&slug)?;
+        let mut settings = tool.retrieval_settings()?;
+        settings.rerank = model.map(|model| RerankSettings {
+            model: model.to_string(),
+            ..settings.rerank.clone().unwrap_or_default()
+        });
+        tool.settings = serde_json::to_value(&settings)
+            .map_err(|e| Error::Internal(format!("retrieval settings: {e}")))?;
+        self.update_tool(&slug, tool)?;
+        self.save_pipeline(name, principal)
     }
 
     /// Readiness problems of a pipeline's saved version (or its draft) for `principal`.

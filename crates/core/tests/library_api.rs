@@ -3,7 +3,7 @@
 
 mod common;
 
-use quarry_core::{IndexOptions, Library, SearchMode, SearchRequest};
+use quarry_core::{IndexOptions, Library, Principal, SearchMode, SearchRequest};
 
 use common::Fixture;
 
@@ -171,4 +171,75 @@ fn a_model_in_use_is_not_removed_and_the_refusal_names_its_users() {
         f.library.remove_model("spare-chat").unwrap_err().code(),
         "unknown_model"
     );
+}
+
+#[test]
+fn the_default_pipeline_s_reranker_is_chosen_and_saved_as_a_new_version() {
+    let f = Fixture::new();
+    let library = &f.library;
+    assert_eq!(
+        library.pipeline_reranker("default").unwrap().as_deref(),
+        Some("jina-reranker-v2-base-multilingual")
+    );
+    // Only an installed reranker can be chosen.
+    let e = library
+        .set_pipeline_reranker(
+            "default",
+            Some("ms-marco-minilm-l6-v2"),
+            &Principal::administrator(),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("ms-marco-minilm-l6-v2"), "{e}");
+
+    // An imported cross-encoder folder (ONNX header and tokenizer files).
+    let folder = f.docs.path().join("tiny-reranker");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("model.onnx"), [0x08u8, 0x07, 0x12, 0x00]).unwrap();
+    for name in [
+        "tokenizer.json",
+        "config.json",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::write(folder.join(name), "{}").unwrap();
+    }
+    library
+        .models()
+        .import(
+            &folder,
+            Some("tiny-reranker"),
+            quarry_core::models::ModelKind::Reranker,
+        )
+        .unwrap();
+    let before = library.pipeline("default").unwrap().versions.len();
+    let saved = library
+        .set_pipeline_reranker(
+            "default",
+            Some("tiny-reranker"),
+            &Principal::administrator(),
+        )
+        .unwrap();
+    assert_eq!(
+        library.pipeline("default").unwrap().versions.len(),
+        before + 1
+    );
+    assert_eq!(
+        library.pipeline_reranker("default").unwrap().as_deref(),
+        Some("tiny-reranker")
+    );
+    let snapshot = &saved.tools["retrieve-hybrid-coverage"];
+    assert_eq!(
+        snapshot.retrieval_settings().unwrap().rerank.unwrap().model,
+        "tiny-reranker"
+    );
+    assert!(library
+        .model_users("tiny-reranker")
+        .unwrap()
+        .contains(&"tool `retrieve-hybrid-coverage` (its reranker)".to_string()));
+
+    // None turns reranking off.
+    library
+        .set_pipeline_reranker("default", None, &Principal::administrator())
+        .unwrap();
+    assert_eq!(library.pipeline_reranker("default").unwrap(), None);
 }

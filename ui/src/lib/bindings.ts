@@ -91,6 +91,11 @@ export const commands = {
 	 *  how many were released.
 	 */
 	modelsUnload: () => __TAURI_INVOKE<number>("models_unload"),
+	/**
+	 *  Makes `model` (`None`: none) the reranker of the default pipeline, saved as its new
+	 *  version.
+	 */
+	modelsPipelineReranker: (model: string | null) => __TAURI_INVOKE<number>("models_pipeline_reranker", { model }),
 };
 
 /* Types */
@@ -767,6 +772,8 @@ export type ModelsOverview = {
 	runtime: RuntimeStatus,
 	models: ModelRow[],
 	collections: CollectionModel[],
+	/**  The reranker of the default pipeline's retrieval tool (`None`: it does not rerank). */
+	pipeline_reranker: string | null,
 };
 
 /**  What a new key may do. */
