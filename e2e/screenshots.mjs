@@ -104,6 +104,32 @@ try {
   await (await browser.$(tid('orch-change'))).waitForExist({ timeout: 10_000 });
   await shot('orchestrator');
 
+  // The assistant: a cited answer, its cited passage in the preview, and its trace.
+  await (await browser.$(tid('nav-chat'))).click();
+  const input = await browser.$(tid('chat-input'));
+  await input.waitForDisplayed();
+  await input.setValue('How does an LRU cache evict entries?');
+  await browser.keys('Enter');
+  await eventually(
+    browser,
+    'the answer',
+    async () => (await browser.$$(`${tid('chat-turn')}[aria-busy="false"]`)).length === 1,
+    120_000,
+  );
+  const chip = await browser.$(tid('citation'));
+  if (await chip.isExisting()) {
+    await chip.click();
+    await (await browser.$(tid('preview-focus'))).waitForDisplayed({ timeout: 10_000 });
+  }
+  await (await browser.$(tid('chat-trace-toggle'))).click();
+  await (await browser.$(tid('chat-trace'))).waitForDisplayed({ timeout: 10_000 });
+  await shot('chat');
+
+  // The model manager.
+  await (await browser.$(tid('nav-models'))).click();
+  await (await browser.$(tid('model-row'))).waitForExist({ timeout: 20_000 });
+  await shot('models');
+
   // The dark theme, on the search, keys and audit views.
   await (await browser.$(tid('nav-status'))).click();
   await (await browser.$(tid('settings-theme'))).selectByAttribute('value', 'dark');
@@ -111,6 +137,8 @@ try {
   await eventually(browser, 'the dark theme', async () =>
     (await browser.$('[data-theme="dark"]')).isExisting(),
   );
+  const toast = await browser.$(tid('toast'));
+  if (await toast.isExisting()) await (await toast.$('button[aria-label="Dismiss"]')).click();
   await (await browser.$(tid('nav-search'))).click();
   await shot('search-dark');
   await (await browser.$(tid('nav-keys'))).click();
@@ -119,6 +147,11 @@ try {
   await shot('audit-dark');
   await (await browser.$(tid('nav-orchestrator'))).click();
   await shot('orchestrator-dark');
+  await (await browser.$(tid('nav-chat'))).click();
+  await shot('chat-dark');
+  await (await browser.$(tid('nav-models'))).click();
+  await (await browser.$(tid('model-row'))).waitForExist({ timeout: 20_000 });
+  await shot('models-dark');
 } finally {
   await app.stop();
   fs.rmSync(dataDir, { recursive: true, force: true });
