@@ -182,17 +182,24 @@ impl Library {
         &self.models
     }
 
-    /// The embedding model `id`, loaded once per process.
+    /// The embedding model `id`, loaded once per process: every handle of the process (the
+    /// window's, the assistant's) shares one session per model file.
     pub fn embedder(&self, id: &str) -> Result<Arc<Embedder>> {
         load_cached(&self.embedders, id, || {
-            Embedder::load(&self.models, id, self.ort_threads)
+            let dir = self.models.find_kind(id, ModelKind::Embedding)?.dir;
+            shared_in_process(&SEARCH_EMBEDDERS, (dir, self.ort_threads), || {
+                Embedder::load(&self.models, id, self.ort_threads)
+            })
         })
     }
 
-    /// The reranker `id`, loaded once per process.
+    /// The reranker `id`, loaded once per process (shared like [`Library::embedder`]).
     pub fn reranker(&self, id: &str) -> Result<Arc<Reranker>> {
         load_cached(&self.rerankers, id, || {
-            Reranker::load(&self.models, id, self.ort_threads)
+            let dir = self.models.find_kind(id, ModelKind::Reranker)?.dir;
+            shared_in_process(&RERANKERS, (dir, self.ort_threads), || {
+                Reranker::load(&self.models, id, self.ort_threads)
+            })
         })
     }
 
@@ -529,8 +536,11 @@ impl LibraryWriter<'_> {
             &lib.models,
             lib.ort_threads,
         );
-        let embedder_for =
-            |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
+        let embedder_for = |id: &str| {
+            load_cached(embedders, id, || {
+                Embedder::load(models, id, threads).map(Arc::new)
+            })
+        };
         backfill(
             store,
             &embedder_for,
@@ -602,8 +612,11 @@ fn embedding_lane(
     stop: &AtomicBool,
 ) -> Result<()> {
     let mut lane_store = Store::open(db_path)?;
-    let embedder_for =
-        |id: &str| load_cached(embedders, id, || Embedder::load(models, id, threads));
+    let embedder_for = |id: &str| {
+        load_cached(embedders, id, || {
+            Embedder::load(models, id, threads).map(Arc::new)
+        })
+    };
     let report = |p: &EmbedProgress| on_event(&WatchEvent::Embedding(p.clone()));
     let mut reported_error = false;
     let mut idle_since = std::time::Instant::now();
@@ -666,16 +679,41 @@ pub(crate) fn return_freed_memory() {
     }
 }
 
+/// Sessions of one model file and thread count, shared by every handle of the process and
+/// dropped when the last handle lets go (a `Weak` does not keep one alive).
+type SharedModels<T> = Mutex<HashMap<(PathBuf, Option<usize>), std::sync::Weak<T>>>;
+
+static SEARCH_EMBEDDERS: std::sync::LazyLock<SharedModels<Embedder>> =
+    std::sync::LazyLock::new(Default::default);
+static RERANKERS: std::sync::LazyLock<SharedModels<Reranker>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The process's session of `key`, loaded by `load` when no handle holds one.
+fn shared_in_process<T>(
+    registry: &SharedModels<T>,
+    key: (PathBuf, Option<usize>),
+    load: impl FnOnce() -> Result<T>,
+) -> Result<Arc<T>> {
+    let mut shared = registry.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(alive) = shared.get(&key).and_then(std::sync::Weak::upgrade) {
+        return Ok(alive);
+    }
+    // Loaded under the lock: two handles asking at once would otherwise load it twice.
+    let loaded = Arc::new(load()?);
+    shared.insert(key, Arc::downgrade(&loaded));
+    Ok(loaded)
+}
+
 fn load_cached<T>(
     cache: &Mutex<HashMap<String, Arc<T>>>,
     id: &str,
-    load: impl FnOnce() -> Result<T>,
+    load: impl FnOnce() -> Result<Arc<T>>,
 ) -> Result<Arc<T>> {
     if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
         return Ok(hit.clone());
     }
     // Loaded outside the lock: a second caller may load it too, and the first insert wins.
-    let loaded = Arc::new(load()?);
+    let loaded = load()?;
     Ok(cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())

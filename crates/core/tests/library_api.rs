@@ -243,3 +243,20 @@ fn the_default_pipeline_s_reranker_is_chosen_and_saved_as_a_new_version() {
         .unwrap();
     assert_eq!(library.pipeline_reranker("default").unwrap(), None);
 }
+
+#[test]
+fn two_handles_of_one_process_share_one_embedding_session() {
+    let f = Fixture::new();
+    let id = quarry_core::models::default_embedding_model();
+    let second = Library::open(f.data.path()).unwrap();
+    let a = f.library.embedder(id).unwrap();
+    let b = second.embedder(id).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b), "one ONNX session, not two");
+    // Dropped by every handle, it is loaded afresh.
+    let weak = std::sync::Arc::downgrade(&a);
+    drop((a, b, second, f));
+    assert!(
+        weak.upgrade().is_none(),
+        "nothing keeps a released session alive"
+    );
+}

@@ -393,6 +393,8 @@ export type Citation = {
 	locator: string,
 	/**  Document title. */
 	title: string | null,
+	/**  The headings above the passage (`Guide › Setup`; empty at the top of a document). */
+	heading?: string,
 	/**  Collection. */
 	collection: string,
 	/**  Page. */

@@ -1,6 +1,7 @@
 // Shared, reactive app state (Svelte 5 runes). Views are mounted only while visible, so what
 // must survive a view switch (the search, the add-folder draft) lives here.
 import type { UnlistenFn } from '@tauri-apps/api/event';
+import { fileName } from './format';
 import {
   api,
   errorMessage,
@@ -97,6 +98,17 @@ export function showToast(
     toast.visible = false;
     toastTimer = null;
   }, ms);
+}
+
+/** Opens the indexed file of a chunk (at its line where the open command allows) and says so. */
+export async function openIndexedFile(chunkId: number, path: string): Promise<void> {
+  const name = fileName(path);
+  try {
+    const ran = await api.openResult(chunkId);
+    showToast(`Opened ${name}`, 'info', 4000, ran);
+  } catch (e) {
+    showToast(`Could not open ${name}: ${errorMessage(e)}`, 'error', 6000);
+  }
 }
 
 export function dismissToast(): void {

@@ -25,6 +25,9 @@ pub struct Citation {
     pub locator: String,
     /// Document title.
     pub title: Option<String>,
+    /// The headings above the passage (`Guide › Setup`; empty at the top of a document).
+    #[serde(default)]
+    pub heading: String,
     /// Collection.
     pub collection: String,
     /// Page.
@@ -46,6 +49,7 @@ impl Citation {
             path: item.path.clone(),
             locator: item.locator(),
             title: item.title.clone(),
+            heading: item.heading_path.clone(),
             collection: item.collection.clone(),
             page: item.location.page,
             line_start: item.location.line_start,
