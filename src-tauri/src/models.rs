@@ -75,25 +75,34 @@ pub struct ModelsOverview {
     pipeline_reranker: Option<String>,
 }
 
-/// Whether the assistant's chosen backend (the desktop's own setting) answers with `id`.
-fn assistant_uses(data_dir: &Path, id: &str) -> bool {
-    settings::load(data_dir).is_ok_and(
-        |s| matches!(s.chat_backend, Some(BackendConfig::Embedded { model, .. }) if model == id),
-    )
+/// The model the assistant's chosen backend (the desktop's own setting) answers with, if it
+/// is an embedded one.
+fn assistant_model(data_dir: &Path) -> Option<String> {
+    match settings::load(data_dir).ok()?.chat_backend? {
+        BackendConfig::Embedded { model, .. } => Some(model),
+        _ => None,
+    }
 }
 
 /// Who uses `id`: the library's users, and the assistant when the window chose it.
-fn users_of(library: &Library, data_dir: &Path, id: &str) -> quarry_core::Result<Vec<String>> {
+fn users_of(
+    library: &Library,
+    assistant_model: Option<&str>,
+    id: &str,
+) -> quarry_core::Result<Vec<String>> {
     let mut users = library.model_users(id)?;
-    if assistant_uses(data_dir, id) {
-        users.push("the assistant (chosen in Chat)".into());
+    if assistant_model == Some(id) {
+        users.push(ASSISTANT.into());
     }
     Ok(users)
 }
 
+/// The assistant, as a user of a model.
+const ASSISTANT: &str = "the assistant (chosen in Chat)";
+
 fn row(
     library: &Library,
-    data_dir: &Path,
+    assistant_model: Option<&str>,
     id: &str,
     installed: Option<&InstalledModel>,
 ) -> CommandResult<ModelRow> {
@@ -132,7 +141,7 @@ fn row(
             .unwrap_or_default(),
         verified,
         problem,
-        users: users_of(library, data_dir, id)?,
+        users: users_of(library, assistant_model, id)?,
         loaded,
     })
 }
@@ -140,10 +149,11 @@ fn row(
 fn model_rows(library: &Library, data_dir: &Path) -> CommandResult<Vec<ModelRow>> {
     let models = library.models();
     let installed = models.installed();
+    let assistant = assistant_model(data_dir);
     let mut rows = Vec::new();
     for listing in models.list() {
         let copy = installed.iter().find(|m| m.id == listing.id);
-        rows.push(row(library, data_dir, &listing.id, copy)?);
+        rows.push(row(library, assistant.as_deref(), &listing.id, copy)?);
     }
     Ok(rows)
 }
@@ -153,7 +163,8 @@ fn model_rows(library: &Library, data_dir: &Path) -> CommandResult<Vec<ModelRow>
 pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOverview> {
     blocking(&engine, |engine| {
         let library = engine.library();
-        let status = library.status()?;
+        // Only the coverage: `status()` would also walk the data folder on every refresh.
+        let coverage = library.store().embedding_coverage()?;
         let setup = library.models().setup_report();
         Ok(ModelsOverview {
             install_dir: library.models().install_dir().display().to_string(),
@@ -163,11 +174,7 @@ pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOve
                 .collections()?
                 .into_iter()
                 .map(|c| CollectionModel {
-                    coverage: status
-                        .embeddings
-                        .iter()
-                        .find(|e| e.collection == c.name)
-                        .cloned(),
+                    coverage: coverage.iter().find(|e| e.collection == c.name).cloned(),
                     collection: c.name,
                 })
                 .collect(),
@@ -250,7 +257,13 @@ pub async fn models_install(
             });
         stops.finish(&key);
         let installed = installed?;
-        row(&engine.library(), engine.data_dir(), &id, Some(&installed))
+        let assistant = assistant_model(engine.data_dir());
+        row(
+            &engine.library(),
+            assistant.as_deref(),
+            &id,
+            Some(&installed),
+        )
     })
     .await
 }
@@ -277,7 +290,8 @@ pub async fn models_import(
         let id = id.filter(|i| !i.trim().is_empty());
         let model =
             models_of(&library)?.import(&PathBuf::from(path.trim()), id.as_deref(), kind)?;
-        row(&library, engine.data_dir(), &model.id, Some(&model))
+        let assistant = assistant_model(engine.data_dir());
+        row(&library, assistant.as_deref(), &model.id, Some(&model))
     })
     .await
 }
@@ -309,10 +323,10 @@ pub async fn pick_model(app: AppHandle, kind: ModelKind) -> CommandResult<Option
 #[specta::specta]
 pub async fn models_remove(engine: EngineState<'_>, id: String) -> CommandResult<String> {
     blocking(&engine, move |engine| {
-        if assistant_uses(engine.data_dir(), &id) {
+        if assistant_model(engine.data_dir()).as_deref() == Some(id.as_str()) {
             return Err(quarry_core::Error::ModelInUse {
                 model: id,
-                users: vec!["the assistant (chosen in Chat)".into()],
+                users: vec![ASSISTANT.into()],
             }
             .into());
         }
