@@ -737,6 +737,221 @@ describe('Quarry desktop', () => {
     await chooseBackend('mode');
   });
 
+  /** Replaces the code editor's text, as typing it would (without sending every key). */
+  function typeCode(text) {
+    return browser.execute((source) => {
+      const view = document.querySelector('.cm-content').cmTile.root.view;
+      view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: source } });
+    }, text);
+  }
+
+  /** Replaces a textarea's or input's value, as typing it would. */
+  function typeInto(element, value) {
+    return browser.execute(
+      (el, v) => {
+        el.value = v;
+        el.dispatchEvent(new Event('input', { bubbles: true }));
+      },
+      element,
+      value,
+    );
+  }
+
+  const toolItem = (slug) => browser.$(`${tid('tool-item')}[data-slug="${slug}"]`);
+
+  it('creates a code tool, shows a syntax error at its line, and derives the settings form once fixed', async () => {
+    await (await browser.$(tid('nav-tools'))).click();
+    await (await browser.$(tid('tool-new'))).click();
+    await (await browser.$(tid('tool-new-type'))).selectByAttribute('value', 'query');
+    await (await browser.$(tid('tool-new-slug'))).setValue('e2e-boost');
+    await (await browser.$(tid('tool-new-name'))).setValue('Boosted query');
+    await (await browser.$(tid('tool-new-create'))).click();
+    await (await toolItem('e2e-boost')).waitForExist({ timeout: 20_000 });
+    assert.match(await (await browser.$(tid('tool-type'))).getText(), /query, fixed/);
+    await (await browser.$(tid('code-editor'))).waitForDisplayed();
+
+    const header = 'from quarry import BaseModel, Field\n\n\nclass Settings(BaseModel):\n' +
+      '    boost: float = Field(1.5, gt=0, le=10, description="Weight of the original query.")\n\n\n';
+    const body = '    return {"kind": "query_variants", "queries": [{"query": input["query"], "weight": ctx.settings["boost"]}]}\n';
+    // Line 8 lacks its colon: the engine's own derivation says so, at that line.
+    await typeCode(`${header}async def run(input, ctx)\n${body}`);
+    const problem = await browser.$(tid('tool-problem'));
+    await problem.waitForDisplayed({ timeout: 30_000 });
+    assert.equal(await problem.getAttribute('data-line'), '8');
+    assert.match(await problem.getText(), /Line 8/);
+    assert.ok(await browser.$('.cm-lint-marker-error').isExisting(), 'the gutter marks the line');
+
+    await typeCode(`${header}async def run(input, ctx):\n${body}`);
+    await problem.waitForExist({ reverse: true, timeout: 30_000 });
+    const setting = await browser.$(`${tid('tool-setting')}[data-key="boost"]`);
+    await setting.waitForExist({ timeout: 10_000 });
+    assert.match(await setting.getText(), /Weight of the original query/);
+    assert.equal(await (await setting.$('input')).getValue(), '1.5');
+
+    await browser.keys(['Control', 's']);
+    await (await browser.$(tid('tool-saved'))).waitForDisplayed({ timeout: 20_000 });
+    assert.match(await (await browser.$(tid('tool-saved'))).getText(), /not|only/);
+    assert.equal(await (await browser.$(tid('tool-version'))).getText(), '2');
+    assert.match(await (await browser.$(tid('tool-hash'))).getText(), /^sha256:/);
+    await (await browser.$(tid('tool-tab-history'))).click();
+    assert.equal((await browser.$$(tid('tool-version-row'))).length, 2);
+  });
+
+  it('tests a tool as a personal key, and shows the audit record the test wrote', async () => {
+    const created = await invoke('create_key', {
+      key: { name: 'e2e-tester', kind: 'personal', user: 'ana', scope: { collections: null, sensitivity_ceiling: 'internal' } },
+    });
+    assert.ok(created.secret, JSON.stringify(created));
+    await (await browser.$(tid('nav-tools'))).click();
+    await (await toolItem('retrieve-lexical-focused')).click();
+    await (await browser.$(tid('tool-tab-test'))).click();
+    await (await browser.$(tid('test-as-key'))).click();
+    await (await browser.$(tid('test-key'))).setValue(created.secret);
+    await typeInto(await browser.$(tid('test-input')), '{"query": "lighthouse keeper"}');
+    await (await browser.$(tid('test-run'))).click();
+    const result = await browser.$(tid('test-result'));
+    await result.waitForDisplayed({ timeout: 30_000 });
+    assert.match(await (await browser.$(tid('test-principal'))).getText(), /e2e-tester/);
+    assert.match(await (await browser.$(tid('test-output'))).getText(), /lighthouse/);
+    const audit = await browser.$(tid('test-audit'));
+    assert.match(await audit.getText(), /tool\.test retrieve-lexical-focused by .*e2e-tester/);
+    assert.match(await audit.getText(), /\bok\b/);
+
+    // The same record is in the Audit view.
+    const id = await audit.getAttribute('data-id');
+    const page = await invoke('list_audit', { query: { principal: null, action: 'tool.test', target: null, outcome: null, limit: 5 } });
+    assert.ok(page.records.some((r) => String(r.id) === id), 'the audit log has the test');
+  });
+
+  it('refuses to give a tool another type, and to delete one a pipeline uses', async () => {
+    await (await browser.$(tid('nav-tools'))).click();
+    await (await toolItem('retrieve-hybrid-coverage')).click();
+    await (await browser.$(tid('tool-duplicate'))).click();
+    const slug = await browser.$(tid('tool-dup-slug'));
+    await slug.clearValue();
+    await slug.setValue('hybrid-as-query');
+    await (await browser.$(tid('tool-dup-type'))).selectByAttribute('value', 'query');
+    await (await browser.$(tid('tool-dup-run'))).click();
+    const error = await browser.$(tid('tool-error'));
+    await error.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await error.getText(), /cannot be duplicated as a .?query.? tool/);
+    assert.equal(await (await toolItem('hybrid-as-query')).isExisting(), false);
+
+    await (await browser.$(tid('tool-delete'))).click();
+    await (await browser.$(tid('tool-delete-confirm'))).click();
+    const refused = await browser.$(tid('tool-delete-refused'));
+    await refused.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await refused.getText(), /default/);
+    assert.ok(await (await toolItem('retrieve-hybrid-coverage')).isExisting(), 'the tool is still there');
+    // Its link opens the pipeline that uses it.
+    await (await browser.$(tid('tool-delete-pipeline'))).click();
+    await (await browser.$(tid('pipeline-tab-stages'))).waitForDisplayed({ timeout: 10_000 });
+  });
+
+  const problems = async (severity) => (await browser.$$(`${tid('pipeline-problem')}[data-severity="${severity}"]`)).length;
+
+  it('builds a pipeline from the seeded tools, checks readiness, and runs the tester through every stage', async () => {
+    await (await browser.$(tid('nav-pipelines'))).click();
+    await (await browser.$(tid('pipeline-new-name'))).setValue('e2e-pipe');
+    await (await browser.$(tid('pipeline-create'))).click();
+    await (await browser.$(`${tid('pipeline-stages')}[data-pipeline="e2e-pipe"]`)).waitForExist({ timeout: 20_000 });
+    // No retrieval tool yet: the readiness check says so before anything runs.
+    await eventually(browser, 'a blocking readiness problem', async () => (await problems('blocking')) > 0);
+
+    await (await browser.$(tid('stage-retrieval'))).selectByAttribute('value', 'retrieve-lexical-focused');
+    await eventually(browser, 'no blocking problem', async () => (await problems('blocking')) === 0);
+    await (await browser.$(tid('stage-add-query'))).selectByAttribute('value', 'expand_multi_query');
+    await (await browser.$(`${tid('stage-query-item')}[data-slug="expand_multi_query"]`)).waitForExist({ timeout: 10_000 });
+    await (await browser.$(tid('stage-add-chunk'))).selectByAttribute('value', 'noop_chunk');
+    await (await browser.$(`${tid('stage-chunk-item')}[data-slug="noop_chunk"]`)).waitForExist({ timeout: 10_000 });
+    assert.ok((await browser.$$(tid('pipeline-change'))).length > 0, 'the draft differs from nothing saved');
+    await (await browser.$(tid('pipeline-save'))).click();
+    const version = await browser.$(`${tid('pipeline-item')}[data-name="e2e-pipe"] ${tid('pipeline-version')}`);
+    await version.waitForExist({ timeout: 10_000 });
+    assert.equal(await version.getText(), 'v1');
+
+    await (await browser.$(tid('pipeline-tab-tester'))).click();
+    const query = await browser.$(tid('tester-query'));
+    await query.waitForDisplayed({ timeout: 10_000 });
+    await query.setValue('lighthouse keeper');
+    await browser.keys(['Control', 'Enter']);
+    const run = await browser.$(tid('tester-run'));
+    await run.waitForExist({ timeout: 60_000 });
+    const stages = [];
+    for (const stage of await browser.$$(tid('tester-stage'))) {
+      stages.push(`${await stage.getAttribute('data-stage')}:${await stage.getAttribute('data-tool')}`);
+    }
+    assert.deepEqual(stages, [
+      'query:expand_multi_query',
+      'retrieval:retrieve-lexical-focused',
+      'chunk:noop_chunk',
+      'evidence:',
+    ]);
+    const candidates = await browser.$$(tid('tester-candidate'));
+    assert.ok(candidates.length > 0, 'the retrieval stage lists its candidates');
+    assert.match(await candidates[0].getAttribute('data-path'), /lighthouse\.md$/);
+    const evidence = await browser.$(tid('tester-evidence'));
+    await evidence.click();
+    await (await browser.$(tid('preview-focus'))).waitForDisplayed({ timeout: 10_000 });
+    assert.match(await (await browser.$(tid('preview-focus'))).getText(), /keeper/);
+  });
+
+  it('scores a labelled set in the tester with the same figures as quarry eval', async () => {
+    const set = path.join(work, 'tiny-beir');
+    fs.mkdirSync(path.join(set, 'qrels'), { recursive: true });
+    fs.writeFileSync(
+      path.join(set, 'corpus.jsonl'),
+      [
+        { _id: 'd1', title: 'Lighthouse', text: 'The keeper trims the wick at dusk and sounds the fog horn.' },
+        { _id: 'd2', title: 'Orchard', text: 'Apple trees need cross-pollination from a second variety.' },
+        { _id: 'd3', title: 'Bread', text: 'Feed the sourdough starter twice a day until it doubles.' },
+        { _id: 'd4', title: 'Fog', text: 'Fog rolls in from the sea; the horn sounds every thirty seconds.' },
+      ].map((d) => JSON.stringify(d)).join('\n') + '\n',
+    );
+    fs.writeFileSync(
+      path.join(set, 'queries.jsonl'),
+      [
+        { _id: 'q1', text: 'fog horn' },
+        { _id: 'q2', text: 'sourdough starter' },
+        { _id: 'q3', text: 'pollination of apple trees' },
+      ].map((q) => JSON.stringify(q)).join('\n') + '\n',
+    );
+    fs.writeFileSync(path.join(set, 'qrels/test.tsv'), 'query-id\tcorpus-id\tscore\nq1\td4\t2\nq1\td1\t1\nq2\td3\t1\nq3\td2\t1\n');
+
+    await (await browser.$(tid('nav-pipelines'))).click();
+    await (await browser.$(tid('pipeline-tab-evaluate'))).click();
+    await typeInto(await browser.$(tid('eval-set')), set);
+    for (const mode of ['vector', 'hybrid']) {
+      const box = await browser.$(tid(`eval-mode-${mode}`));
+      if (await box.isSelected()) await box.click();
+    }
+    const lexical = await browser.$(tid('eval-mode-lexical'));
+    if (!(await lexical.isSelected())) await lexical.click();
+    for (const box of await browser.$$(tid('eval-pipeline'))) {
+      const wanted = (await box.getAttribute('data-name')) === 'e2e-pipe';
+      if ((await box.isSelected()) !== wanted) await box.click();
+    }
+    await (await browser.$(tid('eval-run'))).click();
+    const row = (name) => browser.$(`${tid('eval-row')}[data-name="${name}"]`);
+    await (await row('pipeline e2e-pipe')).waitForExist({ timeout: 120_000 });
+    assert.ok(await (await browser.$(tid('eval-chart'))).isExisting(), 'a bar chart of the rows');
+    assert.equal((await browser.$$(tid('eval-query'))).length, 3, 'each judged query is listed');
+
+    const cli = spawnSync(
+      path.join(repoRoot, 'target', 'debug', 'quarry'),
+      ['eval', '--beir', set, '--mode', 'lexical', '--pipeline', 'e2e-pipe', '--json'],
+      { env: { ...process.env, QUARRY_DATA_DIR: dataDir }, encoding: 'utf8' },
+    );
+    assert.equal(cli.status, 0, cli.stderr);
+    for (const expected of JSON.parse(cli.stdout)) {
+      const shown = await row(expected.name);
+      assert.ok(await shown.isExisting(), `the GUI has the row ${expected.name}`);
+      for (const [cell, metric] of [['eval-ndcg', 'ndcg_at_10'], ['eval-recall', 'recall_at_100'], ['eval-mrr', 'mrr_at_10']]) {
+        assert.equal(await (await shown.$(tid(cell))).getText(), expected[metric].toFixed(4), `${expected.name} ${metric}`);
+      }
+    }
+  });
+
   it('removes the folder, and its documents leave the results', async () => {
     await (await browser.$(tid('nav-library'))).click();
     const row = await sourceRow();

@@ -6,7 +6,7 @@
 use tauri_specta::{collect_commands, Builder, ErrorHandlingMode};
 
 use crate::activity::Activity;
-use crate::{admin, chat, commands, models};
+use crate::{admin, chat, commands, models, pipeline_commands, tool_commands};
 
 /// The generated file, relative to this crate.
 #[cfg(test)]
@@ -58,6 +58,28 @@ pub fn builder() -> Builder<tauri::Wry> {
             models::models_use_for_collection,
             models::models_unload,
             models::models_pipeline_reranker,
+            tool_commands::tools_list,
+            tool_commands::tool_open,
+            tool_commands::tool_check,
+            tool_commands::tool_save,
+            tool_commands::tool_create,
+            tool_commands::tool_duplicate,
+            tool_commands::tool_delete,
+            tool_commands::tool_restore,
+            tool_commands::tools_export,
+            tool_commands::tools_import,
+            tool_commands::tool_test,
+            pipeline_commands::pipelines_list,
+            pipeline_commands::pipeline_open,
+            pipeline_commands::pipeline_create,
+            pipeline_commands::pipeline_edit,
+            pipeline_commands::pipeline_save,
+            pipeline_commands::pipeline_delete,
+            pipeline_commands::pipeline_run,
+            pipeline_commands::eval_samples,
+            pipeline_commands::eval_pick_set,
+            pipeline_commands::eval_run,
+            pipeline_commands::eval_cancel,
         ])
         .typ::<Activity>()
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.

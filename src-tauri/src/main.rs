@@ -17,9 +17,11 @@ mod engine;
 mod error;
 mod models;
 mod opener;
+mod pipeline_commands;
 mod secrets;
 mod settings;
 mod stops;
+mod tool_commands;
 
 use std::sync::Arc;
 

@@ -1,14 +1,13 @@
-//! `quarry eval`: index a BEIR-layout set into a throwaway library and score each mode.
+//! `quarry eval`: index a BEIR-layout set into a throwaway library and score each mode (the
+//! engine's `run_evaluation`, which the desktop tester runs too).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use quarry_core::eval::{BeirSet, EvalScores};
-use quarry_core::{IndexOptions, Library, RetrievalSettings, SearchMode};
+use quarry_core::cancel::Cancel;
+use quarry_core::{run_evaluation, EvalPlan, Library, RetrievalSettings};
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -34,6 +33,9 @@ pub struct EvalArgs {
     /// Print JSON
     #[arg(long)]
     json: bool,
+    /// With --json: each query's scores too
+    #[arg(long)]
+    per_query: bool,
 }
 
 pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
@@ -47,69 +49,39 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
             .map(|name| user_library.resolve_pipeline(name, false))
             .collect::<quarry_core::Result<Vec<_>>>()?
     };
-    let set = BeirSet::load(&args.beir)?;
-    let temp = tempfile::tempdir()?;
-    let work = args
-        .keep
-        .clone()
-        .unwrap_or_else(|| temp.path().to_path_buf());
-    let mut library = Library::open(&work.join("library"))?;
-    let folder = work.join("corpus");
-    if library.sources()?.is_empty() {
-        set.write_corpus(&folder)?;
-        library.add_source(&folder, "eval", &[], &[])?;
-    }
-    let started = Instant::now();
-    let mut writer = library.writer()?;
-    let progress = writer.index_all(&IndexOptions::default(), &|_| {})?;
-    let indexed_secs = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let needs_vectors = args.mode.iter().any(|m| m != "lexical") || !pipelines.is_empty();
-    let embedded = if needs_vectors {
-        writer.embed_pending(&|_| {}, &AtomicBool::new(false))?
-    } else {
-        0
-    };
-    let embed_secs = started.elapsed().as_secs_f64();
-    drop(writer);
-    let base: RetrievalSettings = match &args.settings {
+    let settings: RetrievalSettings = match &args.settings {
         Some(json) => serde_json::from_str(json)?,
         None => RetrievalSettings::default(),
     };
-    let mut rows: Vec<EvalScores> = Vec::new();
-    for mode in &args.mode {
-        let mut settings = base.clone();
-        settings.mode = SearchMode::parse(mode)?;
-        rows.push(library.evaluate(&set, mode, &settings)?);
-    }
-    for w in &args.sweep_lexical_weight {
-        let mut settings = base.clone();
-        settings.mode = SearchMode::Hybrid;
-        settings.fusion = quarry_core::Fusion::Weighted { lexical_weight: *w };
-        rows.push(library.evaluate(&set, &format!("hybrid w={w}"), &settings)?);
-    }
-    for pipeline in &pipelines {
-        rows.push(library.evaluate_pipeline(&set, pipeline)?);
-    }
+    let plan = EvalPlan {
+        set: args.beir.clone(),
+        modes: args.mode.clone(),
+        settings,
+        sweep_lexical_weight: args.sweep_lexical_weight.clone(),
+        pipelines,
+        keep: args.keep.clone(),
+        per_query: args.per_query,
+    };
+    let report = run_evaluation(&plan, &|_| {}, &Cancel::new())?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(&report.rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
         "{}: {} documents ({} chunks, indexed in {:.1} s; {} embedded in {:.1} s), {} judged queries",
         args.beir.display(),
-        set.corpus.len(),
-        progress.chunks_written,
-        indexed_secs,
-        embedded,
-        embed_secs,
-        set.queries.len()
+        report.documents,
+        report.chunks,
+        report.indexed_secs,
+        report.embedded,
+        report.embed_secs,
+        report.judged_queries
     );
     println!(
         "{:<20} {:>8} {:>11} {:>7} {:>10}",
         "mode", "nDCG@10", "Recall@100", "MRR@10", "queries/s"
     );
-    for r in &rows {
+    for r in &report.rows {
         println!(
             "{:<20} {:>8.4} {:>11.4} {:>7.4} {:>10.1}",
             r.name, r.ndcg_at_10, r.recall_at_100, r.mrr_at_10, r.queries_per_sec

@@ -41,7 +41,15 @@ pub enum ToolsCommand {
         new_slug: String,
         #[arg(long)]
         name: Option<String>,
+        /// Another code type for the copy (query, chunk, action); retrieval settings and code
+        /// do not convert into each other
+        #[arg(long = "type")]
+        tool_type: Option<String>,
     },
+    /// List a tool's saved versions, newest first
+    Versions { slug: String },
+    /// Make an older version the tool's definition again (saved as a new version)
+    Restore { slug: String, version: i64 },
     /// Change a tool (its type is fixed)
     Edit(ToolFields),
     /// Import tools from an export file (all or nothing)
@@ -203,9 +211,32 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
             slug,
             new_slug,
             name,
+            tool_type,
         } => {
-            let tool = library.duplicate_tool(&slug, &new_slug, name.as_deref())?;
-            println!("created {} as a copy of {slug}", tool.slug);
+            let tool_type = tool_type.as_deref().map(ToolType::parse).transpose()?;
+            let tool = library.duplicate_tool(&slug, &new_slug, name.as_deref(), tool_type)?;
+            println!(
+                "created {} {} as a copy of {slug}",
+                tool.tool_type.as_str(),
+                tool.slug
+            );
+            Ok(())
+        }
+        ToolsCommand::Versions { slug } => {
+            for v in library.tool_versions(&slug)? {
+                println!(
+                    "{:>4}  saved at {} (unix)  {}",
+                    v.version,
+                    v.saved_at,
+                    v.source_hash.as_deref().unwrap_or("")
+                );
+            }
+            Ok(())
+        }
+        ToolsCommand::Restore { slug, version } => {
+            let tool = library.restore_tool_version(&slug, version)?;
+            let now = library.tool_versions(&tool.slug)?[0].version;
+            println!("restored {slug} to version {version} (saved as version {now})");
             Ok(())
         }
         ToolsCommand::Import { files, replace } => import(library, &files, replace),

@@ -23,4 +23,9 @@ impl Cancel {
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// The flag itself, for work that takes an `AtomicBool` to stop on.
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0
+    }
 }

@@ -332,6 +332,9 @@ pub enum Error {
     /// `knowledge_search` manual fixes some of these strings).
     #[error("{0}")]
     OrchestratorNotReady(String),
+    /// Long work stopped because its caller pressed stop.
+    #[error("cancelled")]
+    Cancelled,
     /// Invariant broken: a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -425,6 +428,7 @@ error_codes! {
     LlmUnavailable => llm_unavailable, Unavailable;
     ConversationNotFound => conversation_not_found, NotFound;
     OrchestratorNotReady => orchestrator_not_ready, InvalidInput;
+    Cancelled => cancelled, InvalidInput;
     Internal => internal, Internal;
 }
 
@@ -445,7 +449,8 @@ model_mismatch,inference_failed,download_failed,invalid_setting,invalid_query,in
 tool_not_found,\
 tool_exists,invalid_tool,invalid_tool_source,tool_in_use,invalid_tool_file,tool_failed,tool_timeout,\
 python_unavailable,pipeline_not_found,pipeline_exists,pipeline_not_ready,unauthorized,key_not_found,\
-evidence_rejected,llm_failed,llm_unavailable,conversation_not_found,orchestrator_not_ready,internal"
+evidence_rejected,llm_failed,llm_unavailable,conversation_not_found,orchestrator_not_ready,\
+cancelled,internal"
         );
     }
 

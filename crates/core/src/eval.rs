@@ -10,6 +10,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::auth::Principal;
+use crate::cancel::Cancel;
 use crate::context::{EngineContext, Retrieval};
 use crate::error::{Error, Result};
 use crate::pipeline::{run_resolved, ResolvedPipeline};
@@ -28,6 +29,7 @@ pub struct BeirSet {
 
 /// Scores of one configuration.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EvalScores {
     /// What was run (the mode, or a name).
     pub name: String,
@@ -41,6 +43,35 @@ pub struct EvalScores {
     pub queries: usize,
     /// Queries per second (search only).
     pub queries_per_sec: f64,
+    /// Each judged query's scores, in the set's order (empty unless asked for).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_query: Vec<QueryScore>,
+}
+
+/// One query's scores.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct QueryScore {
+    /// The query's id in the set.
+    pub id: String,
+    /// Its text.
+    pub text: String,
+    /// nDCG@10.
+    pub ndcg_at_10: f64,
+    /// Recall@100.
+    pub recall_at_100: f64,
+    /// MRR@10.
+    pub mrr_at_10: f64,
+}
+
+/// How a scoring run reports and stops: `on_query(done, total)` after each query; a pressed
+/// `cancel` ends it with [`Error::Cancelled`] at the next query.
+#[derive(Clone, Copy)]
+pub struct ScoringControl<'a> {
+    /// Called after each query.
+    pub on_query: &'a (dyn Fn(usize, usize) + Sync),
+    /// Checked before each query.
+    pub cancel: &'a Cancel,
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> Error {
@@ -226,11 +257,16 @@ pub fn score_ranking(ranking: &[String], relevant: &HashMap<String, u32>) -> (f6
 fn evaluate_with(
     set: &BeirSet,
     name: &str,
+    control: ScoringControl<'_>,
     mut rank: impl FnMut(&str) -> Result<Vec<PathBuf>>,
 ) -> Result<EvalScores> {
     let (mut ndcg, mut recall, mut mrr) = (0.0, 0.0, 0.0);
+    let mut per_query = Vec::with_capacity(set.queries.len());
     let started = Instant::now();
-    for (qid, text) in &set.queries {
+    for (done, (qid, text)) in set.queries.iter().enumerate() {
+        if control.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
         let mut seen = std::collections::HashSet::new();
         let ranking: Vec<String> = rank(text)?
             .iter()
@@ -241,6 +277,14 @@ fn evaluate_with(
         ndcg += n;
         recall += r;
         mrr += m;
+        per_query.push(QueryScore {
+            id: qid.clone(),
+            text: text.clone(),
+            ndcg_at_10: n,
+            recall_at_100: r,
+            mrr_at_10: m,
+        });
+        (control.on_query)(done + 1, set.queries.len());
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let count = set.queries.len() as f64;
@@ -251,6 +295,7 @@ fn evaluate_with(
         mrr_at_10: mrr / count,
         queries: set.queries.len(),
         queries_per_sec: count / secs,
+        per_query,
     })
 }
 
@@ -262,13 +307,14 @@ pub fn evaluate(
     set: &BeirSet,
     name: &str,
     settings: &RetrievalSettings,
+    control: ScoringControl<'_>,
 ) -> Result<EvalScores> {
     let mut settings = settings.clone();
     settings.limit = settings.limit.max(100);
     settings.max_per_document = 1;
     settings.lexical_candidates = settings.lexical_candidates.max(300);
     settings.vector_candidates = settings.vector_candidates.max(300);
-    evaluate_with(set, name, |text| {
+    evaluate_with(set, name, control, |text| {
         let mut request = SearchRequest::new(text);
         request.settings = settings.clone();
         Ok(retrieval
@@ -287,12 +333,13 @@ pub fn evaluate_pipeline(
     engine: &EngineContext<'_>,
     set: &BeirSet,
     pipeline: &ResolvedPipeline,
+    control: ScoringControl<'_>,
 ) -> Result<EvalScores> {
     let admin = Principal::administrator();
     // The evaluation library has one collection; the pipeline's own names mean nothing here.
     let mut pipeline = pipeline.clone();
     pipeline.pipeline.collections.clear();
-    evaluate_with(set, &format!("pipeline {}", pipeline.name), |text| {
+    evaluate_with(set, &format!("pipeline {}", pipeline.name), control, |text| {
         let run = run_resolved(engine, &pipeline, text, &admin, &Default::default())?;
         Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
     })
@@ -303,6 +350,13 @@ mod tests {
     use super::*;
     use crate::pipeline::tests::{lexical_pipeline, Fixture};
     use std::path::PathBuf;
+
+    fn quiet(cancel: &Cancel) -> ScoringControl<'_> {
+        ScoringControl {
+            on_query: &|_, _| {},
+            cancel,
+        }
+    }
 
     #[test]
     fn metrics_match_hand_computed_values() {
@@ -346,7 +400,7 @@ mod tests {
             limit: 10,
             ..Default::default()
         };
-        let scores = evaluate(&stub, &two_document_set(), "lexical", &settings).unwrap();
+        let scores = evaluate(&stub, &two_document_set(), "lexical", &settings, quiet(&Cancel::new())).unwrap();
         let request = &stub.requests.borrow()[0];
         assert_eq!(request.query, "turbine");
         assert_eq!(request.settings.limit, 100);
@@ -367,7 +421,13 @@ mod tests {
         let stub = f.stub(&[f.secret, f.notes[0]]);
         // Its own collections name the user's library, not the evaluation one: ignored.
         let pipeline = lexical_pipeline(&["nowhere"], 1);
-        let scores = evaluate_pipeline(&f.engine(&stub), &two_document_set(), &pipeline).unwrap();
+        let scores = evaluate_pipeline(
+            &f.engine(&stub),
+            &two_document_set(),
+            &pipeline,
+            quiet(&Cancel::new()),
+        )
+        .unwrap();
         assert!(stub.requests.borrow()[0].collections.is_empty());
         assert_eq!(scores.name, "pipeline lex");
         // A budget of one admits `secret` alone, the judged document, first.

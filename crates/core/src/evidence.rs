@@ -114,6 +114,7 @@ pub struct Claims {
 
 /// A chunk admitted to a run's evidence.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct LedgerEntry {
     /// The reference it was admitted under.
     pub evidence_ref: String,
@@ -129,6 +130,7 @@ pub struct LedgerEntry {
     pub ordinal: i64,
     /// The file.
     #[serde(serialize_with = "crate::store::serialize_path")]
+    #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// Document title.
     pub title: Option<String>,
@@ -148,6 +150,7 @@ pub struct LedgerEntry {
 
 /// A reference that failed revalidation, and why.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RejectedRef {
     /// The reference as given (cut to 48 characters).
     pub reference: String,
@@ -159,6 +162,7 @@ pub struct RejectedRef {
 
 /// A run's admitted evidence, in admission order, each chunk once.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EvidenceLedger {
     /// Admitted chunks.
     pub entries: Vec<LedgerEntry>,

@@ -24,7 +24,9 @@ use crate::pipeline::{
 use crate::pipeline::{TestInput, ToolTestReport};
 use crate::retrieve::{RerankSettings, SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, VectorTable};
-use crate::tools::{self, Executor, ToolDefinition, ToolSummary, ToolType};
+use crate::tools::{
+    self, Executor, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion,
+};
 use crate::Library;
 
 impl Retrieval for Library {
@@ -104,8 +106,32 @@ impl Library {
         slug: &str,
         new_slug: &str,
         new_name: Option<&str>,
+        new_type: Option<ToolType>,
     ) -> Result<ToolDefinition> {
-        tools::duplicate(self.store(), &self.executor, slug, new_slug, new_name)
+        tools::duplicate(
+            self.store(),
+            &self.executor,
+            slug,
+            new_slug,
+            new_name,
+            new_type,
+        )
+    }
+
+    /// Every saved version of a tool, newest first.
+    pub fn tool_versions(&self, slug: &str) -> Result<Vec<ToolVersion>> {
+        tools::versions(self.store(), slug)
+    }
+
+    /// Makes an older version the tool's definition again, as a new version.
+    pub fn restore_tool_version(&self, slug: &str, version: i64) -> Result<ToolDefinition> {
+        tools::restore(self.store(), &self.executor, slug, version)
+    }
+
+    /// Checks an unsaved definition as saving would, without storing it (the code editor's
+    /// live check).
+    pub fn check_tool(&self, tool: ToolDefinition) -> Result<ToolCheck> {
+        tools::check(tool, &self.executor)
     }
 
     /// Deletes a tool no pipeline uses.

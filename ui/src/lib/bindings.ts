@@ -96,6 +96,71 @@ export const commands = {
 	 *  version.
 	 */
 	modelsPipelineReranker: (model: string | null) => __TAURI_INVOKE<number>("models_pipeline_reranker", { model }),
+	toolsList: (toolType: ToolType | null, search: string | null) => __TAURI_INVOKE<ToolSummary[]>("tools_list", { toolType, search }),
+	toolOpen: (slug: string) => __TAURI_INVOKE<ToolDetail>("tool_open", { slug }),
+	/**
+	 *  Checks an unsaved definition exactly as saving would (the same derivation): the editor
+	 *  calls it on every pause in typing.
+	 */
+	toolCheck: (tool: ToolDefinition) => __TAURI_INVOKE<ToolCheck>("tool_check", { tool }),
+	/**
+	 *  Saves an edit as a new version. It changes the reusable definition, not what runs: a
+	 *  pipeline runs its saved snapshot until it is saved again.
+	 */
+	toolSave: (slug: string, tool: ToolDefinition) => __TAURI_INVOKE<ToolDetail>("tool_save", { slug, tool }),
+	/**  A new tool of `tool_type` (fixed from then on), from a starting template. */
+	toolCreate: (slug: string, name: string, toolType: ToolType) => __TAURI_INVOKE<ToolDetail>("tool_create", { slug, name, toolType }),
+	/**
+	 *  Copies a tool under a new slug, optionally as another code type (code carries over between
+	 *  code types; a retrieval tool's settings and code do not convert, and the engine says so).
+	 */
+	toolDuplicate: (slug: string, newSlug: string, name: string | null, toolType: ToolType | null) => __TAURI_INVOKE<ToolDetail>("tool_duplicate", { slug, newSlug, name, toolType }),
+	/**  Deletes a tool; refused while a pipeline uses it (the error names them). */
+	toolDelete: (slug: string) => __TAURI_INVOKE<null>("tool_delete", { slug }),
+	/**  Makes an older version the definition again, as a new version. */
+	toolRestore: (slug: string, version: number) => __TAURI_INVOKE<ToolDetail>("tool_restore", { slug, version }),
+	/**
+	 *  Writes the export file of `slugs` to `path` (`None`: the native save dialog); returns the
+	 *  path written, `None` when the dialog was cancelled.
+	 */
+	toolsExport: (slugs: string[], path: string | null) => __TAURI_INVOKE<string | null>("tools_export", { slugs, path }),
+	/**
+	 *  Imports an export file, all or nothing (`None`: the native open dialog); returns the
+	 *  slugs imported, empty when the dialog was cancelled.
+	 */
+	toolsImport: (path: string | null, replace: boolean) => __TAURI_INVOKE<string[]>("tools_import", { path, replace }),
+	/**
+	 *  Tests a tool (retrieval tools take a query; code tools the JSON `input`) as `run_as`, in a
+	 *  pipeline's context. Every test writes an audit record, failed ones too: a failure comes
+	 *  back as the error, and the Audit view has its record.
+	 */
+	toolTest: (slug: string, input: Value, runAs: RunAs, pipeline: string | null) => __TAURI_INVOKE<ToolTestView>("tool_test", { slug, input, runAs, pipeline }),
+	pipelinesList: () => __TAURI_INVOKE<PipelineSummary[]>("pipelines_list"),
+	pipelineOpen: (name: string) => __TAURI_INVOKE<PipelineDetail>("pipeline_open", { name }),
+	/**  A new pipeline (a draft), empty or as a copy of another's draft. */
+	pipelineCreate: (name: string, copyOf: string | null) => __TAURI_INVOKE<PipelineDetail>("pipeline_create", { name, copyOf }),
+	/**  Replaces the draft (stages, collections, budget); runs keep using the saved version. */
+	pipelineEdit: (name: string, draft: PipelineDefinition) => __TAURI_INVOKE<PipelineDetail>("pipeline_edit", { name, draft }),
+	/**  Saves the draft as a new version, snapshotting its tools. */
+	pipelineSave: (name: string) => __TAURI_INVOKE<PipelineDetail>("pipeline_save", { name }),
+	pipelineDelete: (name: string) => __TAURI_INVOKE<null>("pipeline_delete", { name }),
+	/**
+	 *  Runs the draft (with the live tools) or the newest saved version, as `run_as`; the run is
+	 *  audited like `quarry pipeline run`.
+	 */
+	pipelineRun: (name: string, query: string, draft: boolean, runAs: RunAs) => __TAURI_INVOKE<PipelineRun>("pipeline_run", { name, query, draft, runAs }),
+	/**  The labelled sets offered as samples: Cranfield where the app runs from a checkout. */
+	evalSamples: () => __TAURI_INVOKE<string[]>("eval_samples"),
+	/**  The native folder dialog for a BEIR-layout set; `None` when cancelled. */
+	evalPickSet: () => __TAURI_INVOKE<string | null>("eval_pick_set"),
+	/**
+	 *  Scores search modes and saved pipelines on the set at `set`, indexed into a library of its
+	 *  own (the user's is only read, for the pipelines). Progress streams to `events`;
+	 *  `eval_cancel(id)` stops it.
+	 */
+	evalRun: (id: string, set: string, modes: string[], pipelines: string[], events: Channel<EvalProgress>) => __TAURI_INVOKE<EvalReport>("eval_run", { id, set, modes, pipelines, events }),
+	/**  Stops an evaluation at its next query. */
+	evalCancel: (id: string) => __TAURI_INVOKE<boolean>("eval_cancel", { id }),
 };
 
 /* Types */
@@ -256,6 +321,14 @@ base_url: string;
 model: string } | 
 /**  No LLM: the best passages, highlighted and cited. */
 { kind: "extractive" };
+
+/**  What limits a run. */
+export type Budget = {
+	/**  Most query streams after the Query stage (each tool's own maximum applies too). */
+	max_query_variants?: number,
+	/**  Most chunks admitted to the evidence ledger. */
+	max_evidence?: number,
+};
 
 /**  What the window asks. */
 export type ChatAsk = {
@@ -483,6 +556,30 @@ export type CreatedKey = {
 	secret: string,
 };
 
+/**  One ctx operation, as the trace shows it. */
+export type CtxCall = {
+	/**  The operation. */
+	operation: string,
+	/**  Microseconds. */
+	took_us: number,
+	/**  `None` when it succeeded, else why it was refused or failed. */
+	error: string | null,
+};
+
+/**  What saving a code tool derives from its source. */
+export type Derived = {
+	/**  From `class Settings`. */
+	settings_schema: Value,
+	/**  From `class Inputs` (action tools). */
+	input_schema?: Value | null,
+	/**  From `class Output` (action tools), or the type's fixed shape. */
+	output_schema: Value,
+	/**  `sha256:` of the source. */
+	source_hash: string,
+	/**  The `ctx` operations the code uses. */
+	manifest: string[],
+};
+
 /**  A document (`documents.id`): one file of one source. */
 export type DocumentId = number;
 
@@ -575,6 +672,71 @@ export type ErrorKind =
 "unavailable" | 
 /**  A bug or corrupt data. */
 "internal";
+
+/**  Where an evaluation is. */
+export type EvalProgress = 
+/**  Writing and indexing the set's documents. */
+{ stage: "indexing" } | 
+/**  Embedding its chunks. */
+{ stage: "embedding"; 
+/**  Chunks with a vector. */
+done: number; 
+/**  Chunks in all. */
+total: number } | 
+/**  Scoring one row (a mode or a pipeline). */
+{ stage: "scoring"; 
+/**  The row. */
+name: string; 
+/**  Queries scored. */
+done: number; 
+/**  Judged queries. */
+total: number };
+
+/**  A finished evaluation: what was indexed and each row's scores. */
+export type EvalReport = {
+	/**  The set's folder. */
+	set: string,
+	/**  Documents in its corpus. */
+	documents: number,
+	/**  Chunks written this run (0 when a kept library already held the set). */
+	chunks: number,
+	/**  Seconds spent indexing. */
+	indexed_secs: number | null,
+	/**  Chunks embedded this run. */
+	embedded: number,
+	/**  Seconds spent embedding. */
+	embed_secs: number | null,
+	/**  Judged queries. */
+	judged_queries: number,
+	/**  One row per mode, weight and pipeline, in the plan's order. */
+	rows: EvalScores[],
+};
+
+/**  Scores of one configuration. */
+export type EvalScores = {
+	/**  What was run (the mode, or a name). */
+	name: string,
+	/**  Mean nDCG@10. */
+	ndcg_at_10: number | null,
+	/**  Mean Recall@100. */
+	recall_at_100: number | null,
+	/**  Mean MRR@10. */
+	mrr_at_10: number | null,
+	/**  Queries scored. */
+	queries: number,
+	/**  Queries per second (search only). */
+	queries_per_sec: number | null,
+	/**  Each judged query's scores, in the set's order (empty unless asked for). */
+	per_query?: QueryScore[],
+};
+
+/**  A run's admitted evidence, in admission order, each chunk once. */
+export type EvidenceLedger = {
+	/**  Admitted chunks. */
+	entries: LedgerEntry[],
+	/**  Refused references. */
+	rejected: RejectedRef[],
+};
 
 /**  One result. */
 export type Hit = {
@@ -670,6 +832,46 @@ export type KeysOverview = {
 export type LastChange = {
 	paths: string[],
 	at_ms: number,
+};
+
+/**  A chunk admitted to a run's evidence. */
+export type LedgerEntry = {
+	/**  The reference it was admitted under. */
+	evidence_ref: string,
+	/**  A reference to its document, for paging. */
+	source_ref: string,
+	/**  Chunk id. */
+	chunk_id: ChunkId,
+	/**  Document id. */
+	document_id: DocumentId,
+	/**  Document revision. */
+	revision_id: RevisionId,
+	/**  Position in the document. */
+	ordinal: number,
+	/**  The file. */
+	path: string,
+	/**  Document title. */
+	title: string | null,
+	/**  Collection. */
+	collection: string,
+	/**  Headings above the chunk. */
+	heading_path: string,
+	/**  Page and lines. */
+	location: ChunkLocation,
+	/**  The chunk's text, read from the library. */
+	text: string,
+	/**  The server-issued score, when it came from retrieval. */
+	score: number | null,
+	/**  The stage or tool that admitted it. */
+	admitted_by: string,
+};
+
+/**  A code tool's limits. */
+export type Limits = {
+	/**  Wall-clock limit per call, ms. */
+	timeout_ms: number,
+	/**  Address-space limit of the worker, MB. */
+	memory_mb: number,
 };
 
 /**  A mode as an MCP client would see it. */
@@ -824,6 +1026,80 @@ export type Phase =
 /**  Its folder is gone; its documents are kept. */
 "missing";
 
+/**  Which tools a pipeline runs, in order. */
+export type PipelineDefinition = {
+	/**  Query tools, run in this order. */
+	query_tools?: string[],
+	/**  The default retrieval tool (required for a ready pipeline). */
+	retrieval?: string | null,
+	/**  Extra retrieval tools code tools may name in `ctx.search(..., retrieval=...)`. */
+	retrieval_capabilities?: string[],
+	/**  Chunk tools, run in this order. */
+	chunk_tools?: string[],
+	/**  Collections searched (empty: every collection the caller may read). */
+	collections?: string[],
+	/**  Limits. */
+	budget?: Budget,
+};
+
+/**  A pipeline as the Pipelines view opens it. */
+export type PipelineDetail = {
+	view: PipelineView,
+	/**  The draft's readiness for the administrator: blocking problems first. */
+	problems: ReadinessProblem[],
+	/**  Every tool, for the stage pickers. */
+	tools: ToolSummary[],
+	/**  Collection names the pipeline may be limited to. */
+	collections: string[],
+};
+
+/**  A finished run. */
+export type PipelineRun = {
+	/**  Pipeline name. */
+	pipeline: string,
+	/**  The saved version run, or `None` for the draft. */
+	version: number | null,
+	/**  Who ran it. */
+	principal: string,
+	/**  The query. */
+	query: string,
+	/**  Every stage, in order. */
+	stages: StageReport[],
+	/**  The admitted evidence, best first, and any refused references. */
+	evidence: EvidenceLedger,
+	/**  Degraded-readiness notes (blocking ones stop the run before it starts). */
+	readiness: ReadinessProblem[],
+	/**  Microseconds. */
+	took_us: number,
+};
+
+/**  One pipeline in the list. */
+export type PipelineSummary = {
+	name: string,
+	/**  The newest saved version, if any. */
+	version: number | null,
+	unsaved_changes: boolean,
+};
+
+/**  A pipeline with its draft and versions. */
+export type PipelineView = {
+	/**  Name. */
+	name: string,
+	/**  The working definition. */
+	draft: PipelineDefinition,
+	/**  The newest saved version, which runs use. */
+	saved: SavedPipeline | null,
+	/**  Every saved version number. */
+	versions: number[],
+	/**  Whether the draft differs from the newest saved version. */
+	unsaved_changes: boolean,
+	/**
+	 *  What saving would change: each field of the definition, and of each tool's live
+	 *  definition against its snapshot (`tools.<slug>.settings.limit`), that differs.
+	 */
+	changes: ConfigChange[],
+};
+
 /**  The kind of principal. */
 export type PrincipalKind = 
 /**  Whoever runs Quarry on this machine. */
@@ -833,9 +1109,33 @@ export type PrincipalKind =
 /**  A service key acting for a named user. */
 "service";
 
+/**  One query's scores. */
+export type QueryScore = {
+	/**  The query's id in the set. */
+	id: string,
+	/**  Its text. */
+	text: string,
+	/**  nDCG@10. */
+	ndcg_at_10: number | null,
+	/**  Recall@100. */
+	recall_at_100: number | null,
+	/**  MRR@10. */
+	mrr_at_10: number | null,
+};
+
 /**  Something that keeps a search from being all it was configured to be. */
 export type ReadinessIssue = {
 	/**  `embedding_model`, `vectors_incomplete`, `reranker`. */
+	component: string,
+	/**  What is wrong and how to fix it. */
+	message: string,
+};
+
+/**  One readiness problem. */
+export type ReadinessProblem = {
+	/**  Blocking or degraded. */
+	severity: Severity,
+	/**  What it concerns (`retrieval`, a tool slug, `python`, a model id). */
 	component: string,
 	/**  What is wrong and how to fix it. */
 	message: string,
@@ -849,6 +1149,16 @@ export type ReasonCount = {
 	reason: string,
 	/**  How many files. */
 	count: number,
+};
+
+/**  A reference that failed revalidation, and why. */
+export type RejectedRef = {
+	/**  The reference as given (cut to 48 characters). */
+	reference: string,
+	/**  The stage or tool that returned it. */
+	returned_by: string,
+	/**  Why it was refused. */
+	reason: string,
 };
 
 /**  A revision (`revisions.id`): one indexed version of a document. */
@@ -866,12 +1176,35 @@ export type RevisionSummary = {
 	modes: string[],
 };
 
+/**
+ *  Who a test runs as: the administrator, or an API key (a service key with the user it acts
+ *  for). The secret goes to the engine's own check and is not kept.
+ */
+export type RunAs = {
+	key: string | null,
+	acting_for: string | null,
+};
+
 /**  The ONNX Runtime library: where it was found, or what is wrong with it. */
 export type RuntimeStatus = {
 	/**  Found and usable. */
 	ok: boolean,
 	/**  Its path, or the error (which names the fix). */
 	detail: string,
+};
+
+/**  A saved, immutable version: the definition and a snapshot of every tool it uses. */
+export type SavedPipeline = {
+	/**  1, 2, … */
+	version: number,
+	/**  The pipeline as saved. */
+	pipeline: PipelineDefinition,
+	/**  Its tools as they were when saved. */
+	tools: { [key in string]: ToolDefinition },
+	/**  Who saved it. */
+	saved_by: string,
+	/**  Unix seconds. */
+	saved_at: number,
 };
 
 /**  What a principal may read. */
@@ -940,6 +1273,13 @@ export type SetupProblem = {
 	fix: string,
 };
 
+/**  How bad a readiness problem is. */
+export type Severity = 
+/**  The pipeline cannot run. */
+"blocking" | 
+/**  It runs, with less than it was configured for (the trace says what). */
+"degraded";
+
 /**  A highlighted excerpt. */
 export type Snippet = {
 	/**  Plain text excerpt. */
@@ -1001,6 +1341,28 @@ export type SourceStatus =
  *  or the source is removed.
  */
 "missing";
+
+/**  What one stage (or one tool in it) did. */
+export type StageReport = {
+	/**  `query`, `retrieval`, `chunk` or `evidence`. */
+	stage: string,
+	/**  The tool, where one ran. */
+	tool: string | null,
+	/**  What went in. */
+	input: Value,
+	/**  What came out. */
+	output: Value,
+	/**  Microseconds. */
+	took_us: number,
+	/**  Its ctx operations. */
+	ctx_calls?: CtxCall[],
+	/**  What the tool logged. */
+	logs?: string[],
+	/**  The retrieval engine's own stages (lexical, vector, fusion, rerank, …). */
+	search_trace?: StageTrace[],
+	/**  Anything worth saying. */
+	detail: string,
+};
 
 /**  What each stage gave a hit. */
 export type StageScores = {
@@ -1065,6 +1427,140 @@ export type Stats = {
 
 /**  Light, dark, or whatever the desktop uses. */
 export type Theme = "system" | "light" | "dark";
+
+/**
+ *  What checking an unsaved definition found: the definition as saving would store it, or
+ *  the first problem, located.
+ */
+export type ToolCheck = {
+	/**  The validated, derived definition (`None` when there is a problem). */
+	tool: ToolDefinition | null,
+	/**  What is wrong, where. */
+	problem: ToolProblem | null,
+};
+
+/**  A tool as stored and exported. */
+export type ToolDefinition = {
+	/**  Unique id: lower-case letters, digits, `-`, `_`. */
+	slug: string,
+	/**  Display name. */
+	name: string,
+	/**  What it does and when to use it. */
+	description?: string,
+	/**  Fixed at creation. */
+	type: ToolType,
+	/**  Retrieval settings, or the values of a code tool's `Settings`. */
+	settings?: Value,
+	/**  Code tools: time and memory limits. */
+	limits?: Limits | null,
+	/**  Code tools: origins `ctx.http_get` may reach (`https://host[:port]`). */
+	egress?: string[] | null,
+	/**  Code tools that use `ctx.llm`: the model they call. */
+	model?: string | null,
+	/**  Code tools: the Python source. */
+	source?: string | null,
+	/**  Code tools: what saving derived from the source. */
+	derived?: Derived | null,
+};
+
+/**  A tool as the editor opens it. */
+export type ToolDetail = {
+	tool: ToolDefinition,
+	/**  Saved versions, newest first. */
+	versions: ToolVersion[],
+	/**  Pipelines whose draft or newest saved version use it (a Pipeline context to test in). */
+	used_by: string[],
+	/**  An input for the Test tab: the Inputs schema's defaults (action tools), or a query. */
+	test_template: Value,
+	/**  Chat models installed, offered only when the code calls `ctx.llm`. */
+	llm_models: string[],
+	/**  Rerankers installed, for the retrieval form. */
+	rerankers: string[],
+};
+
+/**  A problem in a tool definition, at its field (and, in the source, its line and column). */
+export type ToolProblem = {
+	/**  `source`, `name`, `settings`, `settings.fusion.k`, `limits.timeout_ms`, … */
+	field: string,
+	/**  1-based, in the source. */
+	line: number | null,
+	/**  1-based, in the source. */
+	column: number | null,
+	/**  The engine's message, as saving would give it. */
+	message: string,
+};
+
+/**  A tool in a listing. */
+export type ToolSummary = {
+	/**  Slug. */
+	slug: string,
+	/**  Name. */
+	name: string,
+	/**  Type. */
+	type: ToolType,
+	/**  Description. */
+	description: string,
+	/**  Installed by a fresh library. */
+	seeded: boolean,
+	/**  Unix seconds. */
+	updated_at: number,
+	/**  The newest saved version (each save makes one). */
+	version: number,
+};
+
+/**  A finished tool test. */
+export type ToolTestReport = {
+	/**  The tool. */
+	tool: string,
+	/**  Its type. */
+	tool_type: ToolType,
+	/**  Who ran it. */
+	principal: string,
+	/**  The pipeline context. */
+	pipeline: string | null,
+	/**  Stages run (a chunk tool tested with a query runs retrieval first). */
+	stages: StageReport[],
+	/**  The tool's output. */
+	output: Value,
+	/**  Admitted references, and refused ones with the reason (`evidence.rejected`). */
+	evidence: EvidenceLedger,
+	/**  Microseconds. */
+	took_us: number,
+};
+
+/**  A finished test, with what the Test tab shows beside the output. */
+export type ToolTestView = {
+	report: ToolTestReport,
+	/**  How the OS confines code tools here, in words. */
+	sandbox: string,
+	/**  The audit record the test wrote. */
+	audit: AuditRecord | null,
+};
+
+/**  Where a tool runs and what it produces. */
+export type ToolType = 
+/**  Before retrieval: weighted query variants. */
+"query" | 
+/**  During retrieval: settings only. */
+"retrieval" | 
+/**  After retrieval: selects or reorders issued references. */
+"chunk" | 
+/**  Called by the orchestrator: a schema-validated direct-evidence result. */
+"action";
+
+/**  One saved version of a tool, as the editor's history lists it. */
+export type ToolVersion = {
+	/**  1, 2, … */
+	version: number,
+	/**  Unix seconds. */
+	saved_at: number,
+	/**  Code tools: the `sha256:` of the source saved. */
+	source_hash: string | null,
+	/**  The definition as saved. */
+	tool: ToolDefinition,
+};
+
+export type Value = null | boolean | number | string | Value[] | { [key in string]: Value };
 
 /**  How changes to a source are noticed. */
 export type WatchMode = 

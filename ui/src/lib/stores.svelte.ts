@@ -12,7 +12,17 @@ import {
   type Settings,
 } from './api';
 
-export type View = 'library' | 'search' | 'chat' | 'models' | 'status' | 'keys' | 'audit' | 'orchestrator';
+export type View =
+  | 'library'
+  | 'search'
+  | 'chat'
+  | 'models'
+  | 'status'
+  | 'keys'
+  | 'audit'
+  | 'orchestrator'
+  | 'tools'
+  | 'pipelines';
 export type ThemeChoice = Settings['theme'];
 
 export const ui = $state({
@@ -117,12 +127,27 @@ export function dismissToast(): void {
   toast.visible = false;
 }
 
+/** Asked before the view changes: a view with unsaved edits registers one that returns false
+ *  when the user chooses to stay. */
+let leaveGuard: (() => boolean) | null = null;
+
+export function setLeaveGuard(guard: (() => boolean) | null): void {
+  leaveGuard = guard;
+}
+
+/** Whether the view may change now (asks the view with unsaved edits, if any). */
+export function mayLeave(): boolean {
+  return leaveGuard === null || leaveGuard();
+}
+
 export function setView(view: View): void {
+  if (view === ui.view || !mayLeave()) return;
   ui.view = view;
 }
 
 /** Switches to the search view and focuses its input. */
 export function focusSearch(): void {
+  if (ui.view !== 'search' && !mayLeave()) return;
   ui.view = 'search';
   ui.searchFocusTick++;
 }

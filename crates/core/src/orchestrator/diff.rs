@@ -24,8 +24,14 @@ pub struct ConfigChange {
 /// Every field that differs from `before` to `after`.
 pub fn diff(before: &OrchestratorConfig, after: &OrchestratorConfig) -> Vec<ConfigChange> {
     let as_value = |c: &OrchestratorConfig| serde_json::to_value(c).expect("a config is JSON");
+    diff_json(&as_value(before), &as_value(after))
+}
+
+/// Every field that differs from `before` to `after`, for any JSON (a pipeline's draft
+/// against its saved version, say).
+pub fn diff_json(before: &Value, after: &Value) -> Vec<ConfigChange> {
     let mut changes = Vec::new();
-    walk("", &as_value(before), &as_value(after), &mut changes);
+    walk("", before, after, &mut changes);
     changes
 }
 

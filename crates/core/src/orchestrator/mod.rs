@@ -20,7 +20,7 @@ mod turn;
 
 pub use config::{BackendConfig, Budget, Mode, OrchestratorConfig, ToolChoice, DEFAULT_CONFIG};
 pub use conversation::{Conversation, EvidenceItem, StoredMessage, TraceEvent};
-pub use diff::{diff, ConfigChange};
+pub use diff::{diff, diff_json, ConfigChange};
 pub use gates::{Gate, GateConfig, GateDecision, Gates, Verdict};
 pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};

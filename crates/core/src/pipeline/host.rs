@@ -42,6 +42,7 @@ pub struct ToolEnvironment<'a> {
 
 /// One ctx operation, as the trace shows it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CtxCall {
     /// The operation.
     pub operation: String,

@@ -20,10 +20,12 @@ use std::collections::BTreeMap;
 
 use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 use crate::auth::{Principal, PrincipalKind};
 use crate::error::{Error, Result};
 use crate::models::Models;
+use crate::orchestrator::{diff_json, ConfigChange};
 use crate::retrieve::{RetrievalSettings, SearchMode};
 use crate::store::{now_unix, Collection, Store};
 use crate::tools::{
@@ -42,6 +44,7 @@ pub const DEFAULT_PIPELINE: &str = "default";
 /// What limits a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Budget {
     /// Most query streams after the Query stage (each tool's own maximum applies too).
     pub max_query_variants: usize,
@@ -61,6 +64,7 @@ impl Default for Budget {
 /// Which tools a pipeline runs, in order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PipelineDefinition {
     /// Query tools, run in this order.
     #[serde(default)]
@@ -108,6 +112,7 @@ impl PipelineDefinition {
 
 /// A saved, immutable version: the definition and a snapshot of every tool it uses.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct SavedPipeline {
     /// 1, 2, …
     pub version: i64,
@@ -123,6 +128,7 @@ pub struct SavedPipeline {
 
 /// A pipeline with its draft and versions.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PipelineView {
     /// Name.
     pub name: String,
@@ -134,11 +140,15 @@ pub struct PipelineView {
     pub versions: Vec<i64>,
     /// Whether the draft differs from the newest saved version.
     pub unsaved_changes: bool,
+    /// What saving would change: each field of the definition, and of each tool's live
+    /// definition against its snapshot (`tools.<slug>.settings.limit`), that differs.
+    pub changes: Vec<ConfigChange>,
 }
 
 /// How bad a readiness problem is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum Severity {
     /// The pipeline cannot run.
     Blocking,
@@ -148,6 +158,7 @@ pub enum Severity {
 
 /// One readiness problem.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ReadinessProblem {
     /// Blocking or degraded.
     pub severity: Severity,
@@ -251,23 +262,38 @@ pub fn show(store: &Store, name: &str) -> Result<PipelineView> {
     let (id, draft) = pipeline_row(store, name)?;
     let saved = latest_version(store, id)?;
     let versions = store.pipeline_version_numbers(id)?;
-    let unsaved_changes = match &saved {
-        None => true,
-        Some(s) => {
-            s.pipeline != draft
-                || draft
-                    .tool_slots()
-                    .iter()
-                    .any(|(_, slug, _)| tools::get(store, slug).ok().as_ref() != s.tools.get(*slug))
-        }
-    };
+    let changes = draft_changes(store, &draft, saved.as_ref());
+    let unsaved_changes = saved.is_none() || !changes.is_empty();
     Ok(PipelineView {
         name: name.into(),
         draft,
         saved,
         versions,
         unsaved_changes,
+        changes,
     })
+}
+
+/// The fields saving `draft` (with the live tools) would change against `saved`.
+fn draft_changes(
+    store: &Store,
+    draft: &PipelineDefinition,
+    saved: Option<&SavedPipeline>,
+) -> Vec<ConfigChange> {
+    let live_tools: BTreeMap<String, Value> = draft
+        .tool_slots()
+        .iter()
+        .filter_map(|(_, slug, _)| {
+            let tool = tools::get(store, slug).ok()?;
+            Some((slug.to_string(), serde_json::to_value(tool).expect("json")))
+        })
+        .collect();
+    let after = json!({"pipeline": draft, "tools": live_tools});
+    let before = match saved {
+        Some(s) => json!({"pipeline": s.pipeline, "tools": s.tools}),
+        None => json!({}),
+    };
+    diff_json(&before, &after)
 }
 
 fn check_structure(name: &str, pipeline: &PipelineDefinition) -> Result<()> {

@@ -47,6 +47,7 @@ fn session_for(
 
 /// What one stage (or one tool in it) did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct StageReport {
     /// `query`, `retrieval`, `chunk` or `evidence`.
     pub stage: &'static str,
@@ -73,6 +74,7 @@ pub struct StageReport {
 
 /// A finished run.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PipelineRun {
     /// Pipeline name.
     pub pipeline: String,
@@ -532,6 +534,7 @@ pub enum TestInput {
 
 /// A finished tool test.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ToolTestReport {
     /// The tool.
     pub tool: String,

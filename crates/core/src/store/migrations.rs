@@ -217,6 +217,16 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE documents ADD COLUMN inode INTEGER;",
     // Symbolic links leaving the source folder are followed only when the source says so.
     "ALTER TABLE sources ADD COLUMN follow_links INTEGER NOT NULL DEFAULT 0;",
+    // Every saved definition of a tool, so the editor can show and restore older versions.
+    "CREATE TABLE tool_versions(
+        tool_id INTEGER NOT NULL REFERENCES tools(id) ON DELETE CASCADE,
+        version INTEGER NOT NULL,
+        definition TEXT NOT NULL,
+        saved_at INTEGER NOT NULL,
+        PRIMARY KEY(tool_id, version)
+    );
+    INSERT INTO tool_versions(tool_id, version, definition, saved_at)
+        SELECT id, 1, definition, updated_at FROM tools;",
 ];
 
 /// The schema version this build writes.

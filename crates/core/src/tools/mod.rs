@@ -52,6 +52,7 @@ pub const CTX_OPERATIONS: &[&str] = &[
 /// Where a tool runs and what it produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum ToolType {
     /// Before retrieval: weighted query variants.
     Query,
@@ -97,6 +98,7 @@ impl ToolType {
 /// A code tool's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Limits {
     /// Wall-clock limit per call, ms.
     pub timeout_ms: u64,
@@ -116,6 +118,7 @@ impl Default for Limits {
 /// What saving a code tool derives from its source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Derived {
     /// From `class Settings`.
     pub settings_schema: Value,
@@ -133,6 +136,7 @@ pub struct Derived {
 /// A tool as stored and exported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ToolDefinition {
     /// Unique id: lower-case letters, digits, `-`, `_`.
     pub slug: String,
@@ -201,6 +205,7 @@ impl ToolDefinition {
 
 /// A tool in a listing.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ToolSummary {
     /// Slug.
     pub slug: String,
@@ -215,6 +220,47 @@ pub struct ToolSummary {
     pub seeded: bool,
     /// Unix seconds.
     pub updated_at: i64,
+    /// The newest saved version (each save makes one).
+    pub version: i64,
+}
+
+/// One saved version of a tool, as the editor's history lists it.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ToolVersion {
+    /// 1, 2, …
+    pub version: i64,
+    /// Unix seconds.
+    pub saved_at: i64,
+    /// Code tools: the `sha256:` of the source saved.
+    pub source_hash: Option<String>,
+    /// The definition as saved.
+    pub tool: ToolDefinition,
+}
+
+/// What checking an unsaved definition found: the definition as saving would store it, or
+/// the first problem, located.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ToolCheck {
+    /// The validated, derived definition (`None` when there is a problem).
+    pub tool: Option<ToolDefinition>,
+    /// What is wrong, where.
+    pub problem: Option<ToolProblem>,
+}
+
+/// A problem in a tool definition, at its field (and, in the source, its line and column).
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ToolProblem {
+    /// `source`, `name`, `settings`, `settings.fusion.k`, `limits.timeout_ms`, …
+    pub field: String,
+    /// 1-based, in the source.
+    pub line: Option<u32>,
+    /// 1-based, in the source.
+    pub column: Option<u32>,
+    /// The engine's message, as saving would give it.
+    pub message: String,
 }
 
 /// The export file.
@@ -325,9 +371,12 @@ fn prepare_retrieval(mut tool: ToolDefinition) -> Result<ToolDefinition> {
         }
     }
     let settings = tool.retrieval_settings()?;
-    settings
-        .validate()
-        .map_err(|e| invalid(&slug, "settings", e.to_string()))?;
+    settings.validate().map_err(|e| match e {
+        Error::InvalidSetting { field, reason } => {
+            invalid(&slug, &format!("settings.{field}"), reason)
+        }
+        other => invalid(&slug, "settings", other.to_string()),
+    })?;
     // Stored in full, so every field is visible and export is canonical.
     // Through text, so f32 fields keep their short form (0.3, not 0.30000001192092896).
     tool.settings = serde_json::from_str(&serde_json::to_string(&settings).expect("serializes"))
@@ -431,6 +480,7 @@ pub fn list(
             description: tool.description,
             seeded: row.seeded,
             updated_at: row.updated_at,
+            version: row.version,
         });
     }
     Ok(out)
@@ -445,6 +495,76 @@ fn parse_stored(definition: &str) -> Result<ToolDefinition> {
 pub fn get(store: &Store, slug: &str) -> Result<ToolDefinition> {
     let definition = store.tool_definition(slug)?;
     parse_stored(&definition.ok_or_else(|| Error::ToolNotFound(slug.into()))?)
+}
+
+/// Every saved version of a tool, newest first.
+pub fn versions(store: &Store, slug: &str) -> Result<Vec<ToolVersion>> {
+    let rows = store.tool_versions(slug)?;
+    if rows.is_empty() {
+        return Err(Error::ToolNotFound(slug.into()));
+    }
+    rows.into_iter()
+        .map(|row| {
+            let tool = parse_stored(&row.definition)?;
+            Ok(ToolVersion {
+                version: row.version,
+                saved_at: row.saved_at,
+                source_hash: tool.derived.as_ref().map(|d| d.source_hash.clone()),
+                tool,
+            })
+        })
+        .collect()
+}
+
+/// Makes an older version the tool's definition again, as a new version (checked and derived
+/// like any save).
+pub fn restore(
+    store: &Store,
+    executor: &Executor,
+    slug: &str,
+    version: i64,
+) -> Result<ToolDefinition> {
+    let old = versions(store, slug)?
+        .into_iter()
+        .find(|v| v.version == version)
+        .ok_or_else(|| invalid(slug, "version", format!("{slug} has no version {version}")))?;
+    update(store, executor, slug, old.tool)
+}
+
+/// Checks an unsaved definition exactly as saving would (the same derivation), without
+/// storing it; a problem comes back located at its field, line and column.
+pub fn check(tool: ToolDefinition, executor: &Executor) -> Result<ToolCheck> {
+    match prepare(tool, executor) {
+        Ok(tool) => Ok(ToolCheck {
+            tool: Some(tool),
+            problem: None,
+        }),
+        Err(Error::ToolSource {
+            line,
+            column,
+            message,
+            ..
+        }) => Ok(ToolCheck {
+            tool: None,
+            problem: Some(ToolProblem {
+                field: "source".into(),
+                line: Some(line),
+                column: Some(column),
+                message,
+            }),
+        }),
+        Err(Error::InvalidTool { field, reason, .. }) => Ok(ToolCheck {
+            tool: None,
+            problem: Some(ToolProblem {
+                field,
+                line: None,
+                column: None,
+                message: reason,
+            }),
+        }),
+        // The worker could not run (no Python, say): not a problem of the definition.
+        Err(other) => Err(other),
+    }
 }
 
 pub(crate) fn canonical(tool: &ToolDefinition) -> String {
@@ -523,8 +643,31 @@ pub fn duplicate(
     slug: &str,
     new_slug: &str,
     new_name: Option<&str>,
+    new_type: Option<ToolType>,
 ) -> Result<ToolDefinition> {
     let mut tool = get(store, slug)?;
+    if let Some(new_type) = new_type.filter(|t| *t != tool.tool_type) {
+        // Code carries over between code types (and is derived again); settings do not.
+        if !(new_type.is_code() && tool.tool_type.is_code()) {
+            return Err(invalid(
+                new_slug,
+                "type",
+                format!(
+                    "a `{}` tool cannot be duplicated as a `{}` tool: {}; create a new `{}` tool instead",
+                    tool.tool_type.as_str(),
+                    new_type.as_str(),
+                    if tool.tool_type.is_code() {
+                        "a retrieval tool is settings only, not code"
+                    } else {
+                        "a retrieval tool holds settings, not the code a code tool runs"
+                    },
+                    new_type.as_str()
+                ),
+            ));
+        }
+        tool.tool_type = new_type;
+        tool.derived = None;
+    }
     tool.slug = new_slug.into();
     tool.name = new_name.map_or_else(|| format!("{} (copy)", tool.name), String::from);
     create(store, executor, tool)
