@@ -51,11 +51,7 @@ fn detail(library: &Library, name: &str) -> quarry_core::Result<PipelineDetail> 
         view: library.pipeline(name)?,
         problems,
         tools: library.tools(None, None)?,
-        collections: library
-            .collections()?
-            .into_iter()
-            .map(|c| c.name)
-            .collect(),
+        collections: library.collections()?.into_iter().map(|c| c.name).collect(),
     })
 }
 
@@ -135,7 +131,10 @@ pub async fn pipeline_save(engine: EngineState<'_>, name: String) -> CommandResu
 #[tauri::command]
 #[specta::specta]
 pub async fn pipeline_delete(engine: EngineState<'_>, name: String) -> CommandResult<()> {
-    blocking(&engine, move |engine| Ok(engine.library().delete_pipeline(&name)?)).await
+    blocking(&engine, move |engine| {
+        Ok(engine.library().delete_pipeline(&name)?)
+    })
+    .await
 }
 
 /// Runs the draft (with the live tools) or the newest saved version, as `run_as`; the run is

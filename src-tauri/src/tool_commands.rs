@@ -86,7 +86,10 @@ pub async fn tool_open(engine: EngineState<'_>, slug: String) -> CommandResult<T
 #[tauri::command]
 #[specta::specta]
 pub async fn tool_check(engine: EngineState<'_>, tool: ToolDefinition) -> CommandResult<ToolCheck> {
-    blocking(&engine, move |engine| Ok(engine.library().check_tool(tool)?)).await
+    blocking(&engine, move |engine| {
+        Ok(engine.library().check_tool(tool)?)
+    })
+    .await
 }
 
 /// Saves an edit as a new version. It changes the reusable definition, not what runs: a
@@ -222,7 +225,10 @@ pub async fn tool_duplicate(
 #[tauri::command]
 #[specta::specta]
 pub async fn tool_delete(engine: EngineState<'_>, slug: String) -> CommandResult<()> {
-    blocking(&engine, move |engine| Ok(engine.library().delete_tool(&slug)?)).await
+    blocking(&engine, move |engine| {
+        Ok(engine.library().delete_tool(&slug)?)
+    })
+    .await
 }
 
 /// Makes an older version the definition again, as a new version.

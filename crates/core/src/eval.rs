@@ -339,10 +339,15 @@ pub fn evaluate_pipeline(
     // The evaluation library has one collection; the pipeline's own names mean nothing here.
     let mut pipeline = pipeline.clone();
     pipeline.pipeline.collections.clear();
-    evaluate_with(set, &format!("pipeline {}", pipeline.name), control, |text| {
-        let run = run_resolved(engine, &pipeline, text, &admin, &Default::default())?;
-        Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
-    })
+    evaluate_with(
+        set,
+        &format!("pipeline {}", pipeline.name),
+        control,
+        |text| {
+            let run = run_resolved(engine, &pipeline, text, &admin, &Default::default())?;
+            Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
+        },
+    )
 }
 
 #[cfg(test)]
@@ -400,7 +405,14 @@ mod tests {
             limit: 10,
             ..Default::default()
         };
-        let scores = evaluate(&stub, &two_document_set(), "lexical", &settings, quiet(&Cancel::new())).unwrap();
+        let scores = evaluate(
+            &stub,
+            &two_document_set(),
+            "lexical",
+            &settings,
+            quiet(&Cancel::new()),
+        )
+        .unwrap();
         let request = &stub.requests.borrow()[0];
         assert_eq!(request.query, "turbine");
         assert_eq!(request.settings.limit, 100);

@@ -24,9 +24,7 @@ use crate::pipeline::{
 use crate::pipeline::{TestInput, ToolTestReport};
 use crate::retrieve::{RerankSettings, SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, VectorTable};
-use crate::tools::{
-    self, Executor, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion,
-};
+use crate::tools::{self, Executor, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion};
 use crate::Library;
 
 impl Retrieval for Library {

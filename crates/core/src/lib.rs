@@ -51,8 +51,8 @@ pub mod tools;
 
 pub use auth::{Principal, Scope};
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
-pub use ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};
 pub use evaluation::{run_evaluation, EvalPlan, EvalProgress, EvalReport};
+pub use ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};
 pub use ingest::{
     ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
     WatchRequests,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use quarry_core::cancel::Cancel;
 use quarry_core::tools::{ToolDefinition, ToolType};
-use quarry_core::{run_evaluation, EvalPlan, EvalProgress, Error};
+use quarry_core::{run_evaluation, Error, EvalPlan, EvalProgress};
 use serde_json::json;
 
 use common::Fixture;
@@ -36,7 +36,10 @@ fn every_save_is_a_version_and_an_old_one_can_be_restored() {
     let f = Fixture::new();
     let library = &f.library;
     let seeded = library.tools(None, None).unwrap();
-    assert!(seeded.iter().all(|t| t.version == 1), "seeds start at version 1");
+    assert!(
+        seeded.iter().all(|t| t.version == 1),
+        "seeds start at version 1"
+    );
 
     let tool = library
         .create_tool(code_tool("boost", ToolType::Query, QUERY_TOOL))
@@ -90,7 +93,10 @@ fn the_live_check_locates_problems_and_stores_nothing() {
         .unwrap();
     assert!(check.problem.is_none(), "{:?}", check.problem);
     let derived = check.tool.unwrap().derived.unwrap();
-    assert_eq!(derived.settings_schema["properties"]["boost"]["default"], 1.5);
+    assert_eq!(
+        derived.settings_schema["properties"]["boost"]["default"],
+        1.5
+    );
     assert!(
         matches!(library.tool("draft"), Err(Error::ToolNotFound(_))),
         "checking saves nothing"
@@ -101,7 +107,10 @@ fn the_live_check_locates_problems_and_stores_nothing() {
     retrieval.settings["limit"] = json!(0);
     let problem = library.check_tool(retrieval).unwrap().problem.unwrap();
     assert_eq!(problem.field, "settings.limit");
-    assert!(problem.message.contains("between 1 and 1000"), "{problem:?}");
+    assert!(
+        problem.message.contains("between 1 and 1000"),
+        "{problem:?}"
+    );
 }
 
 #[test]
@@ -156,10 +165,7 @@ fn a_pipeline_lists_what_saving_would_change() {
 
     let view = library.pipeline("default").unwrap();
     let paths: Vec<&str> = view.changes.iter().map(|c| c.path.as_str()).collect();
-    assert!(
-        paths.contains(&"pipeline.budget.max_evidence"),
-        "{paths:?}"
-    );
+    assert!(paths.contains(&"pipeline.budget.max_evidence"), "{paths:?}");
     assert!(
         paths.contains(&"tools.retrieve-hybrid-coverage.settings.limit"),
         "{paths:?}"

@@ -32,13 +32,11 @@ pub(crate) struct ToolVersionRow {
 impl Store {
     /// Every stored tool, by type, then slug.
     pub(crate) fn tool_rows(&self) -> Result<Vec<ToolRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT definition, seeded, updated_at,
+        let mut stmt = self.conn.prepare(
+            "SELECT definition, seeded, updated_at,
                         (SELECT COALESCE(MAX(version), 1) FROM tool_versions WHERE tool_id = id)
                  FROM tools ORDER BY tool_type, slug",
-            )?;
+        )?;
         let rows = stmt.query_map([], |r| {
             Ok(ToolRow {
                 definition: r.get(0)?,
