@@ -12,6 +12,15 @@ fs.mkdirSync(out, { recursive: true });
 
 const app = await startApp({ dataDir });
 const { browser } = app;
+/** Scrolls the first element matching `selector` to the top of its pane. */
+const scrollTo = (selector) =>
+  browser.execute((sel) => {
+    document.querySelector(sel)?.scrollIntoView({ block: 'start' });
+    // Only the view's own pane scrolls; the window and its frame stay where they are.
+    for (const frame of [document.documentElement, document.body, document.getElementById('app'), document.querySelector('.shell'), document.querySelector('.main')]) {
+      if (frame) frame.scrollTop = 0;
+    }
+  }, selector);
 const shot = async (name) => {
   await new Promise((r) => setTimeout(r, 400)); // let transitions settle
   await browser.saveScreenshot(path.join(out, `${name}.png`));
@@ -130,6 +139,42 @@ try {
   await (await browser.$(tid('model-row'))).waitForExist({ timeout: 20_000 });
   await shot('models');
 
+  // The workbench: a code tool in the editor, its test, a pipeline's stages, the tester, and an
+  // evaluation on Cranfield.
+  await (await browser.$(tid('nav-tools'))).click();
+  await (await browser.$(`${tid('tool-item')}[data-slug="expand_multi_query"]`)).click();
+  await (await browser.$(tid('tool-settings-form'))).waitForDisplayed({ timeout: 30_000 });
+  await shot('tools');
+  await (await browser.$(tid('tool-tab-test'))).click();
+  await browser.execute((el) => {
+    el.value = '{"query": "How do I service the XR-200 pump?"}';
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  }, await browser.$(tid('test-input')));
+  await (await browser.$(tid('test-run'))).click();
+  await (await browser.$(tid('test-result'))).waitForDisplayed({ timeout: 30_000 });
+  await shot('tools-test');
+
+  await (await browser.$(tid('nav-pipelines'))).click();
+  await (await browser.$(`${tid('pipeline-item')}[data-name="default"]`)).click();
+  await (await browser.$(`${tid('pipeline-stages')}[data-pipeline="default"]`)).waitForExist({ timeout: 20_000 });
+  await shot('pipelines');
+  await (await browser.$(tid('pipeline-tab-tester'))).click();
+  await (await browser.$(tid('tester-query'))).setValue('How does an LRU cache evict entries?');
+  await browser.keys(['Control', 'Enter']);
+  await (await browser.$(tid('tester-run'))).waitForExist({ timeout: 60_000 });
+  await scrollTo(`${tid('tester-stage')}[data-stage="retrieval"]`);
+  await shot('tester');
+  await (await browser.$(tid('pipeline-tab-evaluate'))).click();
+  await browser.execute((el, v) => {
+    el.value = v;
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  }, await browser.$(tid('eval-set')), path.join(repoRoot, 'tests/data/cranfield'));
+  for (const box of await browser.$$(tid('eval-pipeline'))) if (await box.isSelected()) await box.click();
+  await (await browser.$(tid('eval-run'))).click();
+  await (await browser.$(`${tid('eval-row')}[data-name="hybrid"]`)).waitForExist({ timeout: 600_000 });
+  await scrollTo(tid('eval-result'));
+  await shot('evaluate');
+
   // The dark theme, on the search, keys and audit views.
   await (await browser.$(tid('nav-status'))).click();
   await (await browser.$(tid('settings-theme'))).selectByAttribute('value', 'dark');
@@ -152,6 +197,18 @@ try {
   await (await browser.$(tid('nav-models'))).click();
   await (await browser.$(tid('model-row'))).waitForExist({ timeout: 20_000 });
   await shot('models-dark');
+  await (await browser.$(tid('nav-tools'))).click();
+  await (await browser.$(tid('tool-settings-form'))).waitForDisplayed({ timeout: 30_000 });
+  await shot('tools-dark');
+  await (await browser.$(tid('nav-pipelines'))).click();
+  await (await browser.$(tid('pipeline-tab-tester'))).click();
+  await (await browser.$(tid('tester-run'))).waitForExist({ timeout: 20_000 });
+  await scrollTo(`${tid('tester-stage')}[data-stage="retrieval"]`);
+  await shot('tester-dark');
+  await (await browser.$(tid('pipeline-tab-evaluate'))).click();
+  await (await browser.$(`${tid('eval-row')}[data-name="hybrid"]`)).waitForExist({ timeout: 20_000 });
+  await scrollTo(tid('eval-result'));
+  await shot('evaluate-dark');
 } finally {
   await app.stop();
   fs.rmSync(dataDir, { recursive: true, force: true });

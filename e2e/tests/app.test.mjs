@@ -817,10 +817,16 @@ describe('Quarry desktop', () => {
     assert.match(await audit.getText(), /tool\.test retrieve-lexical-focused by .*e2e-tester/);
     assert.match(await audit.getText(), /\bok\b/);
 
-    // The same record is in the Audit view.
-    const id = await audit.getAttribute('data-id');
-    const page = await invoke('list_audit', { query: { principal: null, action: 'tool.test', target: null, outcome: null, limit: 5 } });
-    assert.ok(page.records.some((r) => String(r.id) === id), 'the audit log has the test');
+    // The same record is in the Audit view, and it opens the tool it refers to.
+    await (await audit.$('button')).click();
+    const record = await browser.$(`${tid('audit-row')}[data-action="tool.test"][data-target="retrieve-lexical-focused"]`);
+    await record.waitForExist({ timeout: 10_000 });
+    assert.match(await record.getText(), /e2e-tester/);
+    await (await record.$(tid('audit-open'))).click();
+    await (await browser.$(tid('audit-open-tool'))).click();
+    const opened = await toolItem('retrieve-lexical-focused');
+    await opened.waitForExist({ timeout: 10_000 });
+    await eventually(browser, 'the tool open again', async () => (await opened.getAttribute('class')).includes('active'));
   });
 
   it('refuses to give a tool another type, and to delete one a pipeline uses', async () => {

@@ -36,4 +36,5 @@ async def run(input, ctx):
         {"evidence_ref": c["evidence_ref"], "ordinal": c["ordinal"], "text": c["text"]}
         for c in result.get("chunks") or []
     ]
-    return {"chunks": chunks, "radius": radius}
+    # The host may cap the radius further (its hard maximum): report the one it used.
+    return {"chunks": chunks, "radius": int(result.get("radius") or radius)}

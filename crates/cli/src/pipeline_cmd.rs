@@ -1,10 +1,13 @@
 //! `quarry pipeline`: pipeline drafts, saved versions, readiness checks and runs, and the
 //! printing of run reports (stages and evidence) that `quarry tools test` shares.
 
-use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use quarry_core::pipeline::{PipelineDefinition, PipelineRun, Severity};
 use quarry_core::{Library, Principal, RunOptions};
+use serde_json::Value;
 
 use crate::output::print_json;
 use crate::principal_arg::AsPrincipal;
@@ -57,6 +60,10 @@ pub enum PipelineCommand {
         /// can page from them)
         #[arg(long)]
         conversation: Option<String>,
+        /// The conversation so far, for query tools: a JSON file of `{"role", "content"}`
+        /// messages, newest last
+        #[arg(long)]
+        history: Option<PathBuf>,
         #[command(flatten)]
         principal: AsPrincipal,
         #[arg(long)]
@@ -169,6 +176,19 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
                 saved.version,
                 saved.tools.len()
             );
+            // Saved all the same (a draft may be saved mid-work), but said plainly: runs of
+            // this version fail, and `orchestrator apply` refuses it, until these are fixed.
+            let blocking: Vec<_> = library
+                .check_pipeline(&name, false, &Principal::administrator())?
+                .into_iter()
+                .filter(|p| p.severity == Severity::Blocking)
+                .collect();
+            for p in &blocking {
+                eprintln!(
+                    "warning: version {} cannot run: {}: {}",
+                    saved.version, p.component, p.message
+                );
+            }
             Ok(true)
         }
         PipelineCommand::Check {
@@ -192,6 +212,7 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             trace,
             draft,
             conversation,
+            history,
             principal,
             json,
         } => {
@@ -199,6 +220,11 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             let options = RunOptions {
                 draft,
                 conversation,
+                history: history
+                    .as_deref()
+                    .map(read_history)
+                    .transpose()?
+                    .unwrap_or_default(),
                 ..Default::default()
             };
             let run = library.run_pipeline(&pipeline, &query, &who, &options)?;
@@ -417,4 +443,29 @@ pub fn print_evidence(ledger: &quarry_core::evidence::EvidenceLedger) {
             r.reference, r.returned_by, r.reason
         );
     }
+}
+
+/// A `--history` file: a JSON array of `{"role": "user"|"assistant", "content": "..."}`
+/// messages, newest last, as a chat turn gives query tools.
+pub fn read_history(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let Some(messages) = value.as_array() else {
+        bail!(
+            "{}: the history is a JSON array of messages",
+            path.display()
+        );
+    };
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str();
+        if !matches!(role, Some("user" | "assistant")) || !m["content"].is_string() {
+            bail!(
+                "{}: message [{i}] needs \"role\" (user or assistant) and \"content\" (text)",
+                path.display()
+            );
+        }
+    }
+    Ok(messages.clone())
 }

@@ -11,7 +11,7 @@ use quarry_core::Library;
 use serde_json::Value;
 
 use crate::output::print_json;
-use crate::pipeline_cmd::{print_evidence, print_stage};
+use crate::pipeline_cmd::{print_evidence, print_stage, read_history};
 use crate::principal_arg::AsPrincipal;
 
 #[derive(Subcommand)]
@@ -83,6 +83,10 @@ pub enum ToolsCommand {
         /// A conversation id: references issued under it by earlier runs are accepted
         #[arg(long)]
         conversation: Option<String>,
+        /// Query tools: the conversation so far, a JSON file of `{"role", "content"}` messages,
+        /// newest last
+        #[arg(long)]
+        history: Option<PathBuf>,
         #[command(flatten)]
         principal: AsPrincipal,
         #[arg(long)]
@@ -109,9 +113,13 @@ pub struct ToolFields {
     /// Python source file (code tools)
     #[arg(long)]
     source: Option<PathBuf>,
-    /// Settings as JSON
+    /// Settings as JSON; on edit, merged into the saved settings (a field set to null is
+    /// removed, objects merge field by field)
     #[arg(long)]
     settings: Option<String>,
+    /// On edit: the --settings JSON replaces the saved settings instead of merging into them
+    #[arg(long, requires = "settings")]
+    replace: bool,
     /// Allowed origin for ctx.http_get (repeatable)
     #[arg(long)]
     egress: Vec<String>,
@@ -126,6 +134,26 @@ pub struct ToolFields {
 
 fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// `patch` over `base` as a JSON merge patch (RFC 7386): objects merge field by field, `null`
+/// removes a field, anything else replaces.
+fn merge_patch(base: &Value, patch: &Value) -> Value {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            let mut merged = base.clone();
+            for (key, value) in patch {
+                if value.is_null() {
+                    merged.remove(key);
+                } else {
+                    let next = merge_patch(merged.get(key).unwrap_or(&Value::Null), value);
+                    merged.insert(key.clone(), next);
+                }
+            }
+            Value::Object(merged)
+        }
+        _ => patch.clone(),
+    }
 }
 
 fn json_arg(flag: &str, text: &str) -> Result<Value> {
@@ -175,7 +203,12 @@ impl ToolFields {
             tool.source = Some(read(path)?);
         }
         if let Some(s) = &self.settings {
-            tool.settings = json_arg("--settings", s)?;
+            let given = json_arg("--settings", s)?;
+            tool.settings = if self.replace {
+                given
+            } else {
+                merge_patch(&tool.settings, &given)
+            };
         }
         if !self.egress.is_empty() {
             tool.egress = Some(self.egress.clone());
@@ -247,13 +280,26 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
             input,
             pipeline,
             conversation,
+            history,
             principal,
             json,
         } => {
-            let input = match (query, input) {
-                (_, Some(text)) => TestInput::Json(json_arg("--input", &text)?),
-                (Some(q), None) => TestInput::Query(q),
-                (None, None) => bail!("give --query TEXT or --input JSON"),
+            if history.is_some() && library.tool(&slug)?.tool_type != ToolType::Query {
+                bail!("--history is for query tools: they receive the conversation so far");
+            }
+            let input = match (query, input, history) {
+                (_, Some(text), history) => {
+                    let mut input = json_arg("--input", &text)?;
+                    if let Some(path) = history {
+                        input["history"] = Value::Array(read_history(&path)?);
+                    }
+                    TestInput::Json(input)
+                }
+                (Some(q), None, Some(path)) => TestInput::Json(
+                    serde_json::json!({"query": q, "history": read_history(&path)?}),
+                ),
+                (Some(q), None, None) => TestInput::Query(q),
+                (None, None, _) => bail!("give --query TEXT or --input JSON"),
             };
             let who = principal.principal(library)?;
             let report = library.test_tool(

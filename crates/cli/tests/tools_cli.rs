@@ -1450,3 +1450,169 @@ fn a_library_created_without_python_derives_its_seeds_once_python_is_there() {
     let shown = ok_json(&env, &["pipeline", "show", "default"]);
     assert_eq!(shown["pipeline"]["versions"], serde_json::json!([1, 2]));
 }
+
+#[test]
+fn editing_settings_merges_into_the_saved_ones_unless_replaced() {
+    let env = TestEnv::new();
+    env.ok(&["tools", "duplicate", "retrieve-lexical-focused", "lex2"]);
+    env.ok(&["tools", "edit", "lex2", "--settings", r#"{"limit":5}"#]);
+    let tool = ok_json(&env, &["tools", "show", "lex2"]);
+    assert_eq!(tool["settings"]["limit"], 5);
+    assert_eq!(
+        tool["settings"]["mode"], "lexical",
+        "the fields left out keep their saved values"
+    );
+
+    // A field set to null goes back to its default; --replace starts from the defaults.
+    env.ok(&[
+        "tools",
+        "edit",
+        "lex2",
+        "--settings",
+        r#"{"limit":7}"#,
+        "--replace",
+    ]);
+    let tool = ok_json(&env, &["tools", "show", "lex2"]);
+    assert_eq!(tool["settings"]["limit"], 7);
+    assert_eq!(tool["settings"]["mode"], "hybrid");
+    let versions = env.ok(&["tools", "versions", "lex2"]);
+    assert_eq!(versions.lines().count(), 3, "{versions}");
+    env.ok(&["tools", "restore", "lex2", "2"]);
+    let tool = ok_json(&env, &["tools", "show", "lex2"]);
+    assert_eq!(
+        (
+            tool["settings"]["mode"].as_str(),
+            tool["settings"]["limit"].as_i64()
+        ),
+        (Some("lexical"), Some(5))
+    );
+}
+
+#[test]
+fn a_mistyped_collection_label_is_refused_naming_the_field() {
+    let env = TestEnv::new();
+    let (code, message) = fails(
+        &env,
+        &["collection", "add", "typo", "--sensitivity", "confidental"],
+    );
+    assert_eq!(code, "invalid_setting", "{message}");
+    assert!(message.contains("sensitivity"), "{message}");
+    assert!(message.contains("confidental"), "{message}");
+    let listed = env.ok(&["collection", "list"]);
+    assert!(!listed.contains("typo"), "{listed}");
+}
+
+#[test]
+fn saving_a_pipeline_that_cannot_run_warns_and_says_why() {
+    let env = TestEnv::new();
+    let source = source_file(
+        env.docs(),
+        "llm_rewrite.py",
+        "async def run(input, ctx):\n    text = await ctx.llm(\"rewrite: \" + input[\"query\"])\n    return {\"kind\": \"query_variants\", \"queries\": [{\"query\": text, \"weight\": 1.0}]}\n",
+    );
+    env.ok(&[
+        "tools",
+        "create",
+        "llm-rewrite",
+        "--type",
+        "query",
+        "--source",
+        s(&source),
+    ]);
+    env.ok(&[
+        "pipeline",
+        "create",
+        "needs-model",
+        "--query-tools",
+        "llm-rewrite",
+        "--retrieval",
+        "retrieve-lexical-focused",
+    ]);
+    let out = env.run(&["pipeline", "save", "needs-model"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: version 1 cannot run") && stderr.contains("ctx.llm"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn pipeline_run_and_tool_tests_take_the_conversation_so_far() {
+    let env = TestEnv::new();
+    index_corpus(
+        &env,
+        "notes",
+        "notes",
+        &[("lamp.md", "The lighthouse lamp needs a clean wick.\n")],
+    );
+    let source = source_file(
+        env.docs(),
+        "follow_up.py",
+        "async def run(input, ctx):\n    earlier = [m[\"content\"] for m in input.get(\"history\") or [] if m[\"role\"] == \"user\"]\n    queries = [{\"query\": input[\"query\"], \"weight\": 1.0}]\n    queries += [{\"query\": e, \"weight\": 1.0} for e in earlier[-1:]]\n    return {\"kind\": \"query_variants\", \"queries\": queries}\n",
+    );
+    env.ok(&[
+        "tools",
+        "create",
+        "follow-up",
+        "--type",
+        "query",
+        "--source",
+        s(&source),
+    ]);
+    lexical_pipeline(&env, "conversational", "noop_chunk", Some("follow-up"));
+    let history = env.docs().join("history.json");
+    write(
+        &history,
+        r#"[{"role": "user", "content": "the lighthouse lamp"}, {"role": "assistant", "content": "It burns paraffin [1]."}]"#,
+    );
+    let run = ok_json(
+        &env,
+        &[
+            "pipeline",
+            "run",
+            "how often is it cleaned?",
+            "--pipeline",
+            "conversational",
+            "--history",
+            s(&history),
+        ],
+    );
+    assert!(
+        entries(&run)
+            .iter()
+            .any(|e| e["path"].as_str().unwrap().ends_with("lamp.md")),
+        "{run}"
+    );
+    let test = ok_json(
+        &env,
+        &[
+            "tools",
+            "test",
+            "follow-up",
+            "--query",
+            "how often is it cleaned?",
+            "--history",
+            s(&history),
+        ],
+    );
+    assert_eq!(test["output"]["queries"][1]["query"], "the lighthouse lamp");
+
+    // A history that is not a list of messages is refused, naming the file and the message.
+    write(&history, r#"[{"role": "narrator", "content": "x"}]"#);
+    let out = env.run(&[
+        "pipeline",
+        "run",
+        "q",
+        "--pipeline",
+        "conversational",
+        "--history",
+        s(&history),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("history.json") && stderr.contains("[0]"),
+        "{stderr}"
+    );
+}

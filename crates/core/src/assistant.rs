@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::audit;
 use crate::auth::{Principal, PrincipalKind};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::DocumentId;
 use crate::llm::ToolSpec;
 use crate::orchestrator::{
@@ -33,14 +33,19 @@ impl PipelineCalls for Library {
         principal: &Principal,
         options: &RunOptions,
     ) -> Result<PipelineRun> {
-        let key = self.evidence_key()?;
-        pipeline::run_resolved(
-            &self.engine_context(&key),
-            pipeline,
-            query,
-            principal,
-            options,
-        )
+        // Audited like `quarry pipeline run`: a chat's searches are runs too.
+        let started = std::time::Instant::now();
+        let result = self.evidence_key().and_then(|key| {
+            pipeline::run_resolved(
+                &self.engine_context(&key),
+                pipeline,
+                query,
+                principal,
+                options,
+            )
+        });
+        self.audit_pipeline_run(&pipeline.name, query, principal, options, started, &result)?;
+        result
     }
 
     fn call_action(
@@ -300,7 +305,36 @@ impl Library {
     /// What stops a configuration from being applied (unknown pipelines, direct tools that
     /// are missing or not action tools).
     pub fn orchestrator_problems(&self, config: &OrchestratorConfig) -> Vec<String> {
-        revisions::problems(self.store(), config)
+        let mut problems = revisions::problems(self.store(), config);
+        problems.extend(self.unready_pipelines(config));
+        problems
+    }
+
+    /// The blocking readiness problems of the saved pipelines a configuration's modes run: a
+    /// revision that applied them would fail every chat that searches.
+    fn unready_pipelines(&self, config: &OrchestratorConfig) -> Vec<String> {
+        let mut problems = Vec::new();
+        for mode in &config.modes {
+            let Some(name) = &mode.pipeline else {
+                continue;
+            };
+            // A pipeline that does not resolve is already one of `revisions::problems`.
+            let Ok(blocking) = self.check_pipeline(name, false, &Principal::administrator()) else {
+                continue;
+            };
+            problems.extend(
+                blocking
+                    .into_iter()
+                    .filter(|p| p.severity == pipeline::Severity::Blocking)
+                    .map(|p| {
+                        format!(
+                            "mode `{}`: pipeline `{name}` is not ready: {}",
+                            mode.name, p.message
+                        )
+                    }),
+            );
+        }
+        problems
     }
 
     /// An applied revision of a configuration (`None`: the newest).
@@ -321,7 +355,17 @@ impl Library {
     /// record (a refused apply too) naming the revision it made.
     pub fn apply_orchestrator(&self, name: &str, principal: &Principal) -> Result<AppliedRevision> {
         let started = Instant::now();
-        let result = revisions::apply(self.store(), name, &principal.label);
+        let result = self.orchestrator_draft(name).and_then(|draft| {
+            let unready = self.unready_pipelines(&draft);
+            if unready.is_empty() {
+                revisions::apply(self.store(), name, &principal.label)
+            } else {
+                Err(Error::OrchestratorNotReady(format!(
+                    "configuration `{name}` cannot be applied: {}",
+                    unready.join("; ")
+                )))
+            }
+        });
         let detail = result
             .as_ref()
             .ok()

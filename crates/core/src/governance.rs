@@ -306,21 +306,38 @@ impl Library {
         let result = self.evidence_key().and_then(|key| {
             pipeline::run(&self.engine_context(&key), name, query, principal, options)
         });
-        let detail = result
-            .as_ref()
-            .ok()
-            .map(|r| format!("{} chunk(s) admitted", r.evidence.entries.len()));
+        self.audit_pipeline_run(name, query, principal, options, started, &result)?;
+        result
+    }
+
+    /// The audit record of a pipeline run, from `quarry pipeline run`, the tester or a chat
+    /// turn (which names its conversation).
+    pub(crate) fn audit_pipeline_run(
+        &self,
+        name: &str,
+        query: &str,
+        principal: &Principal,
+        options: &RunOptions,
+        started: Instant,
+        result: &Result<PipelineRun>,
+    ) -> Result<()> {
+        let detail = result.as_ref().ok().map(|r| {
+            let admitted = format!("{} chunk(s) admitted", r.evidence.entries.len());
+            match &options.conversation {
+                Some(id) => format!("{admitted}; in conversation {id}"),
+                None => admitted,
+            }
+        });
         audit::record(
             self.store(),
             &principal.label,
             "pipeline.run",
             name,
-            &json!({"query": query, "draft": options.draft}),
+            &json!({"query": query, "draft": options.draft, "conversation": options.conversation}),
             result.as_ref().map(|_| ()),
             detail.as_deref(),
             started.elapsed().as_millis() as i64,
-        )?;
-        result
+        )
     }
 
     /// One code-tool call outside any pipeline, as `session`'s caller, with `retrieval` as the

@@ -273,6 +273,9 @@ impl Library {
         sensitivity: &str,
         language: &str,
     ) -> Result<Collection> {
+        // An unknown label would rank above every ceiling and hide the collection from
+        // everyone but plain search: refuse it, as key ceilings are refused.
+        crate::auth::validate_sensitivity("sensitivity", sensitivity)?;
         let language = language_by_name(&language.to_ascii_lowercase())?;
         self.store.create_collection(
             name,

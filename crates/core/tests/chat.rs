@@ -1182,3 +1182,57 @@ fn conversations_are_renamed_deleted_and_their_last_turn_taken_back() {
         "conversation_not_found"
     );
 }
+
+#[test]
+fn knowledge_search_answers_a_model_with_its_manuals_own_strings_and_field_order() {
+    let f = fixture();
+    // An explicit allow-list, so the tool's schema has an enum the generic check would use.
+    let store = f.library.store();
+    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
+        mode.knowledge_search.as_mut().unwrap().namespaces = vec!["notes".into()];
+    }
+    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
+    revisions::apply(store, DEFAULT_CONFIG, "test").unwrap();
+    // Empty query, then a namespace outside the allow-list, then a good call: the model reads
+    // the manual's error strings (not the generic argument check's), then the manual's JSON.
+    let script = serve_script(vec![
+        sse_tool_call("knowledge_search", &json!({"query": ""})),
+        sse_tool_call(
+            "knowledge_search",
+            &json!({"query": "pump", "namespaces": ["nowhere"]}),
+        ),
+        sse_tool_call(
+            "knowledge_search",
+            &json!({"query": "XR-200 pump pressure"}),
+        ),
+        sse_answer("4 bar [1]."),
+    ]);
+    let result = f
+        .library
+        .chat("pump pressure?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
+    assert!(result.answer.contains("4 bar"), "{}", result.answer);
+    let seen = script.tool_results(3);
+    assert_eq!(seen[0], "Error: \"query argument required\"");
+    assert!(
+        seen[1].contains("no valid namespaces selected"),
+        "{}",
+        seen[1]
+    );
+    let json = &seen[2];
+    assert!(json.starts_with("{\"query\":"), "{json}");
+    let order = [
+        "\"rank\"",
+        "\"namespace\"",
+        "\"similarity\"",
+        "\"source\"",
+        "\"chunk_idx\"",
+        "\"content\"",
+    ];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|k| json.find(k).unwrap_or_else(|| panic!("{k} in {json}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{json}");
+}

@@ -10,7 +10,6 @@ use std::path::Path;
 
 use quarry_core::auth::{NewKey, PrincipalKind, Scope};
 use quarry_core::evidence::EvidenceSession;
-use quarry_core::pipeline::MAX_NEIGHBOR_RADIUS;
 use quarry_core::tools::{Executor, Limits, NetworkIsolation, ToolDefinition, ToolType};
 use quarry_core::{Library, LibraryOptions, Principal, RunOptions, SearchMode, SearchRequest};
 use serde_json::{json, Value};
@@ -634,7 +633,7 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
     let second = page(cursor.clone());
     assert_eq!(second["pages"][0]["chunks"][0]["ordinal"], 8);
 
-    // fetch_neighbors: radius capped at four.
+    // fetch_neighbors: radius capped at the tool's max_radius, four unless set.
     let middle = second["pages"][0]["chunks"][2]["evidence_ref"]
         .as_str()
         .unwrap()
@@ -646,7 +645,7 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
         json!({"evidence_ref": middle, "radius": 10}),
     )
     .unwrap();
-    assert_eq!(out["radius"], MAX_NEIGHBOR_RADIUS);
+    assert_eq!(out["radius"], 4);
     let around: Vec<i64> = out["chunks"]
         .as_array()
         .unwrap()

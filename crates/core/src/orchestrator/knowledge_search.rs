@@ -151,7 +151,23 @@ struct Output<'a> {
     results: Vec<ResultItem>,
 }
 
-#[derive(Serialize)]
+/// [`Output`] read back from its JSON, to be written again in the manual's order.
+#[derive(Serialize, Deserialize)]
+struct OwnedOutput {
+    query: String,
+    results: Vec<ResultItem>,
+}
+
+/// The manual's JSON text of an output that went through a `Value` (whose keys are sorted):
+/// fields in the manual's order again.
+pub(crate) fn manual_text(output: &Value) -> String {
+    serde_json::from_value::<OwnedOutput>(output.clone())
+        .ok()
+        .and_then(|o| serde_json::to_string(&o).ok())
+        .unwrap_or_else(|| output.to_string())
+}
+
+#[derive(Serialize, Deserialize)]
 struct ResultItem {
     rank: usize,
     namespace: String,
@@ -163,7 +179,7 @@ struct ResultItem {
     metadata: Option<Metadata>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Metadata {
     source: String,
     chunk_idx: String,

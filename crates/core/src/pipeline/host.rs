@@ -21,8 +21,10 @@ use crate::tools::{schema, CallError, ToolDefinition};
 
 /// Largest page any fetch operation returns, whatever a tool asks for.
 const MAX_PAGE_CHUNKS: i64 = 32;
-/// `fetch_neighbors` radius cap (the manual's "capped at four").
-pub const MAX_NEIGHBOR_RADIUS: i64 = 4;
+/// `fetch_neighbors`' hard maximum radius. A tool caps it lower with its own setting (the
+/// seeded tool's `max_radius`, 4 by default, at most this); the host answers with the radius
+/// it used.
+pub const MAX_NEIGHBOR_RADIUS: i64 = 16;
 const MAX_HTTP_BODY: u64 = 1024 * 1024;
 
 /// What a tool call may reach: the engine, the caller's evidence session, the pipeline's

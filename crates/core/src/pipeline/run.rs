@@ -351,6 +351,8 @@ pub fn run_resolved(
     let readiness = ready_to_run(engine, resolved, principal)?;
     let query = non_empty(query)?;
     let session = session_for(engine, principal, options.conversation.as_deref())?;
+    let scope = narrow_to_caller(engine.store, resolved, principal)?;
+    let resolved = &scope.pipeline;
     let env = environment(*engine, &session, resolved);
     let budget = run_budget(resolved, options);
     let mut stages = Vec::new();
@@ -358,7 +360,17 @@ pub fn run_resolved(
 
     let variants = query_stage(&env, resolved, query, options, budget, &mut stages)?;
     let retrieval = env.retrieval.expect("checked: ready pipelines have one");
-    let (report, candidates) = retrieve_candidates(&env, retrieval, query, &variants)?;
+    let (mut report, candidates) = if scope.none_readable {
+        (nothing_readable(retrieval, query, &variants), Vec::new())
+    } else {
+        retrieve_candidates(&env, retrieval, query, &variants)?
+    };
+    if scope.left_out > 0 {
+        report.detail += &format!(
+            "; narrowed to the caller's collections: {} of the pipeline's {} left out",
+            scope.left_out, scope.named
+        );
+    }
     stages.push(report);
     let candidates = chunk_stage(&env, resolved, query, candidates, &mut ledger, &mut stages)?;
     stages.push(evidence_stage(
@@ -378,6 +390,78 @@ pub fn run_resolved(
         readiness,
         took_us: us(started),
     })
+}
+
+/// A pipeline narrowed to the collections its caller may read (the manual: a pipeline's
+/// collections are narrowed to the caller's, never an error).
+struct CallerScope {
+    pipeline: ResolvedPipeline,
+    /// Collections the pipeline names.
+    named: usize,
+    /// How many of them the caller may not read.
+    left_out: usize,
+    /// It names collections and the caller may read none of them: nothing to search.
+    none_readable: bool,
+}
+
+fn narrow_to_caller(
+    store: &Store,
+    resolved: &ResolvedPipeline,
+    principal: &Principal,
+) -> Result<CallerScope> {
+    let mut pipeline = resolved.clone();
+    let named = pipeline.pipeline.collections.len();
+    if named == 0 {
+        return Ok(CallerScope {
+            pipeline,
+            named,
+            left_out: 0,
+            none_readable: false,
+        });
+    }
+    let collections = store.collections()?;
+    let readable = |name: &String| {
+        // A collection that does not exist stays: readiness and search name it.
+        collections
+            .iter()
+            .find(|c| &c.name == name)
+            .is_none_or(|c| principal.scope.allows(c))
+    };
+    let kept: Vec<String> = pipeline
+        .pipeline
+        .collections
+        .iter()
+        .filter(|n| readable(n))
+        .cloned()
+        .collect();
+    let left_out = named - kept.len();
+    let none_readable = kept.is_empty();
+    // With none readable the names stay, so a code tool's ctx.search finds nothing rather
+    // than every collection (an empty list means all of them).
+    if !none_readable {
+        pipeline.pipeline.collections = kept;
+    }
+    Ok(CallerScope {
+        pipeline,
+        named,
+        left_out,
+        none_readable,
+    })
+}
+
+/// The retrieval stage of a caller who may read none of the pipeline's collections.
+fn nothing_readable(tool: &ToolDefinition, query: &str, variants: &[WeightedQuery]) -> StageReport {
+    StageReport {
+        stage: "retrieval",
+        tool: Some(tool.slug.clone()),
+        input: json!({"query": query, "variants": variants, "settings": tool.settings}),
+        output: json!({"candidates": []}),
+        took_us: 0,
+        ctx_calls: Vec::new(),
+        logs: Vec::new(),
+        search_trace: Vec::new(),
+        detail: "0 candidate(s): the caller may read none of the pipeline's collections".into(),
+    }
 }
 
 /// The readiness notes of a pipeline that may run; an error naming every blocking problem
@@ -663,14 +747,17 @@ impl ToolTest<'_> {
     }
 
     fn query(&mut self, input: &TestInput, budget: usize) -> Result<Value> {
-        let (query, variants) = match input {
-            TestInput::Query(q) => (q.clone(), single_variant(q)),
+        let (query, variants, history) = match input {
+            TestInput::Query(q) => (q.clone(), single_variant(q), Vec::new()),
             TestInput::Json(v) => (
                 v["query"].as_str().unwrap_or_default().to_string(),
                 given_variants(&v["variants"]),
+                // The conversation so far, as a chat turn would give it (newest last).
+                v["history"].as_array().cloned().unwrap_or_default(),
             ),
         };
-        let (report, _) = run_query_tool(&self.env, self.tool, &query, &[], &variants, budget)?;
+        let (report, _) =
+            run_query_tool(&self.env, self.tool, &query, &history, &variants, budget)?;
         let output = report.output.clone();
         self.stages.push(report);
         Ok(output)

@@ -76,7 +76,9 @@ fn check(value: &Value, schema: &Value, path: &str) -> Result<(), String> {
         return Ok(());
     };
     if let Some(options) = schema.get("anyOf").and_then(Value::as_array) {
-        return check_any_of(value, options, path);
+        check_any_of(value, options, path)?;
+        // Pydantic puts an `Optional[...]` field's bounds beside its `anyOf` (`limit: Optional[
+        // int] = Field(None, ge=1)`): they hold for whichever option matched.
     }
     check_enum(value, schema, path)?;
     check_type(value, schema, path)?;

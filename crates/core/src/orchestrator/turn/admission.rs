@@ -166,7 +166,8 @@ fn knowledge_search_text(
             r["rank"] = json!(rank + 1);
         }
     }
-    output.to_string()
+    // Written in the manual's field order (a `Value` sorts its keys).
+    crate::orchestrator::knowledge_search::manual_text(&output)
 }
 
 /// A passage as a tool result shows it to the model.

@@ -216,7 +216,17 @@ impl Turn<'_> {
         };
         // Calls to tools not offered this round (e.g. a direct tool before a qualifying
         // pipeline) still go through call_tool, which refuses them with the reason.
-        if let Some(spec) = offered.iter().find(|t| t.name == call.name) {
+        // knowledge_search checks its own arguments: its manual fixes the error strings the
+        // model reads (`Error: "query argument required"`, `no valid namespaces selected`).
+        let checks_itself = self
+            .mode
+            .knowledge_search
+            .as_ref()
+            .is_some_and(|ks| ks.tool_name == call.name);
+        if let Some(spec) = offered
+            .iter()
+            .find(|t| t.name == call.name && !checks_itself)
+        {
             if let Err(e) = crate::tools::schema::validate(&arguments, &spec.parameters) {
                 return self.refuse_call(call, by, format!("Error: invalid arguments: {e}"));
             }
@@ -274,9 +284,14 @@ impl Turn<'_> {
                 self.revision.revision
             ));
         };
+        let history = match self.query_history() {
+            Ok(history) => history,
+            Err(e) => return RawResult::error(format!("Error: {e}")),
+        };
         let options = RunOptions {
             conversation: Some(self.conversation.id.clone()),
             max_query_variants: Some(self.mode.budget.query_variants),
+            history,
             ..Default::default()
         };
         match self

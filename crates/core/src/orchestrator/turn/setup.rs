@@ -19,6 +19,11 @@ use crate::orchestrator::gates::Gates;
 use crate::orchestrator::revisions::{self, AppliedRevision};
 use crate::{Error, Result};
 
+/// Earlier messages a query tool receives, at most.
+pub const QUERY_HISTORY_MESSAGES: usize = 8;
+/// Characters of each message a query tool receives, at most.
+pub const QUERY_HISTORY_CHARS: usize = 2000;
+
 /// How to run a turn.
 #[derive(Clone)]
 pub struct ChatOptions {
@@ -240,6 +245,22 @@ impl<'a> Turn<'a> {
                 } else {
                     ChatMessage::assistant(m.content.clone())
                 }
+            })
+            .collect())
+    }
+
+    /// The conversation so far as query tools receive it (the manual: "the resolved query
+    /// and the conversation history"): earlier turns' messages, newest last, at most
+    /// [`QUERY_HISTORY_MESSAGES`] of them, each cut to [`QUERY_HISTORY_CHARS`] characters.
+    pub(super) fn query_history(&self) -> Result<Vec<Value>> {
+        let stored = conversation::messages_of(self.ctx.store, &self.conversation.id)?;
+        let earlier: Vec<_> = stored.iter().filter(|m| m.turn < self.turn).collect();
+        let start = earlier.len().saturating_sub(QUERY_HISTORY_MESSAGES);
+        Ok(earlier[start..]
+            .iter()
+            .map(|m| {
+                let content: String = m.content.chars().take(QUERY_HISTORY_CHARS).collect();
+                json!({"role": m.role, "content": content})
             })
             .collect())
     }

@@ -1,0 +1,516 @@
+//! The tool manual's flows end to end through the library's public API, on real libraries
+//! with a real Python worker: query tools receive the conversation, readiness gates applying
+//! a revision, fetch_neighbors' radius, sensitivity labels and what each caller may read
+//! (a property test over every path), pipelines narrowed to the caller, Optional input
+//! bounds, chat runs in the audit log, and the seeded modes.
+
+mod common;
+
+use proptest::prelude::*;
+use quarry_core::audit::AuditQuery;
+use quarry_core::auth::{NewKey, PrincipalKind, Scope, SENSITIVITY_LEVELS};
+use quarry_core::orchestrator::{ChatOptions, DEFAULT_CONFIG};
+use quarry_core::pipeline::{PipelineDefinition, TestInput};
+use quarry_core::tools::{ToolDefinition, ToolType};
+use quarry_core::{Error, Library, Principal, RunOptions, SearchMode, SearchRequest};
+use serde_json::json;
+
+use common::{admin, Fixture};
+
+fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
+    ToolDefinition {
+        slug: slug.into(),
+        name: slug.into(),
+        description: String::new(),
+        tool_type,
+        settings: json!({}),
+        limits: None,
+        egress: None,
+        model: None,
+        source: Some(source.into()),
+        derived: None,
+    }
+}
+
+/// A lexical pipeline `name` over `collections` with these query tools, saved.
+fn lexical_pipeline(library: &Library, name: &str, query_tools: &[&str], collections: &[&str]) {
+    let definition = PipelineDefinition {
+        query_tools: query_tools.iter().map(|s| s.to_string()).collect(),
+        retrieval: Some("retrieve-lexical-focused".into()),
+        chunk_tools: vec!["noop_chunk".into()],
+        collections: collections.iter().map(|s| s.to_string()).collect(),
+        ..PipelineDefinition::default()
+    };
+    library.create_pipeline(name, &definition).unwrap();
+    library
+        .save_pipeline(name, &Principal::administrator())
+        .unwrap();
+}
+
+/// The extractive mode of the default configuration runs `pipeline` from now on.
+fn extractive_mode_runs(library: &Library, pipeline: &str) {
+    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
+    for mode in draft.modes.iter_mut().filter(|m| m.name == "extractive") {
+        mode.pipeline = Some(pipeline.into());
+    }
+    library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    library
+        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+        .unwrap();
+}
+
+/// A key with `scope`, as the caller it authenticates.
+fn caller(
+    library: &Library,
+    name: &str,
+    collections: Option<Vec<String>>,
+    ceiling: &str,
+) -> Principal {
+    let created = library
+        .create_key(&NewKey {
+            name: name.into(),
+            kind: PrincipalKind::Personal,
+            user: None,
+            scope: Scope {
+                collections,
+                sensitivity_ceiling: ceiling.into(),
+            },
+        })
+        .unwrap();
+    library.authenticate(&created.secret, None).unwrap()
+}
+
+fn paths(entries: impl IntoIterator<Item = std::path::PathBuf>) -> Vec<String> {
+    entries
+        .into_iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Adds the conversation's last question as a second stream.
+const FOLLOW_UP: &str = r#"async def run(input, ctx):
+    query = input["query"]
+    earlier = [m["content"] for m in input.get("history") or [] if m.get("role") == "user"]
+    queries = [{"query": query, "weight": 1.0}]
+    if earlier:
+        queries.append({"query": earlier[-1], "weight": 1.0})
+    return {"kind": "query_variants", "queries": queries}
+"#;
+
+#[test]
+fn a_follow_up_question_is_searched_with_the_conversation_and_the_run_is_audited() {
+    let mut f = Fixture::new();
+    f.add_collection(
+        "notes",
+        "internal",
+        "",
+        &[
+            (
+                "lamp.md",
+                "# Lighthouse lamp\n\nThe lighthouse lamp burns paraffin and needs a clean wick.\n",
+            ),
+            (
+                "pump.md",
+                "# Pump\n\nThe bilge pump is serviced every month.\n",
+            ),
+        ],
+    );
+    f.reindex();
+    let library = &f.library;
+    library
+        .create_tool(code_tool("follow-up", ToolType::Query, FOLLOW_UP))
+        .unwrap();
+    lexical_pipeline(library, "conversational", &["follow-up"], &[]);
+    extractive_mode_runs(library, "conversational");
+
+    let mut options = ChatOptions::new(Principal::administrator());
+    options.mode = Some("extractive".into());
+    let first = library
+        .chat("tell me about the lighthouse lamp", &options, &mut |_| {})
+        .unwrap();
+    options.conversation = Some(first.conversation.clone());
+    // "serviced" is only in pump.md: lamp.md is found through the conversation so far.
+    let second = library
+        .chat("how often is it serviced?", &options, &mut |_| {})
+        .unwrap();
+    let found = paths(second.evidence.iter().map(|e| e.path.clone()));
+    assert!(
+        found.iter().any(|p| p == "lamp.md"),
+        "the follow-up is searched with the lamp question: {found:?}"
+    );
+
+    // Each chat search is in the audit log, naming its conversation.
+    let runs = library
+        .audit(&AuditQuery {
+            action: Some("pipeline.run".into()),
+            target: Some("conversational".into()),
+            ..AuditQuery::default()
+        })
+        .unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.iter().all(|r| r
+        .detail
+        .as_deref()
+        .unwrap_or("")
+        .contains(&first.conversation)));
+
+    // The tester gives a query tool the same history.
+    let report = library
+        .test_tool(
+            "follow-up",
+            &TestInput::Json(json!({
+                "query": "how often is it serviced?",
+                "history": [{"role": "user", "content": "tell me about the lighthouse lamp"}],
+            })),
+            &Principal::administrator(),
+            None,
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        report.output["queries"][1]["query"],
+        "tell me about the lighthouse lamp"
+    );
+}
+
+#[test]
+fn a_revision_is_not_applied_while_its_pipeline_cannot_run() {
+    let mut f = Fixture::new();
+    f.add_collection("notes", "internal", "", &[("a.md", "alpha beta\n")]);
+    f.reindex();
+    let library = &f.library;
+    // ctx.llm with no model: the pipeline saves (a draft may be saved mid-work) but cannot run.
+    let rewrite = "async def run(input, ctx):\n    text = await ctx.llm(\"rewrite: \" + input[\"query\"])\n    return {\"kind\": \"query_variants\", \"queries\": [{\"query\": text, \"weight\": 1.0}]}\n";
+    library
+        .create_tool(code_tool("llm-rewrite", ToolType::Query, rewrite))
+        .unwrap();
+    lexical_pipeline(library, "needs-model", &["llm-rewrite"], &[]);
+    let blocking = library
+        .check_pipeline("needs-model", false, &Principal::administrator())
+        .unwrap();
+    assert!(!blocking.is_empty());
+
+    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
+    for mode in draft.modes.iter_mut().filter(|m| m.name == "extractive") {
+        mode.pipeline = Some("needs-model".into());
+    }
+    library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    let problems = library.orchestrator_problems(&draft);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("needs-model") && p.contains("ctx.llm")),
+        "{problems:?}"
+    );
+    let before = library
+        .orchestrator_revisions(DEFAULT_CONFIG)
+        .unwrap()
+        .len();
+    let refused = library
+        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::OrchestratorNotReady(_)),
+        "{refused}"
+    );
+    assert!(refused
+        .to_string()
+        .contains("pipeline `needs-model` is not ready"));
+    assert_eq!(
+        library
+            .orchestrator_revisions(DEFAULT_CONFIG)
+            .unwrap()
+            .len(),
+        before,
+        "nothing applied"
+    );
+}
+
+#[test]
+fn fetch_neighbors_honours_its_max_radius_and_reports_the_radius_used() {
+    let mut f = Fixture::new();
+    let long: String = (0..30)
+        .map(|i| format!("## Part {i}\n\nSection {i} of the manual, with its own words.\n\n"))
+        .collect();
+    f.add_collection("notes", "internal", "", &[("long.md", long)]);
+    f.reindex();
+    let library = &f.library;
+    let session = admin(library);
+    let lexical = library.tool("retrieve-lexical-focused").unwrap();
+    let found = library
+        .call_code_tool(
+            &library.tool("search_documents").unwrap(),
+            &json!({"query": "Section 15"}),
+            &session,
+            Some(&lexical),
+        )
+        .unwrap();
+    let source_ref = found.output["matches"][0]["source_ref"].clone();
+    let page = library
+        .call_code_tool(
+            &library.tool("fetch_document_chunks").unwrap(),
+            &json!({"sources": [{"source_ref": source_ref}]}),
+            &session,
+            Some(&lexical),
+        )
+        .unwrap()
+        .output;
+    let chunks = page["pages"][0]["chunks"].as_array().unwrap();
+    let seventh = chunks
+        .iter()
+        .find(|c| c["ordinal"] == 7)
+        .expect("a first page of 8");
+    let reference = seventh["evidence_ref"].as_str().unwrap().to_string();
+
+    let mut neighbors = library.tool("fetch_neighbors").unwrap();
+    neighbors.settings = json!({"max_radius": 8});
+    let out = library
+        .call_code_tool(
+            &neighbors,
+            &json!({"evidence_ref": reference, "radius": 6}),
+            &session,
+            Some(&lexical),
+        )
+        .unwrap()
+        .output;
+    assert_eq!(out["radius"], 6, "{out}");
+    assert_eq!(out["chunks"].as_array().unwrap().len(), 12, "{out}");
+    let out = library
+        .call_code_tool(
+            &neighbors,
+            &json!({"evidence_ref": reference, "radius": 20}),
+            &session,
+            Some(&lexical),
+        )
+        .unwrap()
+        .output;
+    assert_eq!(out["radius"], 8, "capped at the tool's max_radius: {out}");
+}
+
+#[test]
+fn a_mistyped_sensitivity_label_is_refused_and_nothing_is_created() {
+    let mut f = Fixture::new();
+    let refused = f
+        .library
+        .create_collection("typo", "confidental", "english")
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("`confidental` is not one of"),
+        "{refused}"
+    );
+    assert!(f.library.collections().unwrap().is_empty());
+}
+
+#[test]
+fn a_pipeline_is_narrowed_to_the_collections_its_caller_may_read() {
+    let mut f = Fixture::new();
+    f.add_collection(
+        "open",
+        "public",
+        "open",
+        &[("o.md", "the shared harbour schedule\n")],
+    );
+    f.add_collection(
+        "closed",
+        "restricted",
+        "closed",
+        &[("c.md", "the secret harbour schedule\n")],
+    );
+    f.add_collection(
+        "other",
+        "public",
+        "other",
+        &[("x.md", "an unrelated note\n")],
+    );
+    f.reindex();
+    let library = &f.library;
+    lexical_pipeline(library, "both", &[], &["open", "closed"]);
+
+    let reader = caller(library, "reader", None, "internal");
+    let run = library
+        .run_pipeline("both", "harbour schedule", &reader, &RunOptions::default())
+        .unwrap();
+    assert_eq!(
+        paths(run.evidence.entries.iter().map(|e| e.path.clone())),
+        ["o.md"]
+    );
+    let retrieval = run.stages.iter().find(|s| s.stage == "retrieval").unwrap();
+    assert!(
+        retrieval
+            .detail
+            .contains("narrowed to the caller's collections: 1 of the pipeline's 2 left out"),
+        "{}",
+        retrieval.detail
+    );
+
+    let outsider = caller(library, "outsider", Some(vec!["other".into()]), "public");
+    let run = library
+        .run_pipeline(
+            "both",
+            "harbour schedule",
+            &outsider,
+            &RunOptions::default(),
+        )
+        .unwrap();
+    assert!(run.evidence.entries.is_empty());
+
+    let admin_run = library
+        .run_pipeline(
+            "both",
+            "harbour schedule",
+            &Principal::administrator(),
+            &RunOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(admin_run.evidence.entries.len(), 2);
+}
+
+#[test]
+fn optional_inputs_keep_their_bounds() {
+    let mut f = Fixture::new();
+    f.add_collection("notes", "internal", "", &[("a.md", "cache eviction\n")]);
+    f.reindex();
+    let library = &f.library;
+    let refused = library
+        .test_tool(
+            "search_documents",
+            &TestInput::Json(json!({"query": "cache", "limit": -3})),
+            &Principal::administrator(),
+            None,
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("`limit` must be at least 1"),
+        "{refused}"
+    );
+    library
+        .test_tool(
+            "search_documents",
+            &TestInput::Json(json!({"query": "cache", "limit": null})),
+            &Principal::administrator(),
+            None,
+            None,
+        )
+        .unwrap();
+}
+
+#[test]
+fn the_seeded_grounded_mode_offers_only_what_it_can_use() {
+    let f = Fixture::new();
+    let revision = f
+        .library
+        .orchestrator_revision(DEFAULT_CONFIG, None)
+        .unwrap();
+    let grounded = revision
+        .config
+        .modes
+        .iter()
+        .find(|m| m.name == "grounded")
+        .unwrap();
+    // One round led by the orchestrator: the model never gets to call a direct tool.
+    assert!(
+        grounded.direct_tools.is_empty(),
+        "{:?}",
+        grounded.direct_tools
+    );
+}
+
+/// What every read path returns to `who`, as (collection, sensitivity) of each chunk.
+fn everything_read(library: &Library, who: &Principal) -> Vec<(String, String)> {
+    let collections = library.collections().unwrap();
+    let label = |name: &str| {
+        collections
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.sensitivity.clone())
+            .unwrap()
+    };
+    let mut seen = Vec::new();
+    let mut request = SearchRequest::new("harbour schedule");
+    request.settings.mode = SearchMode::Lexical;
+    for hit in library.search_as(who, request).unwrap().hits {
+        seen.push(hit.collection.clone());
+    }
+    let run = library
+        .run_pipeline("all", "harbour schedule", who, &RunOptions::default())
+        .unwrap();
+    seen.extend(run.evidence.entries.iter().map(|e| e.collection.clone()));
+    let test = library
+        .test_tool(
+            "retrieve-lexical-focused",
+            &TestInput::Query("harbour schedule".into()),
+            who,
+            Some("all"),
+            None,
+        )
+        .unwrap();
+    seen.extend(test.evidence.entries.iter().map(|e| e.collection.clone()));
+    let mut options = ChatOptions::new(who.clone());
+    options.mode = Some("extractive".into());
+    let chat = library
+        .chat("harbour schedule", &options, &mut |_| {})
+        .unwrap();
+    seen.extend(chat.evidence.iter().map(|e| e.collection.clone()));
+    seen.into_iter()
+        .map(|c| {
+            let l = label(&c);
+            (c, l)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, .. ProptestConfig::default() })]
+
+    /// For random labels, scopes and ceilings, no read path gives a caller a chunk outside its
+    /// collections or above its ceiling, and the administrator sees everything.
+    #[test]
+    fn no_path_reads_outside_the_callers_scope(
+        labels in proptest::collection::vec(0..SENSITIVITY_LEVELS.len(), 3),
+        listed in proptest::collection::vec(any::<bool>(), 3),
+        limit_to_listed in any::<bool>(),
+        ceiling in 0..SENSITIVITY_LEVELS.len(),
+    ) {
+        let mut f = Fixture::new();
+        let names = ["north", "south", "east"];
+        for (i, name) in names.iter().enumerate() {
+            let file = format!("{name}.md");
+            f.add_collection(
+                name,
+                SENSITIVITY_LEVELS[labels[i]],
+                name,
+                &[(file.as_str(), format!("the {name} harbour schedule\n"))],
+            );
+        }
+        f.reindex();
+        let library = &f.library;
+        lexical_pipeline(library, "all", &[], &[]);
+        extractive_mode_runs(library, "all");
+
+        let allowed: Vec<String> = names
+            .iter()
+            .zip(&listed)
+            .filter(|(_, on)| **on)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let scope = limit_to_listed.then(|| allowed.clone());
+        let who = caller(library, "prop", scope.clone(), SENSITIVITY_LEVELS[ceiling]);
+        for (collection, label) in everything_read(library, &who) {
+            let rank = SENSITIVITY_LEVELS.iter().position(|l| *l == label).unwrap();
+            prop_assert!(rank <= ceiling, "{collection} ({label}) is above {}", SENSITIVITY_LEVELS[ceiling]);
+            if let Some(scope) = &scope {
+                prop_assert!(scope.contains(&collection), "{collection} is outside {scope:?}");
+            }
+        }
+        let admin_sees: std::collections::BTreeSet<String> = everything_read(library, &Principal::administrator())
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        prop_assert_eq!(admin_sees.len(), 3);
+    }
+}
