@@ -155,6 +155,10 @@ pub fn run_evaluation(
         }
         report.rows.push(scores);
     }
+    // The set's library, its index and its caches go now: give their memory back, so a
+    // long-lived process (the desktop app) does not keep it after the evaluation.
+    drop(library);
+    crate::library::return_freed_memory();
     Ok(report)
 }
 

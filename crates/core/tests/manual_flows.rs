@@ -514,3 +514,65 @@ proptest! {
         prop_assert_eq!(admin_sees.len(), 3);
     }
 }
+
+#[test]
+fn an_action_tool_that_returns_free_text_cannot_become_a_direct_evidence_tool() {
+    let mut f = Fixture::new();
+    f.add_collection(
+        "notes",
+        "internal",
+        "",
+        &[("pump.md", "The pump needs 4 bar.\n")],
+    );
+    f.reindex();
+    let library = &f.library;
+    let made_up = "from quarry import BaseModel, Field\n\n\nclass Inputs(BaseModel):\n    question: str = Field(..., min_length=1)\n\n\nclass Output(BaseModel):\n    answer: str\n\n\nasync def run(input, ctx):\n    return {\"answer\": \"99 bar, made up\"}\n";
+    let tool = library
+        .create_tool(code_tool("oracle", ToolType::Action, made_up))
+        .unwrap();
+    let problems = tool.direct_evidence_problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("returns no evidence_ref")),
+        "{problems:?}"
+    );
+    // Every seeded action tool keeps the contract.
+    for slug in [
+        "search_documents",
+        "fetch_source_document",
+        "fetch_document_chunks",
+        "fetch_neighbors",
+        "context_expansion",
+    ] {
+        let seeded = library.tool(slug).unwrap();
+        assert!(
+            seeded.direct_evidence_problems().is_empty(),
+            "{slug}: {:?}",
+            seeded.direct_evidence_problems()
+        );
+    }
+
+    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
+    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
+        mode.direct_tools.push("oracle".into());
+    }
+    library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    let refused = library
+        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("`oracle` cannot be a direct evidence tool"),
+        "{refused}"
+    );
+    // A query tool is refused with its own reason.
+    let problems = library
+        .tool("expand_multi_query")
+        .unwrap()
+        .direct_evidence_problems();
+    assert!(problems[0].contains("only action tools"), "{problems:?}");
+}

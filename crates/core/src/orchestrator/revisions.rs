@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{OrchestratorConfig, DEFAULT_CONFIG};
 use crate::pipeline::ResolvedPipeline;
 use crate::store::{self, now_unix, Store};
-use crate::tools::{ToolDefinition, ToolType};
+use crate::tools::ToolDefinition;
 use crate::{Error, Result};
 
 /// An applied revision.
@@ -126,12 +126,12 @@ pub fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
         }
         for slug in &mode.direct_tools {
             match crate::tools::get(store, slug) {
-                Ok(t) if t.tool_type == ToolType::Action => {}
-                Ok(t) => problems.push(format!(
-                    "mode `{}`: `{slug}` is a {} tool; only action tools are direct evidence tools",
-                    mode.name,
-                    t.tool_type.as_str()
-                )),
+                Ok(t) => problems.extend(t.direct_evidence_problems().into_iter().map(|why| {
+                    format!(
+                        "mode `{}`: `{slug}` cannot be a direct evidence tool: {why}",
+                        mode.name
+                    )
+                })),
                 Err(_) => problems.push(format!(
                     "mode `{}`: direct tool `{slug}` does not exist",
                     mode.name

@@ -201,6 +201,64 @@ impl ToolDefinition {
     pub fn limits(&self) -> Limits {
         self.limits.unwrap_or_default()
     }
+
+    /// Why this tool may not be a mode's direct evidence tool, if it may not. The manual
+    /// accepts an action tool there only when it is read-only, needs no confirmation, has
+    /// strict input and output schemas and returns references the host can validate and admit;
+    /// each is read from what saving derived (the `ctx` operations used, the schemas).
+    pub fn direct_evidence_problems(&self) -> Vec<String> {
+        if self.tool_type != ToolType::Action {
+            return vec![format!(
+                "it is a {} tool; only action tools are direct evidence tools",
+                self.tool_type.as_str()
+            )];
+        }
+        let Some(derived) = &self.derived else {
+            return vec!["its code has not been derived yet (save it once Python is there)".into()];
+        };
+        let mut problems = Vec::new();
+        // Every ctx operation but http_get reads the library as the caller; a request to
+        // another server may change something there.
+        if derived.manifest.iter().any(|op| op == "http_get") {
+            problems.push(
+                "it calls ctx.http_get, so it is not read-only (a request may change something elsewhere)"
+                    .to_string(),
+            );
+        }
+        let strict = |schema: Option<&Value>| {
+            schema.is_some_and(|s| s.get("additionalProperties") == Some(&Value::Bool(false)))
+        };
+        if !strict(derived.input_schema.as_ref()) {
+            problems.push("its `Inputs` schema is not strict (extra fields allowed)".into());
+        }
+        if !strict(Some(&derived.output_schema)) {
+            problems.push("its `Output` schema is not strict (extra fields allowed)".into());
+        }
+        if !mentions_reference(&derived.output_schema) {
+            problems.push(
+                "its `Output` returns no evidence_ref, evidence_refs or source_ref: nothing the host can validate and admit, so its text could never be cited"
+                    .into(),
+            );
+        }
+        problems
+    }
+}
+
+/// Whether a schema has a property named like an evidence or source reference, at any depth.
+fn mentions_reference(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map.iter().any(|(key, value)| {
+            (key == "properties"
+                && value.as_object().is_some_and(|props| {
+                    props.keys().any(|k| {
+                        matches!(k.as_str(), "evidence_ref" | "evidence_refs" | "source_ref")
+                    })
+                }))
+                || mentions_reference(value)
+        }),
+        Value::Array(items) => items.iter().any(mentions_reference),
+        _ => false,
+    }
 }
 
 /// A tool in a listing.
