@@ -210,6 +210,13 @@ struct IndexArgs {
     /// Skip files larger than this many MiB
     #[arg(long, default_value_t = 64)]
     max_file_mb: u64,
+    /// Index at most this many chunks of one file (the head of a bigger one; it says so)
+    #[arg(long, default_value_t = 20_000)]
+    max_chunks_per_file: usize,
+    /// Leave out a file that takes longer than this many seconds to extract and chunk
+    /// (reason `timeout`), so the rest of the folder is indexed
+    #[arg(long, default_value_t = 60.0)]
+    file_time_budget: f64,
     /// How to show progress
     #[arg(long, value_enum, default_value_t = ProgressStyle::Auto)]
     progress: ProgressStyle,
@@ -224,6 +231,9 @@ impl IndexArgs {
         options.chunk.max_tokens = self.chunk_tokens;
         options.chunk.overlap_tokens = self.overlap_tokens;
         options.max_file_size = self.max_file_mb << 20;
+        options.max_chunks_per_file = self.max_chunks_per_file.max(1);
+        options.file_time_budget =
+            std::time::Duration::from_secs_f64(self.file_time_budget.clamp(0.001, 86_400.0));
         options.retry_failed = self.retry_failed;
         if let Some(t) = self.threads {
             options.threads = t;

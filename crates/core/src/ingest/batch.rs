@@ -123,7 +123,7 @@ impl<'o> BatchWriter<'o> {
 
     fn read_again(&self, stat: FileStat, hash: String) -> Outcome {
         match std::fs::read(&stat.path) {
-            Ok(bytes) => extract_outcome(stat, hash, &bytes, self.options),
+            Ok(bytes) => extract_outcome(stat, hash, bytes, self.options),
             Err(e) => Outcome::not_indexed(
                 stat,
                 DocumentStatus::Failed,

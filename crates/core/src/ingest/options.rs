@@ -19,6 +19,12 @@ pub struct IndexOptions {
     /// Set to stop a scan early (the desktop app's pause): what was read so far is kept,
     /// and the next scan carries on from there.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Most chunks indexed from one file: the head of a bigger one is indexed and its document
+    /// says how much was left out. Default 20,000 (some 15 MB of prose).
+    pub max_chunks_per_file: usize,
+    /// Longest one file may take to extract and chunk; a file that takes longer is left out
+    /// with reason `timeout`. Default 60 s.
+    pub file_time_budget: std::time::Duration,
     /// Limits on zip containers (DOCX, ODT, EPUB).
     pub(crate) limits: ExtractLimits,
 }
@@ -33,6 +39,8 @@ impl Default for IndexOptions {
                 .unwrap_or(2),
             retry_failed: false,
             cancel: None,
+            max_chunks_per_file: 20_000,
+            file_time_budget: std::time::Duration::from_secs(60),
             limits: ExtractLimits::default(),
         }
     }

@@ -92,7 +92,7 @@ pub(super) fn process_file(
             };
         }
     }
-    extract_outcome(stat, hash, &bytes, options)
+    extract_outcome(stat, hash, bytes, options)
 }
 
 fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
@@ -106,18 +106,52 @@ fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
     }
 }
 
-/// Extracts and chunks content already read and hashed.
+/// Extracts and chunks content already read and hashed, within the per-file bounds: at most
+/// `max_chunks_per_file` chunks (the head of the file; the document says what was left out),
+/// and at most `file_time_budget` (a file that takes longer is left out with reason `timeout`,
+/// so one pathological file never holds up the rest of a folder).
 pub(super) fn extract_outcome(
     stat: FileStat,
     hash: String,
-    bytes: &[u8],
+    bytes: Vec<u8>,
     options: &IndexOptions,
 ) -> Outcome {
-    let extracted = match extract(&stat.path, bytes, &options.limits) {
-        Ok(e) => e,
-        Err(n) => return not_indexed(stat, n),
+    let path = stat.path.clone();
+    let (limits, chunking, cap) = (options.limits, options.chunk, options.max_chunks_per_file);
+    let work = move || {
+        let extracted = extract(&path, &bytes, &limits)?;
+        let mut chunks = chunk_blocks(&extracted.blocks, &chunking);
+        let produced = chunks.len();
+        chunks.truncate(cap);
+        Ok::<_, NotIndexed>((extracted, chunks, produced))
     };
-    let chunks = chunk_blocks(&extracted.blocks, &options.chunk);
+    let budget = options.file_time_budget;
+    let (mut extracted, chunks, produced) = match within(budget, work) {
+        Some(Ok(done)) => done,
+        Some(Err(n)) => return not_indexed(stat, n),
+        None => {
+            return Outcome::not_indexed(
+                stat,
+                DocumentStatus::Failed,
+                "timeout",
+                format!(
+                    "extracting and chunking took longer than {} s, so the file was left out and the rest of the folder indexed",
+                    budget.as_secs_f64()
+                ),
+            )
+        }
+    };
+    if produced > chunks.len() {
+        let capped = format!(
+            "only the first {} of its {produced} chunks are indexed (a file is capped at {} chunks)",
+            chunks.len(),
+            cap
+        );
+        extracted.warning = Some(match extracted.warning.take() {
+            Some(w) => format!("{w}; {capped}"),
+            None => capped,
+        });
+    }
     if chunks.is_empty() {
         return Outcome::not_indexed(
             stat,
@@ -139,6 +173,29 @@ pub(super) fn extract_outcome(
         hash,
         stat,
     })
+}
+
+/// Runs `work` on a thread of its own and waits at most `budget` for it; `None` when it took
+/// longer. The thread then finishes on its own (Rust cannot stop it) and its answer is dropped;
+/// what it holds is bounded by the file size limit.
+fn within<T: Send + 'static>(
+    budget: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("quarry-extract".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        });
+    match spawned {
+        Ok(_) => rx.recv_timeout(budget).ok(),
+        // No thread to be had (the process is at its limit): the file waits for the next scan.
+        Err(e) => {
+            tracing::warn!("cannot start an extraction thread: {e}");
+            None
+        }
+    }
 }
 
 fn file_name(path: &Path) -> String {
