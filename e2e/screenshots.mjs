@@ -201,6 +201,9 @@ try {
   await (await browser.$(tid('tool-settings-form'))).waitForDisplayed({ timeout: 30_000 });
   await shot('tools-dark');
   await (await browser.$(tid('nav-pipelines'))).click();
+  await (await browser.$(tid('pipeline-tab-stages'))).click();
+  await (await browser.$(`${tid('pipeline-stages')}[data-pipeline="default"]`)).waitForExist({ timeout: 20_000 });
+  await shot('pipelines-dark');
   await (await browser.$(tid('pipeline-tab-tester'))).click();
   await (await browser.$(tid('tester-run'))).waitForExist({ timeout: 20_000 });
   await scrollTo(`${tid('tester-stage')}[data-stage="retrieval"]`);

@@ -153,10 +153,18 @@ pub async fn remove_source(engine: EngineState<'_>, id: SourceId) -> CommandResu
 #[tauri::command]
 #[specta::specta]
 pub async fn pick_folder(app: AppHandle) -> CommandResult<Option<String>> {
+    folder_dialog(app, "Add a folder to Quarry").await
+}
+
+/// The native folder dialog titled `title`, off the async runtime; `None` when cancelled.
+pub(crate) async fn folder_dialog(
+    app: AppHandle,
+    title: &'static str,
+) -> CommandResult<Option<String>> {
     tauri::async_runtime::spawn_blocking(move || {
         app.dialog()
             .file()
-            .set_title("Add a folder to Quarry")
+            .set_title(title)
             .blocking_pick_folder()
             .and_then(|f| f.into_path().ok())
             .map(|p| p.display().to_string())

@@ -16,10 +16,9 @@ use quarry_core::{
 use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::AppHandle;
-use tauri_plugin_dialog::DialogExt;
 
-use crate::commands::{blocking, EngineState};
-use crate::error::{CommandError, CommandResult};
+use crate::commands::{blocking, folder_dialog, EngineState};
+use crate::error::CommandResult;
 use crate::stops::Stops;
 use crate::tool_commands::RunAs;
 
@@ -147,17 +146,37 @@ pub async fn pipeline_run(
     query: String,
     draft: bool,
     run_as: RunAs,
+    history: Vec<HistoryMessage>,
 ) -> CommandResult<PipelineRun> {
     blocking(&engine, move |engine| {
         let library = engine.library();
         let principal = run_as.principal(&library)?;
         let options = RunOptions {
             draft,
+            history: history
+                .into_iter()
+                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+                .collect(),
             ..RunOptions::default()
         };
         Ok(library.run_pipeline(&name, &query, &principal, &options)?)
     })
     .await
+}
+
+/// One earlier message of the conversation a tester run continues, as query tools receive it.
+#[derive(serde::Deserialize, specta::Type)]
+pub struct HistoryMessage {
+    /// `user` or `assistant`.
+    role: HistoryRole,
+    content: String,
+}
+
+#[derive(serde::Deserialize, serde::Serialize, specta::Type)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryRole {
+    User,
+    Assistant,
 }
 
 /// The labelled sets offered as samples: Cranfield where the app runs from a checkout.
@@ -186,16 +205,7 @@ pub async fn eval_samples() -> CommandResult<Vec<String>> {
 #[tauri::command]
 #[specta::specta]
 pub async fn eval_pick_set(app: AppHandle) -> CommandResult<Option<String>> {
-    tauri::async_runtime::spawn_blocking(move || {
-        app.dialog()
-            .file()
-            .set_title("A labelled set (corpus.jsonl, queries.jsonl, qrels/)")
-            .blocking_pick_folder()
-            .and_then(|f| f.into_path().ok())
-            .map(|p| p.display().to_string())
-    })
-    .await
-    .map_err(|e| CommandError::internal(format!("the folder dialog failed: {e}")))
+    folder_dialog(app, "A labelled set (corpus.jsonl, queries.jsonl, qrels/)").await
 }
 
 /// Scores search modes and saved pipelines on the set at `set`, indexed into a library of its

@@ -85,7 +85,8 @@ fn a_file_past_the_time_budget_is_left_out_and_the_rest_is_indexed() {
         ],
     );
     let mut options = IndexOptions::default();
-    options.file_time_budget = Duration::from_millis(1);
+    // Ample for a short note even on a busy machine; far too little for 14 MB of prose.
+    options.file_time_budget = Duration::from_millis(250);
     index_with(&mut f.library, options);
     let tides = f.library.document(&dir.join("tides.txt")).unwrap();
     assert_eq!(tides.document.status, DocumentStatus::Failed);
@@ -94,7 +95,7 @@ fn a_file_past_the_time_budget_is_left_out_and_the_rest_is_indexed() {
         .document
         .last_error
         .unwrap_or_default()
-        .contains("longer than 0.001 s"),);
+        .contains("longer than 0.25 s"));
     assert_eq!(found(&f.library, "okapi Congo"), ["good.md"]);
 
     // With the default budget the same file is indexed on the next scan.

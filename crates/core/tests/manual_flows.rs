@@ -11,26 +11,11 @@ use quarry_core::audit::AuditQuery;
 use quarry_core::auth::{NewKey, PrincipalKind, Scope, SENSITIVITY_LEVELS};
 use quarry_core::orchestrator::{ChatOptions, DEFAULT_CONFIG};
 use quarry_core::pipeline::{PipelineDefinition, TestInput};
-use quarry_core::tools::{ToolDefinition, ToolType};
+use quarry_core::tools::ToolType;
 use quarry_core::{Error, Library, Principal, RunOptions, SearchMode, SearchRequest};
 use serde_json::json;
 
-use common::{admin, Fixture};
-
-fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
-    ToolDefinition {
-        slug: slug.into(),
-        name: slug.into(),
-        description: String::new(),
-        tool_type,
-        settings: json!({}),
-        limits: None,
-        egress: None,
-        model: None,
-        source: Some(source.into()),
-        derived: None,
-    }
-}
+use common::{admin, code_tool, Fixture};
 
 /// A lexical pipeline `name` over `collections` with these query tools, saved.
 fn lexical_pipeline(library: &Library, name: &str, query_tools: &[&str], collections: &[&str]) {

@@ -14,7 +14,7 @@ use quarry_core::tools::{Executor, Limits, NetworkIsolation, ToolDefinition, Too
 use quarry_core::{Library, LibraryOptions, Principal, RunOptions, SearchMode, SearchRequest};
 use serde_json::{json, Value};
 
-use common::{admin, reindex, session, Fixture};
+use common::{admin, code_tool, reindex, session, Fixture};
 
 /// A library with one collection `notes` indexed (full text only) from `files`.
 fn fixture(files: &[(&str, String)]) -> Fixture {
@@ -29,21 +29,6 @@ fn one_note(text: &str) -> (Fixture, EvidenceSession) {
     let f = fixture(&[("a.md", text.to_string())]);
     let s = admin(&f.library);
     (f, s)
-}
-
-fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
-    ToolDefinition {
-        slug: slug.into(),
-        name: slug.into(),
-        description: String::new(),
-        tool_type,
-        settings: json!({}),
-        limits: None,
-        egress: None,
-        model: None,
-        source: Some(source.into()),
-        derived: None,
-    }
 }
 
 /// Runs a tool with the lexical seed as the retrieval of its environment.

@@ -8,26 +8,11 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use quarry_core::cancel::Cancel;
-use quarry_core::tools::{ToolDefinition, ToolType};
+use quarry_core::tools::ToolType;
 use quarry_core::{run_evaluation, Error, EvalPlan, EvalProgress};
 use serde_json::json;
 
-use common::Fixture;
-
-fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
-    ToolDefinition {
-        slug: slug.into(),
-        name: slug.into(),
-        description: String::new(),
-        tool_type,
-        settings: json!({}),
-        limits: None,
-        egress: None,
-        model: None,
-        source: Some(source.into()),
-        derived: None,
-    }
-}
+use common::{code_tool, Fixture};
 
 const QUERY_TOOL: &str = "from quarry import BaseModel, Field\n\n\nclass Settings(BaseModel):\n    boost: float = Field(1.5, gt=0, le=10)\n\n\nasync def run(input, ctx):\n    return {\"kind\": \"query_variants\", \"queries\": [{\"query\": input[\"query\"], \"weight\": ctx.settings[\"boost\"]}]}\n";
 

@@ -148,7 +148,7 @@ export const commands = {
 	 *  Runs the draft (with the live tools) or the newest saved version, as `run_as`; the run is
 	 *  audited like `quarry pipeline run`.
 	 */
-	pipelineRun: (name: string, query: string, draft: boolean, runAs: RunAs) => __TAURI_INVOKE<PipelineRun>("pipeline_run", { name, query, draft, runAs }),
+	pipelineRun: (name: string, query: string, draft: boolean, runAs: RunAs, history: HistoryMessage[]) => __TAURI_INVOKE<PipelineRun>("pipeline_run", { name, query, draft, runAs, history }),
 	/**  The labelled sets offered as samples: Cranfield where the app runs from a checkout. */
 	evalSamples: () => __TAURI_INVOKE<string[]>("eval_samples"),
 	/**  The native folder dialog for a BEIR-layout set; `None` when cancelled. */
@@ -737,6 +737,15 @@ export type EvidenceLedger = {
 	/**  Refused references. */
 	rejected: RejectedRef[],
 };
+
+/**  One earlier message of the conversation a tester run continues, as query tools receive it. */
+export type HistoryMessage = {
+	/**  `user` or `assistant`. */
+	role: HistoryRole,
+	content: string,
+};
+
+export type HistoryRole = "user" | "assistant";
 
 /**  One result. */
 export type Hit = {

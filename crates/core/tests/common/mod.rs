@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicBool;
 
 pub use fixtures::*;
 use quarry_core::evidence::EvidenceSession;
+use quarry_core::tools::{ToolDefinition, ToolType};
 use quarry_core::{IndexOptions, Library, LibraryOptions, Principal};
 
 /// A fresh data folder and a folder of documents, both removed when dropped.
@@ -126,4 +127,21 @@ pub fn session(library: &Library, principal: Principal) -> EvidenceSession {
 /// An evidence session of the administrator.
 pub fn admin(library: &Library) -> EvidenceSession {
     session(library, Principal::administrator())
+}
+
+/// A code tool of `tool_type` with `source`, default settings and limits, not yet derived.
+#[allow(dead_code)]
+pub fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinition {
+    ToolDefinition {
+        slug: slug.into(),
+        name: slug.into(),
+        description: String::new(),
+        tool_type,
+        settings: serde_json::json!({}),
+        limits: None,
+        egress: None,
+        model: None,
+        source: Some(source.into()),
+        derived: None,
+    }
 }
