@@ -8,7 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { eventually, repoRoot, startApp, tempDir, tid } from './harness.mjs';
+import { evaluateModes, eventually, repoRoot, startApp, tempDir, tid } from './harness.mjs';
 
 const rounds = Number(process.env.ROUNDS ?? 20);
 const dataDir = tempDir('quarry-bench-');
@@ -263,12 +263,7 @@ try {
   // its own), then the app's memory.
   const evalStarted = performance.now();
   await (await browser.$(tid('pipeline-tab-evaluate'))).click();
-  await browser.execute((el, v) => {
-    el.value = v;
-    el.dispatchEvent(new Event('input', { bubbles: true }));
-  }, await browser.$(tid('eval-set')), path.join(repoRoot, 'tests/data/cranfield'));
-  for (const box of await browser.$$(tid('eval-pipeline'))) if (await box.isSelected()) await box.click();
-  await (await browser.$(tid('eval-run'))).click();
+  await evaluateModes(browser, path.join(repoRoot, 'tests/data/cranfield'));
   await (await browser.$(`${tid('eval-row')}[data-name="hybrid"]`)).waitForExist({ timeout: 900_000 });
   const evalMs = performance.now() - evalStarted;
   const afterEval = rssMiB();

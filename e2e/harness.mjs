@@ -118,6 +118,25 @@ export async function startApp({ dataDir, env = {} }) {
 /** `[data-testid="…"]`. */
 export const tid = (id) => `[data-testid="${id}"]`;
 
+/** Replaces an input's or textarea's value as typing it would, without sending every key. */
+export function typeInto(browser, element, value) {
+  return browser.execute(
+    (el, v) => {
+      el.value = v;
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+    },
+    element,
+    value,
+  );
+}
+
+/** In the open Evaluate tab: scores every search mode (no pipeline) on the set at `set`. */
+export async function evaluateModes(browser, set) {
+  await typeInto(browser, await browser.$(tid('eval-set')), set);
+  for (const box of await browser.$$(tid('eval-pipeline'))) if (await box.isSelected()) await box.click();
+  await (await browser.$(tid('eval-run'))).click();
+}
+
 /** Polls `check` until it returns something truthy. */
 export async function eventually(browser, what, check, timeout = 60_000) {
   let last;

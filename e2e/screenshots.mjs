@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { eventually, repoRoot, startApp, tempDir, tid } from './harness.mjs';
+import { evaluateModes, eventually, repoRoot, startApp, tempDir, tid, typeInto } from './harness.mjs';
 
 const out = path.join(repoRoot, 'docs/screenshots');
 const demo = path.join(repoRoot, 'seeds/demo');
@@ -101,14 +101,7 @@ try {
   await draft.waitForDisplayed({ timeout: 10_000 });
   const config = JSON.parse(await draft.getValue());
   config.system_prompt += ' Answer in at most five sentences.';
-  await browser.execute(
-    (el, v) => {
-      el.value = v;
-      el.dispatchEvent(new Event('input', { bubbles: true }));
-    },
-    draft,
-    JSON.stringify(config, null, 2),
-  );
+  await typeInto(browser, draft, JSON.stringify(config, null, 2));
   await (await browser.$(tid('orch-save'))).click();
   await (await browser.$(tid('orch-change'))).waitForExist({ timeout: 10_000 });
   await shot('orchestrator');
@@ -146,10 +139,7 @@ try {
   await (await browser.$(tid('tool-settings-form'))).waitForDisplayed({ timeout: 30_000 });
   await shot('tools');
   await (await browser.$(tid('tool-tab-test'))).click();
-  await browser.execute((el) => {
-    el.value = '{"query": "How do I service the XR-200 pump?"}';
-    el.dispatchEvent(new Event('input', { bubbles: true }));
-  }, await browser.$(tid('test-input')));
+  await typeInto(browser, await browser.$(tid('test-input')), '{"query": "How do I service the XR-200 pump?"}');
   await (await browser.$(tid('test-run'))).click();
   await (await browser.$(tid('test-result'))).waitForDisplayed({ timeout: 30_000 });
   await shot('tools-test');
@@ -165,12 +155,7 @@ try {
   await scrollTo(`${tid('tester-stage')}[data-stage="retrieval"]`);
   await shot('tester');
   await (await browser.$(tid('pipeline-tab-evaluate'))).click();
-  await browser.execute((el, v) => {
-    el.value = v;
-    el.dispatchEvent(new Event('input', { bubbles: true }));
-  }, await browser.$(tid('eval-set')), path.join(repoRoot, 'tests/data/cranfield'));
-  for (const box of await browser.$$(tid('eval-pipeline'))) if (await box.isSelected()) await box.click();
-  await (await browser.$(tid('eval-run'))).click();
+  await evaluateModes(browser, path.join(repoRoot, 'tests/data/cranfield'));
   await (await browser.$(`${tid('eval-row')}[data-name="hybrid"]`)).waitForExist({ timeout: 600_000 });
   await scrollTo(tid('eval-result'));
   await shot('evaluate');

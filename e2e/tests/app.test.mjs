@@ -9,7 +9,7 @@ import readline from 'node:readline';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { fakeHub, llamaServer, mendQuietly, slowChatServer, writeCorpus } from '../fixtures.mjs';
-import { eventually, repoRoot, startApp, tempDir, tid } from '../harness.mjs';
+import { eventually, repoRoot, startApp, tempDir, tid, typeInto } from '../harness.mjs';
 
 describe('Quarry desktop', () => {
   const dataDir = tempDir('quarry-e2e-data-');
@@ -396,15 +396,7 @@ describe('Quarry desktop', () => {
     assert.ok(before >= 1, 'the seeded configuration is applied as revision 1');
     const config = JSON.parse(await draft.getValue());
     // What a person types, without sending thousands of keys over WebDriver.
-    const edit = (value) =>
-      browser.execute(
-        (el, v) => {
-          el.value = v;
-          el.dispatchEvent(new Event('input', { bubbles: true }));
-        },
-        draft,
-        value,
-      );
+    const edit = (value) => typeInto(browser, draft, value);
 
     // A default mode that does not exist: the engine's message names the field; nothing saved.
     await edit(JSON.stringify({ ...config, default_mode: 'no-such-mode' }, null, 2));
@@ -745,18 +737,6 @@ describe('Quarry desktop', () => {
     }, text);
   }
 
-  /** Replaces a textarea's or input's value, as typing it would. */
-  function typeInto(element, value) {
-    return browser.execute(
-      (el, v) => {
-        el.value = v;
-        el.dispatchEvent(new Event('input', { bubbles: true }));
-      },
-      element,
-      value,
-    );
-  }
-
   const toolItem = (slug) => browser.$(`${tid('tool-item')}[data-slug="${slug}"]`);
 
   it('creates a code tool, shows a syntax error at its line, and derives the settings form once fixed', async () => {
@@ -807,7 +787,7 @@ describe('Quarry desktop', () => {
     await (await browser.$(tid('tool-tab-test'))).click();
     await (await browser.$(tid('test-as-key'))).click();
     await (await browser.$(tid('test-key'))).setValue(created.secret);
-    await typeInto(await browser.$(tid('test-input')), '{"query": "lighthouse keeper"}');
+    await typeInto(browser, await browser.$(tid('test-input')), '{"query": "lighthouse keeper"}');
     await (await browser.$(tid('test-run'))).click();
     const result = await browser.$(tid('test-result'));
     await result.waitForDisplayed({ timeout: 30_000 });
@@ -926,7 +906,7 @@ describe('Quarry desktop', () => {
 
     await (await browser.$(tid('nav-pipelines'))).click();
     await (await browser.$(tid('pipeline-tab-evaluate'))).click();
-    await typeInto(await browser.$(tid('eval-set')), set);
+    await typeInto(browser, await browser.$(tid('eval-set')), set);
     for (const mode of ['vector', 'hybrid']) {
       const box = await browser.$(tid(`eval-mode-${mode}`));
       if (await box.isSelected()) await box.click();

@@ -261,7 +261,10 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
                     "{:>4}  saved at {} (unix)  {}",
                     v.version,
                     v.saved_at,
-                    v.source_hash.as_deref().unwrap_or("")
+                    v.tool
+                        .derived
+                        .as_ref()
+                        .map_or("", |d| d.source_hash.as_str())
                 );
             }
             Ok(())

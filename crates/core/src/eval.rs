@@ -260,7 +260,6 @@ fn evaluate_with(
     control: ScoringControl<'_>,
     mut rank: impl FnMut(&str) -> Result<Vec<PathBuf>>,
 ) -> Result<EvalScores> {
-    let (mut ndcg, mut recall, mut mrr) = (0.0, 0.0, 0.0);
     let mut per_query = Vec::with_capacity(set.queries.len());
     let started = Instant::now();
     for (done, (qid, text)) in set.queries.iter().enumerate() {
@@ -274,9 +273,6 @@ fn evaluate_with(
             .filter(|id| seen.insert(id.clone()))
             .collect();
         let (n, r, m) = score_ranking(&ranking, &set.qrels[qid]);
-        ndcg += n;
-        recall += r;
-        mrr += m;
         per_query.push(QueryScore {
             id: qid.clone(),
             text: text.clone(),
@@ -288,11 +284,12 @@ fn evaluate_with(
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let count = set.queries.len() as f64;
+    let mean = |metric: fn(&QueryScore) -> f64| per_query.iter().map(metric).sum::<f64>() / count;
     Ok(EvalScores {
         name: name.to_string(),
-        ndcg_at_10: ndcg / count,
-        recall_at_100: recall / count,
-        mrr_at_10: mrr / count,
+        ndcg_at_10: mean(|q| q.ndcg_at_10),
+        recall_at_100: mean(|q| q.recall_at_100),
+        mrr_at_10: mean(|q| q.mrr_at_10),
         queries: set.queries.len(),
         queries_per_sec: count / secs,
         per_query,

@@ -42,8 +42,8 @@ fn found(library: &Library, query: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_file_past_the_chunk_cap_is_indexed_up_to_it_and_says_so() {
+/// A folder of one short note (about the okapi) and `tides.txt`, `paragraphs` long.
+fn note_beside_tides(paragraphs: usize) -> (Fixture, std::path::PathBuf) {
     let mut f = Fixture::new();
     let dir = f.add_source(
         "notes",
@@ -53,9 +53,15 @@ fn a_file_past_the_chunk_cap_is_indexed_up_to_it_and_says_so() {
                 "good.md",
                 "# Okapi\n\nThe okapi lives in the Congo.\n".to_string(),
             ),
-            ("tides.txt", long_text(400)),
+            ("tides.txt", long_text(paragraphs)),
         ],
     );
+    (f, dir)
+}
+
+#[test]
+fn a_file_past_the_chunk_cap_is_indexed_up_to_it_and_says_so() {
+    let (mut f, dir) = note_beside_tides(400);
     let mut options = IndexOptions::default();
     options.max_chunks_per_file = 25;
     index_with(&mut f.library, options);
@@ -72,18 +78,7 @@ fn a_file_past_the_chunk_cap_is_indexed_up_to_it_and_says_so() {
 
 #[test]
 fn a_file_past_the_time_budget_is_left_out_and_the_rest_is_indexed() {
-    let mut f = Fixture::new();
-    let dir = f.add_source(
-        "notes",
-        "",
-        &[
-            (
-                "good.md",
-                "# Okapi\n\nThe okapi lives in the Congo.\n".to_string(),
-            ),
-            ("tides.txt", long_text(20_000)),
-        ],
-    );
+    let (mut f, dir) = note_beside_tides(20_000);
     let mut options = IndexOptions::default();
     // Ample for a short note even on a busy machine; far too little for 14 MB of prose.
     options.file_time_budget = Duration::from_millis(250);

@@ -1563,9 +1563,7 @@ export type ToolVersion = {
 	version: number,
 	/**  Unix seconds. */
 	saved_at: number,
-	/**  Code tools: the `sha256:` of the source saved. */
-	source_hash: string | null,
-	/**  The definition as saved. */
+	/**  The definition as saved (a code tool's source hash is in its `derived`). */
 	tool: ToolDefinition,
 };
 

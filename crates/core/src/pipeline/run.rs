@@ -1,5 +1,6 @@
 //! Running a pipeline, and test runs of single tools, with a trace of every stage.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -394,8 +395,9 @@ pub fn run_resolved(
 
 /// A pipeline narrowed to the collections its caller may read (the manual: a pipeline's
 /// collections are narrowed to the caller's, never an error).
-struct CallerScope {
-    pipeline: ResolvedPipeline,
+struct CallerScope<'a> {
+    /// The pipeline itself unless something was left out.
+    pipeline: Cow<'a, ResolvedPipeline>,
     /// Collections the pipeline names.
     named: usize,
     /// How many of them the caller may not read.
@@ -404,20 +406,20 @@ struct CallerScope {
     none_readable: bool,
 }
 
-fn narrow_to_caller(
+fn narrow_to_caller<'a>(
     store: &Store,
-    resolved: &ResolvedPipeline,
+    resolved: &'a ResolvedPipeline,
     principal: &Principal,
-) -> Result<CallerScope> {
-    let mut pipeline = resolved.clone();
-    let named = pipeline.pipeline.collections.len();
+) -> Result<CallerScope<'a>> {
+    let named = resolved.pipeline.collections.len();
+    let whole = |left_out, none_readable| CallerScope {
+        pipeline: Cow::Borrowed(resolved),
+        named,
+        left_out,
+        none_readable,
+    };
     if named == 0 {
-        return Ok(CallerScope {
-            pipeline,
-            named,
-            left_out: 0,
-            none_readable: false,
-        });
+        return Ok(whole(0, false));
     }
     let collections = store.collections()?;
     let readable = |name: &String| {
@@ -427,7 +429,7 @@ fn narrow_to_caller(
             .find(|c| &c.name == name)
             .is_none_or(|c| principal.scope.allows(c))
     };
-    let kept: Vec<String> = pipeline
+    let kept: Vec<String> = resolved
         .pipeline
         .collections
         .iter()
@@ -435,17 +437,18 @@ fn narrow_to_caller(
         .cloned()
         .collect();
     let left_out = named - kept.len();
-    let none_readable = kept.is_empty();
     // With none readable the names stay, so a code tool's ctx.search finds nothing rather
     // than every collection (an empty list means all of them).
-    if !none_readable {
-        pipeline.pipeline.collections = kept;
+    if left_out == 0 || kept.is_empty() {
+        return Ok(whole(left_out, kept.is_empty()));
     }
+    let mut narrowed = resolved.clone();
+    narrowed.pipeline.collections = kept;
     Ok(CallerScope {
-        pipeline,
+        pipeline: Cow::Owned(narrowed),
         named,
         left_out,
-        none_readable,
+        none_readable: false,
     })
 }
 

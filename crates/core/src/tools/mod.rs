@@ -290,9 +290,7 @@ pub struct ToolVersion {
     pub version: i64,
     /// Unix seconds.
     pub saved_at: i64,
-    /// Code tools: the `sha256:` of the source saved.
-    pub source_hash: Option<String>,
-    /// The definition as saved.
+    /// The definition as saved (a code tool's source hash is in its `derived`).
     pub tool: ToolDefinition,
 }
 
@@ -567,7 +565,6 @@ pub fn versions(store: &Store, slug: &str) -> Result<Vec<ToolVersion>> {
             Ok(ToolVersion {
                 version: row.version,
                 saved_at: row.saved_at,
-                source_hash: tool.derived.as_ref().map(|d| d.source_hash.clone()),
                 tool,
             })
         })
