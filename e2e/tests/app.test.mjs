@@ -190,6 +190,26 @@ describe('Quarry desktop', () => {
     await eventually(browser, 'lexical results', async () => (await resultPaths())[0] === hit);
   });
 
+  it('shows a copy of a document as one result, also at the copy', async () => {
+    const hit = path.join(corpus, 'lighthouse.md');
+    const copy = path.join(corpus, 'lighthouse-copy.md');
+    fs.copyFileSync(hit, copy);
+    // The watcher indexes the copy; each search is typed again until it shows.
+    await eventually(browser, 'the copy folded into the original', async () => {
+      await search('lighthouse keeper');
+      const also = await browser.$(tid('result-also-at'));
+      await also.waitForExist({ timeout: 2_000 });
+      return (await also.getText()).includes('lighthouse-copy.md');
+    });
+    assert.deepEqual((await resultPaths()).filter((p) => p.includes('lighthouse')), [hit]);
+    fs.rmSync(copy);
+    await eventually(browser, 'the copy gone from the hit', async () => {
+      await search('lighthouse keeper');
+      await browser.pause(500);
+      return (await resultPaths())[0] === hit && !(await (await browser.$(tid('result-also-at'))).isExisting());
+    });
+  });
+
   it('opens a result at its line through the opener', async () => {
     const first = await browser.$(tid('result-row'));
     await (await first.$(tid('result-open'))).click();

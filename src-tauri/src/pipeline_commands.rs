@@ -190,14 +190,16 @@ pub async fn eval_samples() -> CommandResult<Vec<String>> {
     if let Ok(exe) = std::env::current_exe() {
         roots.extend(exe.ancestors().map(Path::to_path_buf));
     }
-    let mut found: Vec<String> = roots
-        .iter()
-        .map(|r| r.join("tests/data/cranfield"))
-        .filter(|p| p.join("corpus.jsonl").is_file())
-        .filter_map(|p| p.canonicalize().ok())
-        .map(|p| p.display().to_string())
-        .collect();
-    found.dedup();
+    // Cranfield (short abstracts) and the long-page set over the toolchain's books.
+    let mut found: Vec<String> = Vec::new();
+    for set in ["tests/data/cranfield", "tests/data/rust-docs-qa"] {
+        let sample = roots
+            .iter()
+            .map(|r| r.join(set))
+            .find(|p| p.join("qrels/test.tsv").is_file())
+            .and_then(|p| p.canonicalize().ok());
+        found.extend(sample.map(|p| p.display().to_string()));
+    }
     Ok(found)
 }
 
@@ -205,7 +207,11 @@ pub async fn eval_samples() -> CommandResult<Vec<String>> {
 #[tauri::command]
 #[specta::specta]
 pub async fn eval_pick_set(app: AppHandle) -> CommandResult<Option<String>> {
-    folder_dialog(app, "A labelled set (corpus.jsonl, queries.jsonl, qrels/)").await
+    folder_dialog(
+        app,
+        "A labelled set (corpus.jsonl or corpus-folder.json, queries.jsonl, qrels/)",
+    )
+    .await
 }
 
 /// Scores search modes and saved pipelines on the set at `set`, indexed into a library of its
@@ -239,6 +245,7 @@ pub async fn eval_run(
             pipelines,
             keep: None,
             per_query: true,
+            baseline: false,
         };
         let key = format!("eval:{id}");
         let cancel: Cancel = stops.start(&key);

@@ -11,7 +11,8 @@ use quarry_core::{run_evaluation, EvalPlan, Library, RetrievalSettings};
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// Folder in the BEIR layout (corpus.jsonl, queries.jsonl, qrels/test.tsv)
+    /// Folder in the BEIR layout (corpus.jsonl or corpus-folder.json, queries.jsonl,
+    /// qrels/test.tsv)
     #[arg(long)]
     beir: PathBuf,
     /// Modes to score, comma-separated
@@ -36,6 +37,9 @@ pub struct EvalArgs {
     /// With --json: each query's scores too
     #[arg(long)]
     per_query: bool,
+    /// Also score whole-document BM25, the baseline for page ranking
+    #[arg(long)]
+    baseline: bool,
 }
 
 pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
@@ -61,6 +65,7 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         pipelines,
         keep: args.keep.clone(),
         per_query: args.per_query,
+        baseline: args.baseline,
     };
     let report = run_evaluation(&plan, &|_| {}, &Cancel::new())?;
     if args.json {

@@ -207,6 +207,10 @@ struct IndexArgs {
     /// Tokens shared by consecutive chunks
     #[arg(long, default_value_t = 32)]
     overlap_tokens: usize,
+    /// A heading starts a new chunk only once the current one has this many tokens (short
+    /// sections pack together)
+    #[arg(long, default_value_t = quarry_core::ChunkOptions::default().min_section_tokens)]
+    min_section_tokens: usize,
     /// Skip files larger than this many MiB
     #[arg(long, default_value_t = 64)]
     max_file_mb: u64,
@@ -217,6 +221,10 @@ struct IndexArgs {
     /// (reason `timeout`), so the rest of the folder is indexed
     #[arg(long, default_value_t = 60.0)]
     file_time_budget: f64,
+    /// Search and embed a text repeated in this many documents of a source once (navigation,
+    /// help blocks, footers); 0 keeps every copy
+    #[arg(long, default_value_t = 5)]
+    repeat_documents: usize,
     /// How to show progress
     #[arg(long, value_enum, default_value_t = ProgressStyle::Auto)]
     progress: ProgressStyle,
@@ -230,11 +238,13 @@ impl IndexArgs {
         let mut options = IndexOptions::default();
         options.chunk.max_tokens = self.chunk_tokens;
         options.chunk.overlap_tokens = self.overlap_tokens;
+        options.chunk.min_section_tokens = self.min_section_tokens;
         options.max_file_size = self.max_file_mb << 20;
         options.max_chunks_per_file = self.max_chunks_per_file.max(1);
         options.file_time_budget =
             std::time::Duration::from_secs_f64(self.file_time_budget.clamp(0.001, 86_400.0));
         options.retry_failed = self.retry_failed;
+        options.repeat_documents = self.repeat_documents;
         if let Some(t) = self.threads {
             options.threads = t;
         }

@@ -174,8 +174,12 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
         "documents    {} indexed, {} skipped, {} failed, {} with warnings",
         s.documents_indexed, s.documents_skipped, s.documents_failed, s.documents_with_warnings
     );
+    let repeated = match s.chunks_repeated {
+        0 => String::new(),
+        n => format!(" ({n} repeated copies left out of search)"),
+    };
     println!(
-        "chunks       {}   text {:.1} MB   on disk {:.1} MB",
+        "chunks       {}{repeated}   text {:.1} MB   on disk {:.1} MB",
         s.chunks,
         s.extracted_bytes as f64 / 1e6,
         report.disk_bytes as f64 / 1e6

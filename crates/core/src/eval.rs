@@ -1,6 +1,12 @@
 //! Retrieval quality on a labelled set in the BEIR layout (`corpus.jsonl`, `queries.jsonl`,
 //! `qrels/test.tsv`): nDCG@10, Recall@100 and MRR@10 at document level, as `pytrec_eval`
 //! computes them (linear gains; queries without judgements are left out).
+//!
+//! A set may name a folder of real files instead of `corpus.jsonl` (`corpus-folder.json`:
+//! `{"folder": …, "include": [globs]}`): its documents are the files, indexed as they are, and a
+//! document's id is its path relative to the folder. So a set over files that ship elsewhere
+//! (the toolchain's HTML books: `{rustc_sysroot}` in `folder` is `rustc --print sysroot`)
+//! commits only its questions and judgements.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -19,12 +25,70 @@ use crate::retrieve::{RetrievalSettings, SearchRequest};
 /// A loaded BEIR-layout set.
 #[derive(Debug, Clone)]
 pub struct BeirSet {
-    /// `(id, title, text)` per document.
+    /// `(id, title, text)` per document (empty when the corpus is a folder).
     pub corpus: Vec<(String, String, String)>,
+    /// The folder of files the documents are, when the set names one.
+    pub corpus_folder: Option<CorpusFolder>,
     /// `(id, text)` per query that has judgements.
     pub queries: Vec<(String, String)>,
     /// Query id → document id → graded relevance (> 0 only).
     pub qrels: HashMap<String, HashMap<String, u32>>,
+}
+
+/// A corpus of real files: the files under `folder` that match `include`.
+#[derive(Debug, Clone)]
+pub struct CorpusFolder {
+    /// The folder, resolved and canonical.
+    pub folder: PathBuf,
+    /// Globs relative to it (empty: every file).
+    pub include: Vec<String>,
+}
+
+impl CorpusFolder {
+    const FILE: &'static str = "corpus-folder.json";
+
+    /// Reads `corpus-folder.json`; the folder must exist.
+    fn load(path: &Path) -> Result<CorpusFolder> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Spec {
+            folder: String,
+            #[serde(default)]
+            include: Vec<String>,
+            #[serde(default, rename = "about")]
+            _about: String,
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| bad(path, e.to_string()))?;
+        let spec: Spec = serde_json::from_str(&text).map_err(|e| bad(path, e.to_string()))?;
+        let mut folder = spec.folder.clone();
+        if folder.contains("{rustc_sysroot}") {
+            folder = folder.replace("{rustc_sysroot}", &rustc_sysroot(path)?);
+        }
+        let folder = PathBuf::from(folder)
+            .canonicalize()
+            .map_err(|e| bad(path, format!("folder `{}`: {e}", spec.folder)))?;
+        Ok(CorpusFolder {
+            folder,
+            include: spec.include,
+        })
+    }
+}
+
+/// `rustc --print sysroot`, for sets over the documentation that ships with the toolchain.
+fn rustc_sysroot(spec: &Path) -> Result<String> {
+    let output = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| {
+            bad(
+                spec,
+                format!("`{{rustc_sysroot}}` needs rustc on PATH: {e}"),
+            )
+        })?;
+    if !output.status.success() {
+        return Err(bad(spec, "`rustc --print sysroot` failed"));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
 /// Scores of one configuration.
@@ -111,15 +175,21 @@ impl BeirSet {
     /// Reads a BEIR folder; every problem names the file (and line).
     pub fn load(dir: &Path) -> Result<BeirSet> {
         let corpus_path = dir.join("corpus.jsonl");
+        let folder_path = dir.join(CorpusFolder::FILE);
         let mut corpus = Vec::new();
-        read_jsonl(&corpus_path, |v| {
-            corpus.push((
-                field(&v, "_id", &corpus_path)?,
-                field(&v, "title", &corpus_path)?,
-                field(&v, "text", &corpus_path)?,
-            ));
-            Ok(())
-        })?;
+        let corpus_folder = if !corpus_path.exists() && folder_path.exists() {
+            Some(CorpusFolder::load(&folder_path)?)
+        } else {
+            read_jsonl(&corpus_path, |v| {
+                corpus.push((
+                    field(&v, "_id", &corpus_path)?,
+                    field(&v, "title", &corpus_path)?,
+                    field(&v, "text", &corpus_path)?,
+                ));
+                Ok(())
+            })?;
+            None
+        };
         let qrels_path = ["test.tsv", "dev.tsv", "train.tsv"]
             .iter()
             .map(|f| dir.join("qrels").join(f))
@@ -164,14 +234,28 @@ impl BeirSet {
             }
             Ok(())
         })?;
-        if corpus.is_empty() || queries.is_empty() {
+        if (corpus.is_empty() && corpus_folder.is_none()) || queries.is_empty() {
             return Err(bad(dir, "no documents or no judged queries"));
         }
         Ok(BeirSet {
             corpus,
+            corpus_folder,
             queries,
             qrels,
         })
+    }
+
+    /// The id of the document a hit's file is: its path below the corpus folder, or the id
+    /// its written file name encodes.
+    pub fn document_id(&self, path: &Path) -> Option<String> {
+        match &self.corpus_folder {
+            Some(c) => {
+                let relative = path.strip_prefix(&c.folder).ok()?;
+                let parts: Vec<_> = relative.iter().map(|p| p.to_string_lossy()).collect();
+                Some(parts.join("/"))
+            }
+            None => id_from_path(path),
+        }
     }
 
     /// Writes each document as `<id>.md` (title as its heading) for the normal indexer.
@@ -253,8 +337,8 @@ pub fn score_ranking(ranking: &[String], relevant: &HashMap<String, u32>) -> (f6
     (if idcg > 0.0 { dcg / idcg } else { 0.0 }, recall, mrr)
 }
 
-/// Scores `rank` (query text → documents, best first) over every judged query.
-fn evaluate_with(
+/// Scores `rank` (query text → documents' files, best first) over every judged query.
+pub(crate) fn evaluate_ranked(
     set: &BeirSet,
     name: &str,
     control: ScoringControl<'_>,
@@ -269,7 +353,7 @@ fn evaluate_with(
         let mut seen = std::collections::HashSet::new();
         let ranking: Vec<String> = rank(text)?
             .iter()
-            .filter_map(|p| id_from_path(p))
+            .filter_map(|p| set.document_id(p))
             .filter(|id| seen.insert(id.clone()))
             .collect();
         let (n, r, m) = score_ranking(&ranking, &set.qrels[qid]);
@@ -311,7 +395,7 @@ pub fn evaluate(
     settings.max_per_document = 1;
     settings.lexical_candidates = settings.lexical_candidates.max(300);
     settings.vector_candidates = settings.vector_candidates.max(300);
-    evaluate_with(set, name, control, |text| {
+    evaluate_ranked(set, name, control, |text| {
         let mut request = SearchRequest::new(text);
         request.settings = settings.clone();
         Ok(retrieval
@@ -336,7 +420,7 @@ pub fn evaluate_pipeline(
     // The evaluation library has one collection; the pipeline's own names mean nothing here.
     let mut pipeline = pipeline.clone();
     pipeline.pipeline.collections.clear();
-    evaluate_with(
+    evaluate_ranked(
         set,
         &format!("pipeline {}", pipeline.name),
         control,
@@ -389,6 +473,7 @@ mod tests {
                 ("note".into(), String::new(), "note".into()),
                 ("secret".into(), String::new(), "secret".into()),
             ],
+            corpus_folder: None,
             queries: vec![("q1".into(), "turbine".into())],
             qrels: HashMap::from([("q1".to_string(), HashMap::from([("secret".to_string(), 1)]))]),
         }
@@ -443,6 +528,71 @@ mod tests {
         assert_eq!(
             (scores.ndcg_at_10, scores.recall_at_100, scores.mrr_at_10),
             (1.0, 1.0, 1.0)
+        );
+    }
+
+    /// A set over a folder of real files, judging `guide/install.md`.
+    fn folder_set(spec: &str) -> (tempfile::TempDir, Result<BeirSet>) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("qrels")).unwrap();
+        std::fs::write(dir.path().join("corpus-folder.json"), spec).unwrap();
+        std::fs::write(
+            dir.path().join("queries.jsonl"),
+            "{\"_id\":\"q1\",\"text\":\"install\"}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("qrels/test.tsv"),
+            "query-id\tcorpus-id\tscore\nq1\tguide/install.md\t2\n",
+        )
+        .unwrap();
+        let set = BeirSet::load(dir.path());
+        (dir, set)
+    }
+
+    #[test]
+    fn a_set_over_a_folder_names_documents_by_their_path_below_it() {
+        let docs = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(docs.path().join("guide")).unwrap();
+        let spec = serde_json::json!({
+            "about": "two guides",
+            "folder": docs.path(),
+            "include": ["guide/**/*.md"],
+        });
+        let (_dir, set) = folder_set(&spec.to_string());
+        let set = set.unwrap();
+        let folder = set.corpus_folder.as_ref().unwrap();
+        assert_eq!(folder.include, ["guide/**/*.md"]);
+        assert!(set.corpus.is_empty());
+        let hit = docs.path().canonicalize().unwrap().join("guide/install.md");
+        assert_eq!(set.document_id(&hit).as_deref(), Some("guide/install.md"));
+        assert_eq!(set.document_id(Path::new("/elsewhere/install.md")), None);
+        // The toolchain's own folder is found through rustc.
+        let (_dir, sysroot) = folder_set(r#"{"folder": "{rustc_sysroot}"}"#);
+        assert!(sysroot
+            .unwrap()
+            .corpus_folder
+            .unwrap()
+            .folder
+            .join("lib")
+            .is_dir());
+    }
+
+    #[test]
+    fn a_folder_set_that_cannot_be_read_says_which_file_and_why() {
+        let (_dir, missing) = folder_set(r#"{"folder": "/no/such/folder"}"#);
+        let err = missing.unwrap_err();
+        assert_eq!(err.code(), "invalid_dataset");
+        assert!(
+            err.to_string().contains("corpus-folder.json")
+                && err.to_string().contains("/no/such/folder"),
+            "{err}"
+        );
+        let (_dir, typo) = folder_set(r#"{"foldr": "/tmp"}"#);
+        let err = typo.unwrap_err().to_string();
+        assert!(
+            err.contains("corpus-folder.json") && err.contains("foldr"),
+            "{err}"
         );
     }
 

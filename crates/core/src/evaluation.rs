@@ -43,6 +43,34 @@ impl Library {
         eval::evaluate_pipeline(&self.engine_context(&key), set, pipeline, control)
     }
 
+    /// Scores whole-document BM25 over this library's documents (each one's title and chunks
+    /// as one text): the baseline page ranking is measured against.
+    pub fn evaluate_document_bm25(
+        &self,
+        set: &BeirSet,
+        control: ScoringControl<'_>,
+    ) -> Result<EvalScores> {
+        let mut documents: Vec<(String, String)> = Vec::new();
+        let mut index_of: std::collections::HashMap<crate::DocumentId, usize> = Default::default();
+        for chunk in self.store().chunks_by_id(&self.store().all_chunk_ids()?)? {
+            let i = *index_of.entry(chunk.document_id).or_insert_with(|| {
+                let title = chunk.title.clone().unwrap_or_default();
+                documents.push((chunk.path.to_string_lossy().into_owned(), title));
+                documents.len() - 1
+            });
+            documents[i].1.push('\n');
+            documents[i].1.push_str(&chunk.text);
+        }
+        let index = crate::fulltext::DocumentBm25::build(documents)?;
+        eval::evaluate_ranked(set, "document bm25", control, |text| {
+            Ok(index
+                .search(text, 100)?
+                .into_iter()
+                .map(PathBuf::from)
+                .collect())
+        })
+    }
+
     /// The chunks with these ids that are still indexed, in the order given.
     pub fn chunks_by_id(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>> {
         self.store().chunks_by_id(ids)
@@ -72,6 +100,8 @@ pub struct EvalPlan {
     pub keep: Option<PathBuf>,
     /// Keep each query's scores in the rows.
     pub per_query: bool,
+    /// Score whole-document BM25 too, as the baseline for page ranking.
+    pub baseline: bool,
 }
 
 /// Where an evaluation is.
@@ -149,6 +179,7 @@ pub fn run_evaluation(
         let mut scores = match row {
             Row::Settings(name, settings) => library.evaluate(&set, &name, &settings, control)?,
             Row::Pipeline(pipeline) => library.evaluate_pipeline(&set, pipeline, control)?,
+            Row::DocumentBm25 => library.evaluate_document_bm25(&set, control)?,
         };
         if !plan.per_query {
             scores.per_query.clear();
@@ -166,6 +197,7 @@ pub fn run_evaluation(
 enum Row<'a> {
     Settings(String, RetrievalSettings),
     Pipeline(&'a ResolvedPipeline),
+    DocumentBm25,
 }
 
 impl Row<'_> {
@@ -173,6 +205,7 @@ impl Row<'_> {
         match self {
             Row::Settings(name, _) => name.clone(),
             Row::Pipeline(p) => format!("pipeline {}", p.name),
+            Row::DocumentBm25 => "document bm25".into(),
         }
     }
 }
@@ -180,6 +213,9 @@ impl Row<'_> {
 /// The rows `plan` asks for, in its order: modes, weights, pipelines.
 fn plan_rows(plan: &EvalPlan) -> Vec<Row<'_>> {
     let mut rows = Vec::new();
+    if plan.baseline {
+        rows.push(Row::DocumentBm25);
+    }
     for mode in &plan.modes {
         let mut settings = plan.settings.clone();
         // Checked by `index_set` before any work.
@@ -209,10 +245,15 @@ fn index_set(
         SearchMode::parse(mode)?;
     }
     let mut library = Library::open(&work.join("library"))?;
-    let folder = work.join("corpus");
     if library.sources()?.is_empty() {
-        set.write_corpus(&folder)?;
-        library.add_source(&folder, "eval", &[], &[])?;
+        match &set.corpus_folder {
+            Some(c) => library.add_source(&c.folder, "eval", &c.include, &[])?,
+            None => {
+                let folder = work.join("corpus");
+                set.write_corpus(&folder)?;
+                library.add_source(&folder, "eval", &[], &[])?
+            }
+        };
     }
     on_progress(EvalProgress::Indexing);
     let started = Instant::now();
@@ -241,7 +282,10 @@ fn index_set(
     drop(writer);
     let report = EvalReport {
         set: plan.set.display().to_string(),
-        documents: set.corpus.len(),
+        documents: match set.corpus_folder {
+            Some(_) => library.status()?.stats.documents_indexed as usize,
+            None => set.corpus.len(),
+        },
         chunks: progress.chunks_written,
         indexed_secs,
         embedded,

@@ -63,7 +63,8 @@ pub use library::{
 };
 pub use pipeline::{PipelineRun, RunOptions};
 pub use retrieve::{
-    Fusion, Hit, RetrievalSettings, SearchMode, SearchRequest, SearchResults, WeightedQuery,
+    Fusion, Hit, PageEvidence, RetrievalSettings, SearchMode, SearchRequest, SearchResults,
+    WeightedQuery,
 };
 pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source, Stats};
 pub use tools::{ToolDefinition, ToolType};

@@ -463,7 +463,7 @@ impl Library {
     pub fn verify(&self) -> Result<ConsistencyReport> {
         self.fulltext.refresh()?;
         let sqlite: std::collections::BTreeSet<ChunkId> =
-            self.store.all_chunk_ids()?.into_iter().collect();
+            self.store.searchable_chunk_ids()?.into_iter().collect();
         let fulltext = self.fulltext.chunk_ids()?;
         let duplicate_paths = self.store.duplicate_document_paths()?;
         Ok(ConsistencyReport {

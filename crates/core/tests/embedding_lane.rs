@@ -4,7 +4,7 @@
 
 mod common;
 
-use quarry_core::{SearchMode, SearchRequest};
+use quarry_core::{IndexOptions, SearchMode, SearchRequest};
 
 use common::Fixture;
 
@@ -28,7 +28,14 @@ fn identical_texts_share_one_embedding_and_every_chunk_gets_a_vector() {
         .map(|(n, t)| (n.as_str(), t.as_str()))
         .collect();
     f.add_source("book", "", &refs);
-    f.reindex();
+    // Every copy searchable (repeated text is otherwise searched and embedded once).
+    let mut options = IndexOptions::default();
+    options.repeat_documents = 0;
+    f.library
+        .writer()
+        .unwrap()
+        .index_all(&options, &|_| {})
+        .unwrap();
     f.embed();
     let coverage = f.library.store().embedding_coverage().unwrap();
     assert_eq!(coverage[0].embedded, coverage[0].total, "{coverage:?}");
@@ -38,6 +45,7 @@ fn identical_texts_share_one_embedding_and_every_chunk_gets_a_vector() {
     request.settings.mode = SearchMode::Vector;
     request.settings.limit = 50;
     request.settings.max_per_document = 0;
+    request.settings.fold_copies = false;
     let hits = f.library.search(&request).unwrap().hits;
     let copies: Vec<f32> = hits
         .iter()

@@ -69,16 +69,21 @@ fn public_reader() -> Principal {
     }
 }
 
-/// The file names a lexical search returns to `principal`, sorted.
+/// The file names a lexical search returns to `principal`, sorted: each hit's, and the files
+/// it names as holding the same text ("also at").
 fn found(library: &Library, principal: &Principal, query: &str) -> Vec<String> {
     let mut request = SearchRequest::new(query).with_mode(SearchMode::Lexical);
     request.settings.max_per_document = 0;
+    let file_name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
     let mut names: Vec<String> = library
         .search_as(principal, request)
         .unwrap()
         .hits
         .iter()
-        .map(|h| h.path.file_name().unwrap().to_string_lossy().into_owned())
+        .flat_map(|h| {
+            let copies = h.also_at.iter().map(|p| file_name(Path::new(p)));
+            std::iter::once(file_name(&h.path)).chain(copies)
+        })
         .collect();
     names.sort();
     names.dedup();

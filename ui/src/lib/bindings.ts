@@ -773,6 +773,11 @@ export type Hit = {
 	snippet: Snippet,
 	/**  File modification time, ns since the epoch. */
 	mtime_ns: number | null,
+	/**
+	 *  Other files that hold this chunk's text word for word (a print-all page, another
+	 *  copy), folded into this hit.
+	 */
+	also_at?: string[],
 };
 
 /**  Running totals of one indexing run. */
@@ -1377,7 +1382,10 @@ export type StageReport = {
 export type StageScores = {
 	/**  Best 1-based rank in a lexical stream. */
 	lexical_rank: number | null,
-	/**  Its BM25 score there. */
+	/**
+	 *  Its score there: BM25, or with pages weighed (`page_evidence`), its page's score over
+	 *  the stream's best (0 to 1).
+	 */
 	lexical_score: number | null,
 	/**  Best 1-based rank in a vector stream. */
 	vector_rank: number | null,
@@ -1398,7 +1406,7 @@ export type StageScores = {
 
 /**  What one stage did. */
 export type StageTrace = {
-	/**  `lexical`, `vector`, `fusion`, `identifiers`, `freshness`, `fold`, `rerank`. */
+	/**  `lexical`, `vector`, `pages`, `fusion`, `identifiers`, `freshness`, `fold`, `rerank`. */
 	stage: string,
 	/**  The query variant (index into the streams), for per-variant stages. */
 	variant: number | null,
@@ -1426,6 +1434,11 @@ export type Stats = {
 	documents_with_warnings: number,
 	/**  Chunks. */
 	chunks: number,
+	/**
+	 *  Of them, copies of a text repeated across a source's documents, left out of search
+	 *  (see `quarry index --repeat-documents`).
+	 */
+	chunks_repeated: number,
 	/**  Bytes of text extracted from the current revisions. */
 	extracted_bytes: number,
 	/**  Changes SQLite has that the full-text index has not applied yet. */

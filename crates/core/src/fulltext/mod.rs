@@ -10,10 +10,15 @@
 //!
 //! The schema has `title`, `heading` and `body` fields per stemming language, so each
 //! collection keeps its own stemmer while BM25 statistics stay comparable across collections.
+//! Beside its chunks, each document has one page entry (`page_of` and a `page` field per
+//! language: its title and all its text), refreshed whenever the outbox touches one of its
+//! chunks, so a page can be ranked by everything it says ([`FullText::search_pages`]).
 
+mod documents;
 mod schema;
 mod stem;
 
+pub use documents::DocumentBm25;
 pub(crate) use schema::language_by_name;
 pub use schema::LANGUAGE_NAMES;
 
@@ -27,7 +32,7 @@ use tantivy::snippet::SnippetGenerator;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 use crate::error::{Error, Result};
-use crate::ids::{ChunkId, CollectionId};
+use crate::ids::{ChunkId, CollectionId, DocumentId};
 use crate::store::Store;
 use schema::Fields;
 
@@ -41,6 +46,8 @@ const SYNC_BATCH: usize = 5_000;
 pub struct FulltextHit {
     /// The chunk.
     pub chunk_id: ChunkId,
+    /// Its document.
+    pub document_id: DocumentId,
     /// BM25 score (with field boosts).
     pub score: f32,
 }
@@ -75,6 +82,84 @@ impl Snippet {
             highlights: Vec::new(),
         }
     }
+}
+
+/// Entries whose `field` holds one of `ids` (a filter: it scores every match alike).
+fn any_of(field: tantivy::schema::Field, ids: impl Iterator<Item = u64>) -> Box<dyn Query> {
+    let terms: Vec<(Occur, Box<dyn Query>)> = ids
+        .map(|id| {
+            let term = Term::from_field_u64(field, id);
+            (
+                Occur::Should,
+                Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+            )
+        })
+        .collect();
+    Box::new(BooleanQuery::new(terms))
+}
+
+/// `text` as separate words, for the page field, which keeps no positions: a word the
+/// analyzer splits (`parse_header_v235`, `std::fs`) would otherwise become a phrase query that
+/// field cannot answer, and the lenient parser would drop it. A word's `+` or `-` carries to
+/// each of its parts; quotes and field prefixes go.
+fn bag_of_words(text: &str) -> String {
+    let mut words = Vec::new();
+    for word in text.split_whitespace() {
+        let (sign, rest) = match word.chars().next() {
+            Some(c @ ('+' | '-')) => (Some(c), &word[1..]),
+            _ => (None, word),
+        };
+        for part in rest
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|p| !p.is_empty())
+        {
+            words.push(match sign {
+                Some(sign) => format!("{sign}{part}"),
+                None => part.to_string(),
+            });
+        }
+    }
+    words.join(" ")
+}
+
+/// BM25 statistics for page entries: the index's own, except that the average page length
+/// is over pages, not over every entry (chunks have no page field, and counting them would
+/// shrink the average forty-fold and punish every long page).
+struct PageStatistics<'a> {
+    searcher: &'a Searcher,
+    pages: u64,
+}
+
+impl tantivy::query::Bm25StatisticsProvider for PageStatistics<'_> {
+    fn total_num_tokens(&self, field: tantivy::schema::Field) -> tantivy::Result<u64> {
+        self.searcher.total_num_tokens(field)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.pages.max(1))
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        // A collection filter's term is on chunks too; its (constant) score needs a
+        // frequency within the pages, or BM25's idf would be asked for more than all.
+        Ok(self.searcher.doc_freq(term)?.min(self.pages.max(1)))
+    }
+}
+
+/// Page entries in the index (deleted ones that are not merged away yet count too, as they
+/// do in tantivy's own statistics).
+fn page_count(searcher: &Searcher) -> Result<u64> {
+    use tantivy::columnar::ColumnIndex;
+    let mut pages = 0u64;
+    for segment in searcher.segment_readers() {
+        let column = segment.fast_fields().u64(schema::PAGE_OF)?;
+        pages += match &column.index {
+            ColumnIndex::Empty { .. } => 0,
+            ColumnIndex::Full | ColumnIndex::Multivalued(_) => column.num_docs() as u64,
+            ColumnIndex::Optional(index) => index.num_non_nulls() as u64,
+        };
+    }
+    Ok(pages)
 }
 
 /// The open full-text index.
@@ -153,6 +238,7 @@ impl FullText {
             .writer
             .as_mut()
             .ok_or_else(|| Error::Internal("full-text sync without a writer".into()))?;
+        let mut pages = BTreeSet::new();
         loop {
             let entries = store.outbox_after(applied, SYNC_BATCH)?;
             let Some(last) = entries.last() else { break };
@@ -169,14 +255,29 @@ impl FullText {
                 if entry.upsert {
                     upserts.insert(entry.chunk_id);
                 }
+                pages.extend(entry.document_id);
             }
             let fields = &self.fields;
             store.fulltext_rows(upserts, |row| {
+                pages.insert(row.document_id);
                 writer.add_document(fields.document(&row))?;
                 Ok(())
             })?;
             applied = last_seq;
         }
+        // The same for the touched documents' pages, once per sync: out, then back as they
+        // are now (each replaced page lingers in tantivy's statistics until a merge).
+        for &document_id in &pages {
+            writer.delete_term(Term::from_field_u64(
+                self.fields.page_of,
+                document_id.0 as u64,
+            ));
+        }
+        let fields = &self.fields;
+        store.page_rows(pages, |row| {
+            writer.add_document(fields.page(&row))?;
+            Ok(())
+        })?;
         fail::fail_point!("fulltext_before_commit", |_| {
             Err(Error::Internal("fail point fulltext_before_commit".into()))
         });
@@ -197,8 +298,12 @@ impl FullText {
             .ok_or_else(|| Error::Internal("full-text rebuild without a writer".into()))?;
         writer.delete_all_documents()?;
         let fields = &self.fields;
-        store.fulltext_rows(store.all_chunk_ids()?, |row| {
+        store.fulltext_rows(store.searchable_chunk_ids()?, |row| {
             writer.add_document(fields.document(&row))?;
+            Ok(())
+        })?;
+        store.page_rows(store.documents_with_chunks()?, |row| {
+            writer.add_document(fields.page(&row))?;
             Ok(())
         })?;
         commit_with_seq(writer, target)?;
@@ -212,8 +317,9 @@ impl FullText {
         Ok(self.reader.reload()?)
     }
 
-    /// How many chunks the committed index holds.
-    pub(crate) fn indexed_chunks(&self) -> u64 {
+    /// How many entries the committed index holds: its chunks and, one per document, its
+    /// pages (a size to scale by, read without a scan).
+    pub(crate) fn indexed_entries(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
 
@@ -247,12 +353,14 @@ impl FullText {
         let mut hits = Vec::with_capacity(top.len());
         for (score, address) in top {
             let doc: TantivyDocument = searcher.doc(address)?;
-            let chunk_id = doc
-                .get_first(self.fields.chunk_id)
-                .and_then(|v| v.as_u64())
-                .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
+            let id = |field| {
+                doc.get_first(field)
+                    .and_then(|v| v.as_u64())
+                    .ok_or_else(|| Error::Internal("full-text chunk without its ids".into()))
+            };
             hits.push(FulltextHit {
-                chunk_id: ChunkId(chunk_id as i64),
+                chunk_id: ChunkId(id(self.fields.chunk_id)? as i64),
+                document_id: DocumentId(id(self.fields.document_id)? as i64),
                 score,
             });
         }
@@ -263,6 +371,75 @@ impl FullText {
             fields: self.fields.clone(),
             generators: HashMap::new(),
         })
+    }
+
+    /// The `query.limit` documents whose whole text matches `query` best (BM25 over each
+    /// document's page entry, the query's words as a bag: see [`bag_of_words`]), best first.
+    pub fn search_pages(&self, query: &FulltextQuery<'_>) -> Result<Vec<(DocumentId, f32)>> {
+        let words = bag_of_words(query.text);
+        let bag = FulltextQuery {
+            text: &words,
+            ..*query
+        };
+        let page_query = self.parse_fields(&bag, |f| vec![(f.page, 1.0)])?;
+        let searcher = self.reader.searcher();
+        let statistics = PageStatistics {
+            searcher: &searcher,
+            pages: page_count(&searcher)?,
+        };
+        let top = searcher.search_with_statistics_provider(
+            &*page_query,
+            &TopDocs::with_limit(query.limit.max(1)).order_by_score(),
+            &statistics,
+        )?;
+        let mut pages = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let column = searcher
+                .segment_reader(address.segment_ord)
+                .fast_fields()
+                .u64(schema::PAGE_OF)?;
+            if let Some(id) = column.first(address.doc_id) {
+                pages.push((DocumentId(id as i64), score));
+            }
+        }
+        Ok(pages)
+    }
+
+    /// The best chunk of each of `documents` for `query`, with its score; a document none of
+    /// whose chunks matches is left out.
+    pub fn best_chunks_of(
+        &self,
+        query: &FulltextQuery<'_>,
+        documents: &[DocumentId],
+    ) -> Result<Vec<FulltextHit>> {
+        if documents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = documents.iter().map(|d| d.0 as u64);
+        let scoped = BooleanQuery::new(vec![
+            (Occur::Must, self.parse(query)?),
+            (Occur::Must, any_of(self.fields.document_id, ids)),
+        ]);
+        let searcher = self.reader.searcher();
+        // Enough for each document's best to be among them, most of the time; a document
+        // whose best is missed keeps its next best.
+        let limit = documents.len() * 8;
+        let top = searcher.search(&scoped, &TopDocs::with_limit(limit).order_by_score())?;
+        let mut best: HashMap<DocumentId, FulltextHit> = HashMap::new();
+        for (score, address) in top {
+            let fast = searcher.segment_reader(address.segment_ord).fast_fields();
+            let chunk = fast.u64(schema::CHUNK_ID)?.first(address.doc_id);
+            let document = fast.u64(schema::DOCUMENT_ID)?.first(address.doc_id);
+            if let (Some(chunk), Some(document)) = (chunk, document) {
+                let document_id = DocumentId(document as i64);
+                best.entry(document_id).or_insert(FulltextHit {
+                    chunk_id: ChunkId(chunk as i64),
+                    document_id,
+                    score,
+                });
+            }
+        }
+        Ok(best.into_values().collect())
     }
 
     /// How many chunks match `query`, and the best `query.limit` of them: a count that reads
@@ -295,6 +472,18 @@ impl FullText {
     /// The query over the given languages' fields (title, heading and body, boosted in that
     /// order), within the given collections. Checked first: see [`check_query`].
     fn parse(&self, query: &FulltextQuery<'_>) -> Result<Box<dyn Query>> {
+        self.parse_fields(query, |f| {
+            vec![(f.title, 3.0), (f.heading, 2.0), (f.body, 1.0)]
+        })
+    }
+
+    /// The query over the fields `pick` chooses (with their boosts) in each of the query's
+    /// languages, within its collections.
+    fn parse_fields(
+        &self,
+        query: &FulltextQuery<'_>,
+        pick: impl Fn(&schema::LanguageFields) -> Vec<(tantivy::schema::Field, f32)>,
+    ) -> Result<Box<dyn Query>> {
         check_query(query.text)?;
         let languages = if query.languages.is_empty() {
             vec![schema::DEFAULT_LANGUAGE.to_string()]
@@ -304,9 +493,10 @@ impl FullText {
         let mut fields = Vec::new();
         let mut parser_boosts = Vec::new();
         for lang in &languages {
-            let f = self.fields.language(lang)?;
-            fields.extend([f.title, f.heading, f.body]);
-            parser_boosts.extend([(f.title, 3.0), (f.heading, 2.0), (f.body, 1.0)]);
+            for (field, boost) in pick(&self.fields.language(lang)?) {
+                fields.push(field);
+                parser_boosts.push((field, boost));
+            }
         }
         let mut parser = QueryParser::for_index(&self.index, fields);
         for (field, boost) in parser_boosts {
@@ -317,20 +507,10 @@ impl FullText {
         let full_query: Box<dyn Query> = if query.collection_ids.is_empty() {
             text_query
         } else {
-            let filters: Vec<(Occur, Box<dyn Query>)> = query
-                .collection_ids
-                .iter()
-                .map(|id| {
-                    let term = Term::from_field_u64(self.fields.collection_id, id.0 as u64);
-                    (
-                        Occur::Should,
-                        Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
-                    )
-                })
-                .collect();
+            let ids = query.collection_ids.iter().map(|id| id.0 as u64);
             Box::new(BooleanQuery::new(vec![
                 (Occur::Must, text_query),
-                (Occur::Must, Box::new(BooleanQuery::new(filters))),
+                (Occur::Must, any_of(self.fields.collection_id, ids)),
             ]))
         };
         Ok(full_query)
@@ -467,6 +647,19 @@ mod tests {
             Err(Error::InvalidQuery { reason }) => reason,
             other => panic!("{text:.40}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn pages_are_searched_by_the_query_s_words_each_on_its_own() {
+        assert_eq!(
+            bag_of_words("where is parse_header_v235 defined"),
+            "where is parse header v235 defined"
+        );
+        assert_eq!(
+            bag_of_words("\"exact phrase\" +std::fs -title:draft"),
+            "exact phrase +std +fs -title -draft"
+        );
+        assert_eq!(bag_of_words("  ::  "), "");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Structure-aware chunking.
 //!
-//! Rules, in order: a heading always starts a new chunk (and is its first line, so the chunk
-//! reads on its own); blocks are packed into a chunk while it stays within `max_tokens`; a
+//! Rules, in order: a heading starts a new chunk (and is its first line, so the chunk reads on
+//! its own) unless the chunk so far holds fewer than `min_section_tokens` (then a short
+//! section and the next share a chunk, named by the first heading with text under it); blocks
+//! are packed into a chunk while it stays within `max_tokens`; a
 //! block larger than that is cut into windows of `max_tokens` at token boundaries, each window
 //! overlapping the previous by `overlap_tokens`; when a chunk fills up between blocks, the
 //! next one starts with the trailing blocks that fit in `overlap_tokens`. Every chunk keeps
@@ -21,6 +23,11 @@ pub struct ChunkOptions {
     pub max_tokens: usize,
     /// Tokens repeated between consecutive chunks of one section. Default 32.
     pub overlap_tokens: usize,
+    /// A heading starts a new chunk only once the current one holds this many tokens, so
+    /// short sections (and headings with nothing under them) pack together. Default 0: every
+    /// heading starts a chunk.
+    #[serde(default)]
+    pub min_section_tokens: usize,
 }
 
 impl Default for ChunkOptions {
@@ -28,6 +35,7 @@ impl Default for ChunkOptions {
         ChunkOptions {
             max_tokens: 200,
             overlap_tokens: 32,
+            min_section_tokens: 0,
         }
     }
 }
@@ -101,6 +109,9 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
     let mut current: Vec<Piece> = Vec::new();
     let mut current_tokens = 0usize;
     let mut heading_path = String::new();
+    // The heading path the current chunk is cited by: the first heading with text under it.
+    let mut chunk_heading = String::new();
+    let mut chunk_has_text = false;
 
     for block in blocks {
         let tokens = count_tokens(&block.text);
@@ -108,8 +119,10 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
             continue;
         }
         if let BlockKind::Heading(level) = block.kind {
-            emit(&mut chunks, &mut current, &heading_path);
-            current_tokens = 0;
+            if current_tokens >= options.min_section_tokens || current_tokens + tokens > max {
+                emit(&mut chunks, &mut current, &chunk_heading);
+                current_tokens = 0;
+            }
             headings.retain(|(l, _)| *l < level);
             headings.push((level, block.text.clone()));
             heading_path = headings
@@ -120,11 +133,20 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
         }
         // A page break ends a chunk, so every hit cites one page.
         if current.last().is_some_and(|p| p.page != block.page) {
-            emit(&mut chunks, &mut current, &heading_path);
+            emit(&mut chunks, &mut current, &chunk_heading);
             current_tokens = 0;
         }
+        if current.is_empty() {
+            chunk_heading = heading_path.clone();
+            chunk_has_text = false;
+        }
+        if !chunk_has_text {
+            // Headings with nothing under them yet: the chunk is named by the newest.
+            chunk_heading = heading_path.clone();
+        }
+        chunk_has_text |= !matches!(block.kind, BlockKind::Heading(_));
         if tokens > max {
-            emit(&mut chunks, &mut current, &heading_path);
+            emit(&mut chunks, &mut current, &chunk_heading);
             current_tokens = 0;
             for piece in windows(block, max, overlap) {
                 chunks.push(to_chunk(std::slice::from_ref(&piece), &heading_path));
@@ -142,7 +164,8 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
                 carried_tokens += piece.tokens;
                 carried.push(piece.clone());
             }
-            emit(&mut chunks, &mut current, &heading_path);
+            emit(&mut chunks, &mut current, &chunk_heading);
+            chunk_heading = heading_path.clone();
             carried.reverse();
             current = carried;
             current_tokens = carried_tokens;
@@ -156,7 +179,7 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
             bytes: block.bytes,
         });
     }
-    emit(&mut chunks, &mut current, &heading_path);
+    emit(&mut chunks, &mut current, &chunk_heading);
     chunks
 }
 
@@ -272,12 +295,46 @@ mod tests {
     }
 
     #[test]
+    fn short_sections_pack_together_named_by_their_first_heading_with_text() {
+        let blocks = vec![
+            block(BlockKind::Heading(1), "The Book", 1),
+            block(BlockKind::Heading(1), "Profiles", 2),
+            block(BlockKind::Text, "Profiles change compiler settings.", 3),
+            block(BlockKind::Heading(2), "Dev", 5),
+            block(BlockKind::Text, "The dev profile is for development.", 7),
+            block(BlockKind::Heading(2), "Release", 9),
+            block(
+                BlockKind::Text,
+                &"Optimised builds for shipping. ".repeat(8),
+                11,
+            ),
+            block(BlockKind::Heading(2), "Test", 13),
+            block(BlockKind::Text, "Used by cargo test.", 15),
+        ];
+        let options = ChunkOptions {
+            min_section_tokens: 12,
+            ..Default::default()
+        };
+        let chunks = chunk_blocks(&blocks, &options);
+        let paths: Vec<&str> = chunks.iter().map(|c| c.heading_path.as_str()).collect();
+        // The book's name has nothing under it: it joins Profiles, which the chunk is named by;
+        // Dev is too short alone and joins too; Release fills its own; Test ends the page.
+        assert_eq!(paths, ["Profiles", "Profiles › Release", "Profiles › Test"]);
+        assert!(chunks[0].text.starts_with("The Book\n\nProfiles\n\n"));
+        assert!(chunks[0].text.contains("Dev\n\nThe dev profile"));
+        assert_eq!(chunks[0].location.line_start, Some(1));
+        // Every heading starting a chunk (the default) gives one chunk a section.
+        assert_eq!(chunk_blocks(&blocks, &ChunkOptions::default()).len(), 5);
+    }
+
+    #[test]
     fn large_blocks_become_overlapping_windows() {
         let words: Vec<String> = (0..500).map(|i| format!("w{i}")).collect();
         let text = words.join(" ");
         let options = ChunkOptions {
             max_tokens: 100,
             overlap_tokens: 20,
+            ..Default::default()
         };
         let chunks = chunk_blocks(&[block(BlockKind::Text, &text, 1)], &options);
         assert!(chunks.len() >= 6, "{}", chunks.len());
@@ -296,6 +353,7 @@ mod tests {
         let options = ChunkOptions {
             max_tokens: 50,
             overlap_tokens: 10,
+            ..Default::default()
         };
         let chunks = chunk_blocks(&[block(BlockKind::Code, &text.join("\n"), 10)], &options);
         assert!(chunks.len() > 5);
@@ -321,6 +379,7 @@ mod tests {
         let options = ChunkOptions {
             max_tokens: 40,
             overlap_tokens: 8,
+            ..Default::default()
         };
         let chunks = chunk_blocks(&blocks, &options);
         assert!(chunks.len() > 5);

@@ -69,16 +69,36 @@ pub(crate) fn index_scope(
         options,
         &mut run.progress,
     );
+    let changes_before = run.progress.changes();
     let claimed = read_and_write(store, fulltext, source.id, plan, &removed, options, run)?;
     if options.is_cancelled() {
         // Files not read yet may be the new names of "removed" ones: delete nothing now.
         return run.sync_fulltext(store, fulltext, true);
     }
     delete_gone(store, &removed, &claimed, &mut run.progress)?;
+    if run.progress.changes() != changes_before {
+        mark_repeats(store, source, options)?;
+    }
     if matches!(scope, ScanScope::All) {
         store.set_source_status(source.id, SourceStatus::Ok, None)?;
     }
     run.sync_fulltext(store, fulltext, true)
+}
+
+/// Copies of a text repeated across the source's documents leave search (see
+/// `store::repeats`).
+fn mark_repeats(store: &mut Store, source: &Source, options: &IndexOptions) -> Result<()> {
+    let changes = store.mark_repeats(source.id, options.repeat_documents)?;
+    if changes.marked + changes.revived > 0 {
+        tracing::info!(
+            source = %source.root.display(),
+            groups = changes.groups,
+            marked = changes.marked,
+            revived = changes.revived,
+            "repeated text"
+        );
+    }
+    Ok(())
 }
 
 /// An unmounted drive or a deleted folder: keep what is indexed, say so, wait for it.

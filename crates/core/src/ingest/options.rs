@@ -25,6 +25,10 @@ pub struct IndexOptions {
     /// Longest one file may take to extract and chunk; a file that takes longer is left out
     /// with reason `timeout`. Default 60 s.
     pub file_time_budget: std::time::Duration,
+    /// A chunk whose text is repeated word for word in at least this many documents of a
+    /// source (navigation, help blocks, footers, shared sections) is searched and embedded
+    /// once, in the smallest of them; 0 indexes every copy. Default 5.
+    pub repeat_documents: usize,
     /// Limits on zip containers (DOCX, ODT, EPUB).
     pub(crate) limits: ExtractLimits,
 }
@@ -41,6 +45,7 @@ impl Default for IndexOptions {
             cancel: None,
             max_chunks_per_file: 20_000,
             file_time_budget: std::time::Duration::from_secs(60),
+            repeat_documents: 5,
             limits: ExtractLimits::default(),
         }
     }

@@ -43,6 +43,19 @@ pub struct IndexProgress {
 }
 
 impl IndexProgress {
+    /// Counts that move when a run changes what is indexed (files written, left out or
+    /// removed), to compare before and after a stage.
+    pub(crate) fn changes(&self) -> (u64, u64, u64, u64) {
+        (
+            self.chunks_written,
+            self.files_skipped,
+            self.files_failed,
+            self.files_removed,
+        )
+    }
+}
+
+impl IndexProgress {
     pub(crate) fn update_rates(&mut self, elapsed: Duration, walk_done: bool) {
         self.elapsed_ms = elapsed.as_millis() as u64;
         let secs = elapsed.as_secs_f64().max(1e-3);

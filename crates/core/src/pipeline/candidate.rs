@@ -390,6 +390,7 @@ mod tests {
                 location: ChunkLocation::default(),
                 snippet: Snippet::plain("Ferns", 10),
                 mtime_ns: None,
+                also_at: Vec::new(),
             };
             let old = json!({
                 "rank": hit.rank,

@@ -106,6 +106,7 @@ impl Fixture {
                 highlights: Vec::new(),
             },
             mtime_ns: None,
+            also_at: Vec::new(),
         }
     }
 }

@@ -82,7 +82,7 @@ pub(super) fn stage(
         return Ok(None);
     }
     let t = Instant::now();
-    let limit = rare_limit(ctx.fulltext.indexed_chunks());
+    let limit = rare_limit(ctx.fulltext.indexed_entries());
     let mut notes = Vec::new();
     let mut matches: HashMap<ChunkId, u32> = HashMap::new();
     for term in &terms {

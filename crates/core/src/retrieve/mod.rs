@@ -15,6 +15,7 @@
 mod exact;
 mod fusion;
 mod lexical;
+mod pages;
 mod plan;
 mod rank;
 mod rerank;
@@ -34,9 +35,12 @@ use crate::fulltext::{FullText, FulltextResults, Snippet};
 use crate::ids::{ChunkId, CollectionId, DocumentId};
 use crate::store::{ChunkLocation, ChunkRecord, Collection, SharedSignIndex, Store, VectorTable};
 use fusion::{Pool, VariantStreams};
+use pages::VariantFound;
 use plan::Searched;
 use rank::Ranked;
-pub use settings::{Freshness, Fusion, RerankSettings, RetrievalSettings, SearchMode};
+pub use settings::{
+    Freshness, Fusion, PageEvidence, RerankSettings, RetrievalSettings, SearchMode,
+};
 pub(crate) use vector::{query_collection, VectorContext};
 
 /// One query stream with its weight (the query tools produce several).
@@ -106,7 +110,8 @@ impl SearchRequest {
 pub struct StageScores {
     /// Best 1-based rank in a lexical stream.
     pub lexical_rank: Option<usize>,
-    /// Its BM25 score there.
+    /// Its score there: BM25, or with pages weighed (`page_evidence`), its page's score over
+    /// the stream's best (0 to 1).
     pub lexical_score: Option<f32>,
     /// Best 1-based rank in a vector stream.
     pub vector_rank: Option<usize>,
@@ -153,13 +158,17 @@ pub struct Hit {
     pub snippet: Snippet,
     /// File modification time, ns since the epoch.
     pub mtime_ns: Option<i64>,
+    /// Other files that hold this chunk's text word for word (a print-all page, another
+    /// copy), folded into this hit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_at: Vec<String>,
 }
 
 /// What one stage did.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct StageTrace {
-    /// `lexical`, `vector`, `fusion`, `identifiers`, `freshness`, `fold`, `rerank`.
+    /// `lexical`, `vector`, `pages`, `fusion`, `identifiers`, `freshness`, `fold`, `rerank`.
     pub stage: &'static str,
     /// The query variant (index into the streams), for per-variant stages.
     pub variant: Option<usize>,
@@ -241,7 +250,20 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     };
     let (trace, readiness) = (&mut results.trace, &mut results.readiness);
     let targets = vector::targets(ctx, request, &searched.collections, readiness)?;
-    let (pool, mut snippets) = gather(ctx, &searched, &targets, &streams, settings, trace)?;
+    let (mut found, mut snippets) = gather(ctx, &searched, &targets, &streams, settings, trace)?;
+    let mut chunks = rank::fetch_rows(ctx.store, found_ids(&found), HashMap::new())?;
+    let searched_ids: Vec<CollectionId> = searched.collections.iter().map(|c| c.id).collect();
+    let (copies, step) = pages::stage(ctx.store, &searched_ids, &mut found, &chunks, settings)?;
+    trace.push(step);
+    chunks = rank::fetch_rows(ctx.store, found_ids(&found), chunks)?;
+    let mut pool = Pool::default();
+    for variant in &found {
+        let streams = VariantStreams {
+            lexical: variant.lexical.as_deref(),
+            vector: variant.vector.as_deref(),
+        };
+        pool.add_variant(&streams, settings.fusion, variant.weight);
+    }
     let (mut candidates, step) = pool.fuse(settings.fusion, streams.len());
     trace.push(step);
     if settings.mode == SearchMode::Hybrid && settings.identifiers_first {
@@ -255,7 +277,7 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
         )?);
     }
 
-    let chunks = rank::join_chunks(ctx.store, &mut candidates)?;
+    chunks = rank::join_chunks(ctx.store, chunks, &mut candidates)?;
     if let Some(f) = &settings.freshness {
         trace.push(rank::freshness(&mut candidates, &chunks, f));
     }
@@ -274,12 +296,13 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
         snippets.as_mut(),
         request.snippet_chars,
     )?;
+    add_copies(ctx.store, &mut results.hits, &copies)?;
     results.took_us = elapsed_us(started);
     Ok(results)
 }
 
-/// The lexical and vector stages of every query variant, pooled by weight; and the first
-/// lexical stream's full-text results, to highlight snippets with.
+/// The lexical and vector stages of every query variant; and the first lexical stream's
+/// full-text results, to highlight snippets with.
 fn gather(
     ctx: &SearchContext<'_>,
     searched: &Searched<'_>,
@@ -287,15 +310,16 @@ fn gather(
     streams: &[WeightedQuery],
     settings: &RetrievalSettings,
     trace: &mut Vec<StageTrace>,
-) -> Result<(Pool, Option<FulltextResults>)> {
-    let mut pool = Pool::default();
+) -> Result<(Vec<VariantFound>, Option<FulltextResults>)> {
+    let mut found = Vec::with_capacity(streams.len());
     let mut snippets = None;
     for (v, query) in streams.iter().enumerate() {
-        let mut lexical = None;
+        let (mut lexical, mut lexical_pages) = (None, None);
         if settings.mode.uses_lexical() {
             let (stream, step) = lexical::stage(ctx, searched, settings, &query.text, v)?;
             trace.push(step);
             lexical = Some(stream.list);
+            lexical_pages = stream.pages;
             snippets.get_or_insert(stream.results);
         }
         let mut vector = None;
@@ -304,13 +328,42 @@ fn gather(
             trace.push(step);
             vector = Some(list);
         }
-        let streams = VariantStreams {
-            lexical: lexical.as_deref(),
-            vector: vector.as_deref(),
-        };
-        pool.add_variant(&streams, settings.fusion, query.weight);
+        found.push(VariantFound {
+            lexical,
+            lexical_pages,
+            vector,
+            weight: query.weight,
+        });
     }
-    Ok((pool, snippets))
+    Ok((found, snippets))
+}
+
+/// Every chunk any stream found.
+fn found_ids(found: &[VariantFound]) -> Vec<ChunkId> {
+    let mut ids: Vec<ChunkId> = found
+        .iter()
+        .flat_map(|v| v.lexical.iter().chain(v.vector.iter()).flatten())
+        .map(|(id, _)| *id)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Names on each hit the other files its text was folded from.
+fn add_copies(store: &Store, hits: &mut [Hit], copies: &pages::Copies) -> Result<()> {
+    for hit in hits {
+        if let Some(others) = copies.also_at.get(&hit.chunk_id) {
+            let mut paths: Vec<String> = store
+                .chunks_by_id(others)?
+                .into_iter()
+                .map(|c| c.path.to_string_lossy().into_owned())
+                .collect();
+            paths.dedup();
+            hit.also_at = paths;
+        }
+    }
+    Ok(())
 }
 
 /// Every variant weighs more than 0.
@@ -363,6 +416,7 @@ fn hits(
             location: chunk.location.clone(),
             snippet,
             mtime_ns: chunk.mtime_ns,
+            also_at: Vec::new(),
         });
     }
     Ok(hits)

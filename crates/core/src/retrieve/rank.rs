@@ -13,18 +13,29 @@ use crate::store::{ChunkRecord, Store};
 /// Candidates in ranked order, best first.
 pub(super) type Ranked = Vec<(ChunkId, Candidate)>;
 
-/// The candidates' chunk rows. SQLite has the last word: a candidate whose chunk was deleted
-/// since the full-text commit is dropped.
+/// `rows` with the rows of `ids` it lacks; ids whose chunk was deleted stay absent.
+pub(super) fn fetch_rows(
+    store: &Store,
+    ids: Vec<ChunkId>,
+    mut rows: HashMap<ChunkId, ChunkRecord>,
+) -> Result<HashMap<ChunkId, ChunkRecord>> {
+    let missing: Vec<ChunkId> = ids
+        .into_iter()
+        .filter(|id| !rows.contains_key(id))
+        .collect();
+    rows.extend(store.chunks_by_id(&missing)?.into_iter().map(|c| (c.id, c)));
+    Ok(rows)
+}
+
+/// The candidates' chunk rows (those of `rows`, and any candidate a later stage added).
+/// SQLite has the last word: a candidate whose chunk was deleted since the full-text commit
+/// is dropped.
 pub(super) fn join_chunks(
     store: &Store,
+    rows: HashMap<ChunkId, ChunkRecord>,
     candidates: &mut HashMap<ChunkId, Candidate>,
 ) -> Result<HashMap<ChunkId, ChunkRecord>> {
-    let ids: Vec<ChunkId> = candidates.keys().copied().collect();
-    let chunks: HashMap<ChunkId, ChunkRecord> = store
-        .chunks_by_id(&ids)?
-        .into_iter()
-        .map(|c| (c.id, c))
-        .collect();
+    let chunks = fetch_rows(store, candidates.keys().copied().collect(), rows)?;
     candidates.retain(|id, _| chunks.contains_key(id));
     Ok(chunks)
 }

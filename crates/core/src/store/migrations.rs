@@ -227,6 +227,14 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO tool_versions(tool_id, version, definition, saved_at)
         SELECT id, 1, definition, updated_at FROM tools;",
+    // Each outbox row names its chunk's document, so the full-text index can refresh the
+    // document's whole-page entry even after the chunk is gone. Chunks carry a hash of their
+    // text, and copies of a text repeated across a source's documents are left out of search
+    // (`store::repeats`).
+    "ALTER TABLE fulltext_outbox ADD COLUMN document_id INTEGER;
+    ALTER TABLE chunks ADD COLUMN text_hash INTEGER;
+    ALTER TABLE chunks ADD COLUMN repeated INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX chunks_text_hash ON chunks(text_hash);",
 ];
 
 /// The schema version this build writes.

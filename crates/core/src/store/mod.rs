@@ -16,6 +16,7 @@ mod migrations;
 mod orchestrator;
 mod pipelines;
 mod records;
+mod repeats;
 mod sign_index;
 mod tools;
 mod vectors;
@@ -43,6 +44,8 @@ pub use records::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, NewChunk, Source,
     SourceStatus,
 };
+pub use repeats::RepeatChanges;
+pub(crate) use repeats::{text_hash, TextCopy};
 pub use sign_index::{SharedSignIndex, SignIndex};
 pub(crate) use tools::{
     delete_tool, insert_tool, replace_tool_definition, seeded_tool_definition,
@@ -197,8 +200,8 @@ impl Store {
             .ok_or_else(|| Error::CollectionNotFound(name.to_string()))?;
         let tx = self.write()?;
         tx.execute(
-            "INSERT INTO fulltext_outbox(op, chunk_id)
-             SELECT 'delete', c.id FROM chunks c JOIN documents d ON d.id = c.document_id
+            "INSERT INTO fulltext_outbox(op, chunk_id, document_id)
+             SELECT 'delete', c.id, c.document_id FROM chunks c JOIN documents d ON d.id = c.document_id
              JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1",
             [collection.id],
         )?;
@@ -297,8 +300,8 @@ impl Store {
     pub fn delete_source(&mut self, id: SourceId) -> Result<()> {
         let tx = self.write()?;
         tx.execute(
-            "INSERT INTO fulltext_outbox(op, chunk_id)
-             SELECT 'delete', c.id FROM chunks c JOIN documents d ON d.id = c.document_id
+            "INSERT INTO fulltext_outbox(op, chunk_id, document_id)
+             SELECT 'delete', c.id, c.document_id FROM chunks c JOIN documents d ON d.id = c.document_id
              WHERE d.source_id = ?1",
             [id],
         )?;
@@ -483,6 +486,7 @@ impl Store {
                 "SELECT COUNT(*) FROM documents WHERE warning IS NOT NULL",
             )?,
             chunks: one("SELECT COUNT(*) FROM chunks")?,
+            chunks_repeated: one("SELECT COUNT(*) FROM chunks WHERE repeated = 1")?,
             extracted_bytes: one("SELECT COALESCE(SUM(r.extracted_bytes), 0) FROM documents d
                  JOIN revisions r ON r.id = d.current_revision_id")?,
             outbox_pending: one("SELECT COUNT(*) FROM fulltext_outbox")?,
@@ -509,13 +513,15 @@ impl Store {
     /// Outbox rows after `after_seq`, oldest first.
     pub(crate) fn outbox_after(&self, after_seq: i64, limit: usize) -> Result<Vec<OutboxEntry>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, op, chunk_id FROM fulltext_outbox WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            "SELECT seq, op, chunk_id, document_id FROM fulltext_outbox
+             WHERE seq > ?1 ORDER BY seq LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![after_seq, limit as i64], |r| {
             Ok(OutboxEntry {
                 seq: r.get(0)?,
                 upsert: r.get::<_, String>(1)? == "upsert",
                 chunk_id: r.get(2)?,
+                document_id: r.get(3)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -551,7 +557,7 @@ impl Store {
             "SELECT c.id, d.id, col.id, col.language, COALESCE(d.title, ''), c.heading_path, c.text
              FROM chunks c JOIN documents d ON d.id = c.document_id
              JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id
-             WHERE c.id = ?1",
+             WHERE c.id = ?1 AND c.repeated = 0",
         )?;
         for id in ids {
             let row = stmt
@@ -574,9 +580,72 @@ impl Store {
         Ok(())
     }
 
-    /// All chunk ids, ascending: for rebuilding or verifying the full-text index.
+    /// Each of these documents that has chunks, whole: its title, then its chunks' text in
+    /// order (repeated copies too: a page is ranked by all it says, as plain document BM25
+    /// ranks it).
+    pub(crate) fn page_rows(
+        &self,
+        documents: impl IntoIterator<Item = DocumentId>,
+        mut each: impl FnMut(PageRow) -> Result<()>,
+    ) -> Result<()> {
+        let mut head = self.conn.prepare_cached(
+            "SELECT col.id, col.language, COALESCE(d.title, '') FROM documents d
+             JOIN sources s ON s.id = d.source_id JOIN collections col ON col.id = s.collection_id
+             WHERE d.id = ?1",
+        )?;
+        let mut texts = self
+            .conn
+            .prepare_cached("SELECT text FROM chunks WHERE document_id = ?1 ORDER BY ordinal")?;
+        for document_id in documents {
+            let Some((collection_id, language, mut text)) = head
+                .query_row([document_id], |r| {
+                    Ok((
+                        r.get::<_, CollectionId>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()?
+            else {
+                continue;
+            };
+            let mut chunks = 0;
+            for chunk in texts.query_map([document_id], |r| r.get::<_, String>(0))? {
+                text.push('\n');
+                text.push_str(&chunk?);
+                chunks += 1;
+            }
+            if chunks > 0 {
+                each(PageRow {
+                    document_id,
+                    collection_id,
+                    language,
+                    text,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every document that has chunks, ascending: for rebuilding the full-text index.
+    pub(crate) fn documents_with_chunks(&self) -> Result<Vec<DocumentId>> {
+        self.ids("SELECT DISTINCT document_id FROM chunks ORDER BY document_id")
+    }
+
+    /// The ids of the chunks search holds (every chunk but repeated copies), ascending: for
+    /// rebuilding or verifying the full-text index.
+    pub fn searchable_chunk_ids(&self) -> Result<Vec<ChunkId>> {
+        self.ids("SELECT id FROM chunks WHERE repeated = 0 ORDER BY id")
+    }
+
+    /// All chunk ids, ascending, repeated copies included.
     pub fn all_chunk_ids(&self) -> Result<Vec<ChunkId>> {
-        let mut stmt = self.conn.prepare("SELECT id FROM chunks ORDER BY id")?;
+        self.ids("SELECT id FROM chunks ORDER BY id")
+    }
+
+    /// The first column of every row `sql` selects.
+    fn ids<T: rusqlite::types::FromSql>(&self, sql: &str) -> Result<Vec<T>> {
+        let mut stmt = self.conn.prepare(sql)?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -620,6 +689,17 @@ pub(crate) struct OutboxEntry {
     pub seq: i64,
     pub upsert: bool,
     pub chunk_id: ChunkId,
+    /// Absent on rows written before schema v8.
+    pub document_id: Option<DocumentId>,
+}
+
+/// What the full-text index holds for a whole document: its title and all its chunks' text.
+#[derive(Debug, Clone)]
+pub(crate) struct PageRow {
+    pub document_id: DocumentId,
+    pub collection_id: CollectionId,
+    pub language: String,
+    pub text: String,
 }
 
 /// The fields the full-text index holds for a chunk.
@@ -652,6 +732,9 @@ pub struct Stats {
     pub documents_with_warnings: i64,
     /// Chunks.
     pub chunks: i64,
+    /// Of them, copies of a text repeated across a source's documents, left out of search
+    /// (see `quarry index --repeat-documents`).
+    pub chunks_repeated: i64,
     /// Bytes of text extracted from the current revisions.
     pub extracted_bytes: i64,
     /// Changes SQLite has that the full-text index has not applied yet.

@@ -228,7 +228,8 @@ impl SignIndex {
                 "SELECT ch.id FROM chunks ch
                  JOIN documents d ON d.id = ch.document_id
                  JOIN sources s ON s.id = d.source_id
-                 WHERE ch.id > ?1 AND ch.id <= ?2 AND s.collection_id = ?3 ORDER BY ch.id",
+                 WHERE ch.id > ?1 AND ch.id <= ?2 AND s.collection_id = ?3 AND ch.repeated = 0
+                 ORDER BY ch.id",
             )?;
             let rows = stmt.query_map(params![self.cursor, cursor, collection_id], |r| r.get(0))?;
             rows.collect::<rusqlite::Result<_>>()?

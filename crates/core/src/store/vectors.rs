@@ -211,7 +211,7 @@ impl Store {
             "SELECT ch.id, ch.text, d.title FROM chunks ch
              JOIN documents d ON d.id = ch.document_id
              JOIN sources s ON s.id = d.source_id
-             WHERE ch.id > ?1 AND s.collection_id = ?2
+             WHERE ch.id > ?1 AND s.collection_id = ?2 AND ch.repeated = 0
              ORDER BY ch.id LIMIT ?3",
         )?;
         let rows = stmt.query_map(params![cursor, collection_id, limit as i64], |r| {
@@ -320,7 +320,8 @@ impl Store {
             None => 0,
         };
         let (embedded, total): (i64, i64) = self.conn.query_row(
-            "SELECT COALESCE(SUM(ch.id <= ?2), 0), COUNT(*) FROM chunks ch
+            "SELECT COALESCE(SUM(ch.id <= ?2 AND ch.repeated = 0), 0), COALESCE(SUM(ch.repeated = 0), 0)
+             FROM chunks ch
              JOIN documents d ON d.id = ch.document_id
              JOIN sources s ON s.id = d.source_id WHERE s.collection_id = ?1",
             params![c.id, cursor],

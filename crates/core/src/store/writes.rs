@@ -57,8 +57,8 @@ pub(crate) fn document_path(tx: &Transaction<'_>, id: DocumentId) -> Result<Path
 
 fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: DocumentId) -> Result<()> {
     tx.execute(
-        "INSERT INTO fulltext_outbox(op, chunk_id)
-         SELECT 'delete', id FROM chunks WHERE document_id = ?1",
+        "INSERT INTO fulltext_outbox(op, chunk_id, document_id)
+         SELECT 'delete', id, document_id FROM chunks WHERE document_id = ?1",
         [document_id],
     )?;
     tx.execute("DELETE FROM chunks WHERE document_id = ?1", [document_id])?;
@@ -136,11 +136,12 @@ pub(crate) fn write_revision(
     )?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO chunks(document_id, revision_id, ordinal, text, heading_path, page,
-         line_start, line_end, byte_start, byte_end, token_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         line_start, line_end, byte_start, byte_end, token_count, text_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?;
-    let mut outbox =
-        tx.prepare_cached("INSERT INTO fulltext_outbox(op, chunk_id) VALUES ('upsert', ?1)")?;
+    let mut outbox = tx.prepare_cached(
+        "INSERT INTO fulltext_outbox(op, chunk_id, document_id) VALUES ('upsert', ?1, ?2)",
+    )?;
     for (ordinal, chunk) in chunks.iter().enumerate() {
         let loc = &chunk.location;
         insert.execute(params![
@@ -155,8 +156,9 @@ pub(crate) fn write_revision(
             loc.byte_start.map(|v| v as i64),
             loc.byte_end.map(|v| v as i64),
             chunk.token_count,
+            super::text_hash(&chunk.text),
         ])?;
-        outbox.execute([tx.last_insert_rowid()])?;
+        outbox.execute(params![tx.last_insert_rowid(), doc_id])?;
     }
     Ok(doc_id)
 }
@@ -264,7 +266,8 @@ pub(crate) fn move_document(
         ],
     )?;
     tx.execute(
-        "INSERT INTO fulltext_outbox(op, chunk_id) SELECT 'upsert', id FROM chunks WHERE document_id = ?1",
+        "INSERT INTO fulltext_outbox(op, chunk_id, document_id)
+         SELECT 'upsert', id, document_id FROM chunks WHERE document_id = ?1",
         [id],
     )?;
     Ok(())
