@@ -26,7 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use tantivy::collector::{Count, TopDocs};
-use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::snippet::SnippetGenerator;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
@@ -84,7 +84,9 @@ impl Snippet {
     }
 }
 
-/// Entries whose `field` holds one of `ids` (a filter: it scores every match alike).
+/// Entries whose `field` holds one of `ids`: a filter that adds nothing to the score (a
+/// scored id term would add its own idf, which differs from one document or collection to
+/// the next).
 fn any_of(field: tantivy::schema::Field, ids: impl Iterator<Item = u64>) -> Box<dyn Query> {
     let terms: Vec<(Occur, Box<dyn Query>)> = ids
         .map(|id| {
@@ -95,7 +97,19 @@ fn any_of(field: tantivy::schema::Field, ids: impl Iterator<Item = u64>) -> Box<
             )
         })
         .collect();
-    Box::new(BooleanQuery::new(terms))
+    Box::new(ConstScoreQuery::new(
+        Box::new(BooleanQuery::new(terms)),
+        0.0,
+    ))
+}
+
+/// The u64 `field` (a fast field) of the entry at `address`, if it has one.
+fn fast_id(searcher: &Searcher, address: tantivy::DocAddress, field: &str) -> Result<Option<u64>> {
+    let column = searcher
+        .segment_reader(address.segment_ord)
+        .fast_fields()
+        .u64(field)?;
+    Ok(column.first(address.doc_id))
 }
 
 /// `text` as separate words, for the page field, which keeps no positions: a word the
@@ -140,8 +154,8 @@ impl tantivy::query::Bm25StatisticsProvider for PageStatistics<'_> {
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        // A collection filter's term is on chunks too; its (constant) score needs a
-        // frequency within the pages, or BM25's idf would be asked for more than all.
+        // Never more than all: a term found on chunks as well as pages (filters score
+        // nothing today) would otherwise make BM25's idf panic.
         Ok(self.searcher.doc_freq(term)?.min(self.pages.max(1)))
     }
 }
@@ -394,11 +408,7 @@ impl FullText {
         )?;
         let mut pages = Vec::with_capacity(top.len());
         for (score, address) in top {
-            let column = searcher
-                .segment_reader(address.segment_ord)
-                .fast_fields()
-                .u64(schema::PAGE_OF)?;
-            if let Some(id) = column.first(address.doc_id) {
+            if let Some(id) = fast_id(&searcher, address, schema::PAGE_OF)? {
                 pages.push((DocumentId(id as i64), score));
             }
         }
@@ -427,9 +437,8 @@ impl FullText {
         let top = searcher.search(&scoped, &TopDocs::with_limit(limit).order_by_score())?;
         let mut best: HashMap<DocumentId, FulltextHit> = HashMap::new();
         for (score, address) in top {
-            let fast = searcher.segment_reader(address.segment_ord).fast_fields();
-            let chunk = fast.u64(schema::CHUNK_ID)?.first(address.doc_id);
-            let document = fast.u64(schema::DOCUMENT_ID)?.first(address.doc_id);
+            let chunk = fast_id(&searcher, address, schema::CHUNK_ID)?;
+            let document = fast_id(&searcher, address, schema::DOCUMENT_ID)?;
             if let (Some(chunk), Some(document)) = (chunk, document) {
                 let document_id = DocumentId(document as i64);
                 best.entry(document_id).or_insert(FulltextHit {
@@ -457,12 +466,7 @@ impl FullText {
         )?;
         let mut ids = Vec::with_capacity(top.len());
         for (_, address) in top {
-            let column = searcher
-                .segment_reader(address.segment_ord)
-                .fast_fields()
-                .u64(schema::CHUNK_ID)?;
-            let id = column
-                .first(address.doc_id)
+            let id = fast_id(&searcher, address, schema::CHUNK_ID)?
                 .ok_or_else(|| Error::Internal("full-text document without chunk_id".into()))?;
             ids.push(ChunkId(id as i64));
         }
@@ -646,6 +650,55 @@ mod tests {
         match check_query(text) {
             Err(Error::InvalidQuery { reason }) => reason,
             other => panic!("{text:.40}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_page_s_best_chunk_keeps_its_own_score_whatever_the_filters() {
+        use crate::store::test_support::{collection_with_source, temp_store, write_document};
+        use crate::store::NewChunk;
+        let (dir, mut store) = temp_store();
+        let source = collection_with_source(&mut store, "docs", "internal", "m", dir.path());
+        let chunk = |text: &str| NewChunk {
+            text: text.into(),
+            heading_path: String::new(),
+            location: Default::default(),
+            token_count: 4,
+        };
+        // A short page and a long one: their id terms have very different idf.
+        let short = write_document(
+            &store,
+            &source,
+            &dir.path().join("a.md"),
+            "A",
+            10,
+            &[chunk("tide tables")],
+        );
+        let many: Vec<NewChunk> = (0..20).map(|i| chunk(&format!("tide note {i}"))).collect();
+        let long = write_document(&store, &source, &dir.path().join("b.md"), "B", 99, &many);
+        let mut fulltext = FullText::open(&dir.path().join("fulltext")).unwrap();
+        fulltext.start_writing().unwrap();
+        fulltext.sync(&store).unwrap();
+        let collections = [store.collections().unwrap()[0].id];
+        let query = FulltextQuery {
+            text: "tide",
+            languages: &[],
+            collection_ids: &collections,
+            limit: 100,
+        };
+        let plain: HashMap<ChunkId, f32> = fulltext
+            .search(&query)
+            .unwrap()
+            .hits
+            .iter()
+            .map(|h| (h.chunk_id, h.score))
+            .collect();
+        let documents = [short[0].document_id, long[0].document_id];
+        let best = fulltext.best_chunks_of(&query, &documents).unwrap();
+        assert_eq!(best.len(), 2);
+        for hit in best {
+            // The document filter adds nothing: the score is the chunk's BM25, as searched.
+            assert_eq!(hit.score, plain[&hit.chunk_id], "{hit:?}");
         }
     }
 

@@ -29,7 +29,7 @@ pub(super) struct VariantFound {
 }
 
 impl VariantFound {
-    pub(super) fn lists_mut(&mut self) -> impl Iterator<Item = &mut Vec<(ChunkId, f32)>> {
+    fn lists_mut(&mut self) -> impl Iterator<Item = &mut Vec<(ChunkId, f32)>> {
         self.lexical.iter_mut().chain(self.vector.iter_mut())
     }
 }
