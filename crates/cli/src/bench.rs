@@ -22,13 +22,25 @@ pub enum BenchCommand {
         #[arg(long)]
         threads: Option<usize>,
     },
-    /// Search latency (p50/p95/p99) of top-10 queries on an existing library
+    /// Search latency (p50/p95/p99) of top-10 queries on an existing library; with `--cold`,
+    /// one-shot searches instead, each a fresh `quarry search` process, and where such a
+    /// process spends its time
     Search {
-        /// Queries to time
-        #[arg(long, default_value_t = 500)]
-        queries: usize,
+        /// Queries to time [default: 500; with --cold, 20 processes]
+        #[arg(long)]
+        queries: Option<usize>,
         /// lexical, vector or hybrid
         #[arg(long, default_value = "lexical")]
+        mode: String,
+        /// Time process start → results of one-shot `quarry search` processes
+        #[arg(long)]
+        cold: bool,
+    },
+    /// One fresh process's phases of a one-shot search, as JSON (run by `bench search --cold`)
+    #[command(hide = true)]
+    SearchPhases {
+        query: String,
+        #[arg(long)]
         mode: String,
     },
     /// KNN latency and recall@10 of sqlite-vec (exact and sign-bit + rescoring) against an
@@ -56,15 +68,12 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         queries: usize,
     },
-    /// Embedding throughput: the model alone vs the indexer's embedding lane (which adds
-    /// reading chunks and writing vectors), on the same chunks; `QUARRY_EMBED_MODEL_BATCH`
-    /// sets the texts per model run for both
+    /// Embedding throughput: the model alone under every run shape the calibration tries
+    /// (tokens/s), then the indexer's embedding lane (which adds reading chunks and writing
+    /// vectors) on the same chunks with the shape chosen
     Embed {
         /// Folder whose files are indexed and embedded
         path: PathBuf,
-        /// Chunks handed to the embedder at a time (the lane's transaction size)
-        #[arg(long, default_value_t = quarry_core::ingest::DEFAULT_EMBED_BATCH)]
-        batch: usize,
         /// Chunks embedded by each method
         #[arg(long, default_value_t = 640)]
         chunks: usize,
@@ -123,11 +132,7 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             runs,
             threads,
         } => return chat_bench(&path, model.as_deref(), runs.max(1), threads),
-        BenchCommand::Embed {
-            path,
-            batch,
-            chunks,
-        } => return embed_bench(&path, batch, chunks),
+        BenchCommand::Embed { path, chunks } => return embed_bench(&path, chunks),
         BenchCommand::Index {
             path,
             keep,
@@ -194,11 +199,23 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             println!("peak RSS          {}", peak_rss());
             search_latency(&library, 300, SearchMode::Lexical)?;
         }
-        BenchCommand::Search { queries, mode } => {
+        BenchCommand::Search {
+            queries,
+            mode,
+            cold,
+        } => {
             let dir = data_dir.unwrap_or_else(Library::default_data_dir);
+            let mode = SearchMode::parse(&mode)?;
+            if cold {
+                return crate::bench_cold::cold_search_bench(&dir, mode, queries.unwrap_or(20));
+            }
             let library = Library::open(&dir)?;
-            search_latency(&library, queries, SearchMode::parse(&mode)?)?;
+            search_latency(&library, queries.unwrap_or(500), mode)?;
             println!("RSS after search  {} (peak {})", current_rss(), peak_rss());
+        }
+        BenchCommand::SearchPhases { query, mode } => {
+            let dir = data_dir.unwrap_or_else(Library::default_data_dir);
+            return crate::bench_cold::search_phases(&dir, &query, SearchMode::parse(&mode)?);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -207,41 +224,7 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
 /// Queries made of words sampled from indexed chunks (deterministic), timed one by one.
 fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<()> {
     let stats = library.status()?.stats;
-    let ids: Vec<ChunkId> = {
-        let step = (stats.chunks.max(1) as usize / 200).max(1);
-        (1..=200).map(|i| ChunkId((i * step) as i64)).collect()
-    };
-    let chunks = library.chunks_by_id(&ids)?;
-    let words: Vec<String> = chunks
-        .iter()
-        .flat_map(|c| {
-            c.text
-                .split(|ch: char| !ch.is_alphanumeric())
-                .map(str::to_lowercase)
-                .collect::<Vec<_>>()
-        })
-        .filter(|w| w.len() >= 5 && w.len() <= 14 && w.chars().all(|c| c.is_ascii_alphabetic()))
-        .collect();
-    anyhow::ensure!(
-        !words.is_empty(),
-        "the library has no text to sample queries from"
-    );
-    let mut seed = 0x9E3779B97F4A7C15u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let queries: Vec<String> = (0..count.max(1))
-        .map(|_| {
-            let n = 1 + (next() % 3) as usize;
-            (0..n)
-                .map(|_| words[(next() % words.len() as u64) as usize].clone())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect();
+    let queries = sample_queries(library, count)?;
     for q in queries.iter().take(20) {
         library
             .search(&SearchRequest::new(q.as_str()).with_mode(mode))
@@ -270,6 +253,47 @@ fn search_latency(library: &Library, count: usize, mode: SearchMode) -> Result<(
         empty
     );
     Ok(())
+}
+
+/// `count` queries of one to three words sampled from the library's chunks (deterministic, so
+/// runs compare).
+pub fn sample_queries(library: &Library, count: usize) -> Result<Vec<String>> {
+    let stats = library.status()?.stats;
+    let ids: Vec<ChunkId> = {
+        let step = (stats.chunks.max(1) as usize / 200).max(1);
+        (1..=200).map(|i| ChunkId((i * step) as i64)).collect()
+    };
+    let chunks = library.chunks_by_id(&ids)?;
+    let words: Vec<String> = chunks
+        .iter()
+        .flat_map(|c| {
+            c.text
+                .split(|ch: char| !ch.is_alphanumeric())
+                .map(str::to_lowercase)
+                .collect::<Vec<_>>()
+        })
+        .filter(|w| w.len() >= 5 && w.len() <= 14 && w.chars().all(|c| c.is_ascii_alphabetic()))
+        .collect();
+    anyhow::ensure!(
+        !words.is_empty(),
+        "the library has no text to sample queries from"
+    );
+    let mut seed = 0x9E3779B97F4A7C15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    Ok((0..count.max(1))
+        .map(|_| {
+            let n = 1 + (next() % 3) as usize;
+            (0..n)
+                .map(|_| words[(next() % words.len() as u64) as usize].clone())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect())
 }
 
 /// A field of /proc/self/status (memory figures), or "-" where there is none.
@@ -473,7 +497,7 @@ fn indexed_library(path: &std::path::Path) -> Result<(tempfile::TempDir, Library
     Ok((temp, library))
 }
 
-fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<ExitCode> {
+fn embed_bench(path: &std::path::Path, chunks: usize) -> Result<ExitCode> {
     let (_temp, mut library) = indexed_library(path)?;
     let status = library.status()?;
     anyhow::ensure!(
@@ -494,26 +518,33 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
         .map(|p| p.text)
         .collect();
     let embedder = library.embedder(&model)?;
-    // Warm-up: the first runs allocate ONNX Runtime's arenas.
-    let warm: Vec<&str> = texts.iter().take(batch).map(String::as_str).collect();
-    embedder.embed(&warm)?;
-    let started = Instant::now();
-    for group in texts.chunks(batch.max(1)) {
-        let refs: Vec<&str> = group.iter().map(String::as_str).collect();
-        embedder.embed(&refs)?;
-    }
-    let raw_secs = started.elapsed().as_secs_f64();
-    let raw_rate = texts.len() as f64 / raw_secs;
-    let tokens: usize = texts
-        .iter()
-        .map(|t| quarry_core::ingest::count_tokens(t))
-        .sum();
+    // The calibration itself, on these chunks (every run shape, the same texts), kept for
+    // this CPU as the lane's own first run would.
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let calibration = embedder.calibrate(&refs)?;
     println!(
-        "raw ONNX Runtime  {} chunks, {batch} per call: {:.1} chunks/s ({:.0} tokens/s)",
+        "model alone       {} chunks, {} ONNX Runtime threads, {}",
         texts.len(),
-        raw_rate,
-        tokens as f64 / raw_secs
+        embedder.threads(),
+        calibration.cpu
     );
+    for rate in &calibration.rates {
+        println!(
+            "  {:<52} {:>6.0} tokens/s{}",
+            rate.shape.to_string(),
+            rate.tokens_per_sec,
+            if rate.shape == calibration.shape {
+                "  <- chosen"
+            } else {
+                ""
+            }
+        );
+    }
+    let raw_rate = {
+        let started = Instant::now();
+        embedder.embed(&refs)?;
+        texts.len() as f64 / started.elapsed().as_secs_f64()
+    };
     // The lane on the same chunks (the same first `chunks` of the collection).
     let stop = std::sync::atomic::AtomicBool::new(false);
     let started = Instant::now();
@@ -525,10 +556,11 @@ fn embed_bench(path: &std::path::Path, batch: usize, chunks: usize) -> Result<Ex
     let lane_secs = started.elapsed().as_secs_f64();
     let lane_rate = done.get() as f64 / lane_secs;
     println!(
-        "embedding lane    {} chunks (with SQLite writes): {:.1} chunks/s = {:.2} of raw",
+        "embedding lane    {} chunks (with SQLite writes): {:.1} chunks/s = {:.2} of the model alone ({:.1} chunks/s)",
         done.get(),
         lane_rate,
-        lane_rate / raw_rate
+        lane_rate / raw_rate,
+        raw_rate
     );
     println!("peak RSS          {}", peak_rss());
     Ok(ExitCode::SUCCESS)

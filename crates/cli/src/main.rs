@@ -3,6 +3,7 @@
 
 mod audit_cmd;
 mod bench;
+mod bench_cold;
 mod bench_mcp;
 mod chat_cmd;
 mod demo;

@@ -8,7 +8,7 @@
 //! | `QUARRY_MODELS_DIR` | extra model folders, `:`-separated, searched before the data dir's |
 //! | `ORT_DYLIB_PATH` | the ONNX Runtime library to load instead of the installed one |
 //! | `QUARRY_ORT_THREADS` | ONNX Runtime threads per model (default: every core) |
-//! | `QUARRY_EMBED_MODEL_BATCH` | texts per embedding model run (default 1, see `embed::embedder`) |
+//! | `QUARRY_EMBED_MODEL_BATCH` | most texts per embedding model run, length-sorted (default: this CPU's calibration, see `embed::calibration`) |
 //! | `QUARRY_HF_ENDPOINT`, `HF_ENDPOINT` | the model hub's base URL |
 //! | `HF_TOKEN` | a hub token, sent only to the hub's host |
 //! | `QUARRY_PYTHON` | the Python that runs code tools and `pip download` (default `python3`) |

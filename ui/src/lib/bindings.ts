@@ -642,6 +642,15 @@ export type EmbedProgress = {
 	embedded_this_run: number,
 	/**  Chunks per second in this run. */
 	chunks_per_sec: number | null,
+	/**
+	 *  Tokens of the chunks given a vector in this run (a copy of a text seen earlier in the
+	 *  run counts, though the model did not read it again).
+	 */
+	tokens_this_run: number,
+	/**  Tokens the model read in this run. */
+	model_tokens_this_run: number,
+	/**  `tokens_this_run` per second. */
+	tokens_per_sec: number | null,
 	/**  Time left at that rate. */
 	eta_ms: number | null,
 	/**  The collection is fully embedded. */

@@ -1,13 +1,16 @@
 //! Text → vector with an installed embedding model, through fastembed on ONNX Runtime.
 
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fastembed::{
     InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding, TokenizerFiles,
     UserDefinedEmbeddingModel,
 };
 
+use super::calibration::{self, Calibration, RunShape};
 use super::runtime::environment;
 use crate::error::{Error, Result};
 use crate::models::{InstalledModel, ModelKind, Models};
@@ -15,20 +18,46 @@ use crate::models::{InstalledModel, ModelKind, Models};
 /// How many recent query vectors are kept (a query costs a model run; the GUI repeats them).
 const QUERY_CACHE_ENTRIES: usize = 512;
 
-/// Texts per model run. Measured with MiniLM int8 on 2 cores (`quarry bench embed --batch`):
-/// 50.6 chunks/s one at a time, 29.7 in pairs, 22.4 in eights, 17.2 in 32s: padding every text
-/// to the longest of its batch, and attention's quadratic cost on it, outweigh what batching
-/// saves. Running one at a time also quantises each passage's activations alone, exactly as a
-/// query is. `QUARRY_EMBED_MODEL_BATCH` overrides it.
-fn model_batch() -> usize {
-    crate::environment::embed_model_batch().unwrap_or(1)
+/// How texts go through the model when nothing else says: one at a time on every thread, which
+/// measured fastest on the AMD CPU it was chosen on. The machine's own calibration
+/// ([`super::calibration`]) or `QUARRY_EMBED_MODEL_BATCH` (texts per run) replaces it.
+const DEFAULT_SHAPE: RunShape = RunShape {
+    workers: 1,
+    texts_per_run: 1,
+};
+
+/// A run's texts may be this much longer than its shortest (in tokens) before a new run starts:
+/// a batch pads every text to its longest, and that padding is work thrown away.
+const RUN_LENGTH_SPREAD: f64 = 1.2;
+
+/// Texts embedded together with their real token counts (`[CLS]` and `[SEP]` included, after
+/// truncation to the model's window): what the work was, for tokens-per-second figures.
+#[derive(Debug)]
+pub struct Embedded {
+    /// One unit vector per text, in the order given.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens the model read, padding excluded.
+    pub tokens: usize,
+    /// Each text's tokens, in the order given.
+    pub lengths: Vec<usize>,
 }
 
 /// A loaded embedding model. Cheap to share (`Arc`); one inference at a time.
 pub struct Embedder {
     model: InstalledModel,
     dimension: usize,
+    /// Runs with every thread the caller allowed: queries, and texts when one worker embeds.
     session: Mutex<TextEmbedding>,
+    /// One-thread sessions, one per thread allowed, that embed texts side by side when the
+    /// shape has more than one worker; made on first use.
+    workers: OnceLock<Vec<Mutex<TextEmbedding>>>,
+    shape: Mutex<RunShape>,
+    /// The run shape is this machine's measured one (or the environment's).
+    calibrated: AtomicBool,
+    threads: usize,
+    runtime: PathBuf,
+    /// Where calibrations and optimised copies are kept: the models folder installs go to.
+    models_dir: PathBuf,
     query_cache: Mutex<lru::LruCache<String, Arc<[f32]>>>,
 }
 
@@ -80,33 +109,27 @@ impl Embedder {
             path: model.dir.clone(),
             reason: "its record has no dimension".into(),
         })?;
-        let env = environment(&models.runtime_library()?)?;
-        let onnx_path = model.file("model.onnx");
-        let onnx = std::fs::read(&onnx_path).map_err(|e| Error::io(&onnx_path, e))?;
-        let pooling = match model.pooling.as_deref() {
-            Some("cls") => Pooling::Cls,
-            _ => Pooling::Mean,
+        let runtime = models.runtime_library()?;
+        let threads = ort_threads(threads);
+        let models_dir = models.install_dir().to_path_buf();
+        let session = new_session(&model, &runtime, &models_dir, threads)?;
+        let chosen = match crate::environment::embed_model_batch() {
+            Some(texts_per_run) => Some(RunShape {
+                workers: 1,
+                texts_per_run,
+            }),
+            None => calibration::recorded(&models_dir, &model.id, threads).map(|c| c.shape),
         };
-        // Batches are formed by the caller; fastembed refuses to split a batch for dynamically
-        // quantised models, so it is told "none" and given one batch at a time.
-        let user_model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files(&model)?)
-            .with_pooling(pooling)
-            .with_quantization(QuantizationMode::None);
-        let options = InitOptionsUserDefined::new()
-            .with_environment(env)
-            .with_max_length(model.max_tokens)
-            .with_intra_threads(ort_threads(threads));
-        let session =
-            TextEmbedding::try_new_from_user_defined(user_model, options).map_err(|e| {
-                Error::InvalidModel {
-                    path: onnx_path.clone(),
-                    reason: format!("ONNX Runtime cannot load it: {e}"),
-                }
-            })?;
         Ok(Embedder {
             model,
             dimension,
             session: Mutex::new(session),
+            workers: OnceLock::new(),
+            shape: Mutex::new(chosen.unwrap_or(DEFAULT_SHAPE)),
+            calibrated: AtomicBool::new(chosen.is_some()),
+            threads,
+            runtime,
+            models_dir,
             query_cache: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(QUERY_CACHE_ENTRIES).expect("non-zero"),
             )),
@@ -123,39 +146,166 @@ impl Embedder {
         self.dimension
     }
 
-    /// Embeds texts (in model runs of [`model_batch`] texts); every vector has unit length (so
-    /// dot product = cosine).
+    /// How texts go through the model now.
+    pub fn shape(&self) -> RunShape {
+        *self.shape.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets how texts go through the model (at least one worker and one text per run; no more
+    /// workers than threads allowed). Workers' sessions are made here, not while timing.
+    pub fn set_shape(&self, shape: RunShape) -> Result<()> {
+        let shape = RunShape {
+            workers: shape.workers.clamp(1, self.threads.max(1)),
+            texts_per_run: shape.texts_per_run.max(1),
+        };
+        if shape.workers > 1 {
+            self.worker_sessions()?;
+        }
+        *self.shape.lock().unwrap_or_else(|e| e.into_inner()) = shape;
+        Ok(())
+    }
+
+    /// The one-thread sessions, made on first use.
+    fn worker_sessions(&self) -> Result<&[Mutex<TextEmbedding>]> {
+        if let Some(workers) = self.workers.get() {
+            return Ok(workers);
+        }
+        let made = (0..self.threads.max(1))
+            .map(|_| new_session(&self.model, &self.runtime, &self.models_dir, 1).map(Mutex::new))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.workers.get_or_init(|| made))
+    }
+
+    /// ONNX Runtime threads the model runs with.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Neither a kept calibration nor `QUARRY_EMBED_MODEL_BATCH` has chosen the run shape.
+    pub fn needs_calibration(&self) -> bool {
+        !self.calibrated.load(Ordering::Relaxed)
+    }
+
+    /// Measures every run shape on `sample` (real texts to embed), keeps the fastest for this
+    /// CPU, and embeds with it from now on.
+    pub fn calibrate(&self, sample: &[&str]) -> Result<Calibration> {
+        let measured = calibration::measure(self, self.threads, sample)?;
+        calibration::remember(&self.models_dir, &measured);
+        self.calibrated.store(true, Ordering::Relaxed);
+        tracing::info!(
+            model = %self.model.id,
+            shape = %measured.shape,
+            "embedding run shape calibrated"
+        );
+        Ok(measured)
+    }
+
+    /// Embeds texts; every vector has unit length (so dot product = cosine).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
-        let mut vectors = Vec::with_capacity(texts.len());
-        for group in texts.chunks(model_batch()) {
-            vectors.extend(session.embed(group, Some(group.len())).map_err(|e| {
-                Error::Inference {
-                    model: self.model.id.clone(),
-                    reason: e.to_string(),
+        Ok(self.embed_counted(texts)?.vectors)
+    }
+
+    /// Embeds texts in runs of at most the shape's texts per run, of similar length (sorted by
+    /// token count, so a run pads little), on its workers side by side; returns the vectors in
+    /// the order given and the tokens read.
+    pub fn embed_counted(&self, texts: &[&str]) -> Result<Embedded> {
+        let shape = self.shape();
+        let lengths = {
+            let session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+            texts
+                .iter()
+                .map(|t| {
+                    session
+                        .tokenizer
+                        .encode(*t, true)
+                        // Padding, should the tokenizer add any, is not work read.
+                        .map(|e| e.get_attention_mask().iter().filter(|&&m| m == 1).count())
+                        .map_err(|e| self.inference_error(e.to_string()))
+                })
+                .collect::<Result<Vec<usize>>>()?
+        };
+        let runs = plan_runs(&lengths, shape.texts_per_run);
+        let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        if shape.workers <= 1 || runs.len() <= 1 {
+            self.run_all(&self.session, texts, runs, &mut vectors)?;
+        } else {
+            let workers = self.worker_sessions()?;
+            let shares = share_runs(runs, &lengths, workers.len());
+            let done: Vec<Result<Vec<Vec<f32>>>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = shares
+                    .into_iter()
+                    .zip(workers)
+                    .map(|(share, session)| {
+                        scope.spawn(move || {
+                            let mut part: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+                            self.run_all(session, texts, share, &mut part)
+                                .map(|()| part)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Internal("an embedding worker panicked".into()))
+                        })
+                    })
+                    .collect()
+            });
+            for part in done {
+                for (slot, v) in vectors.iter_mut().zip(part?) {
+                    if !v.is_empty() {
+                        *slot = v;
+                    }
                 }
-            })?);
+            }
         }
-        drop(session);
-        vectors
+        let vectors = vectors
             .into_iter()
             .map(|v| {
                 if v.len() != self.dimension {
-                    return Err(Error::Inference {
-                        model: self.model.id.clone(),
-                        reason: format!(
-                            "it produced {} numbers per text, its record says {}",
-                            v.len(),
-                            self.dimension
-                        ),
-                    });
+                    return Err(self.inference_error(format!(
+                        "it produced {} numbers per text, its record says {}",
+                        v.len(),
+                        self.dimension
+                    )));
                 }
                 Ok(normalized(v))
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(Embedded {
+            vectors,
+            tokens: lengths.iter().sum(),
+            lengths,
+        })
+    }
+
+    /// Runs `runs` (indices into `texts`) through one session, filling `vectors`.
+    fn run_all(
+        &self,
+        session: &Mutex<TextEmbedding>,
+        texts: &[&str],
+        runs: Vec<Vec<usize>>,
+        vectors: &mut [Vec<f32>],
+    ) -> Result<()> {
+        let mut session = session.lock().unwrap_or_else(|e| e.into_inner());
+        for run in runs {
+            let group: Vec<&str> = run.iter().map(|&i| texts[i]).collect();
+            let out = session
+                .embed(&group, Some(group.len()))
+                .map_err(|e| self.inference_error(e.to_string()))?;
+            for (i, v) in run.into_iter().zip(out) {
+                vectors[i] = v;
+            }
+        }
+        Ok(())
+    }
+
+    fn inference_error(&self, reason: String) -> Error {
+        Error::Inference {
+            model: self.model.id.clone(),
+            reason,
+        }
     }
 
     /// Embeds a query, from the cache when it was asked recently.
@@ -181,6 +331,96 @@ impl Embedder {
     }
 }
 
+/// Groups texts (by index) into model runs: one text each when `texts_per_run` is 1 (in the
+/// order given), else sorted by length and cut when a run is full or its next text is more than
+/// [`RUN_LENGTH_SPREAD`] times its shortest.
+fn plan_runs(lengths: &[usize], texts_per_run: usize) -> Vec<Vec<usize>> {
+    if texts_per_run <= 1 {
+        return (0..lengths.len()).map(|i| vec![i]).collect();
+    }
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        match runs.last_mut() {
+            Some(run)
+                if run.len() < texts_per_run
+                    && lengths[i] as f64 <= lengths[run[0]] as f64 * RUN_LENGTH_SPREAD =>
+            {
+                run.push(i)
+            }
+            _ => runs.push(vec![i]),
+        }
+    }
+    runs
+}
+
+/// Deals runs out to `workers`, each run to the least loaded so far (longest runs first; a
+/// run's cost taken as its tokens), so the workers finish together.
+fn share_runs(
+    mut runs: Vec<Vec<usize>>,
+    lengths: &[usize],
+    workers: usize,
+) -> Vec<Vec<Vec<usize>>> {
+    let cost = |run: &Vec<usize>| run.iter().map(|&i| lengths[i]).sum::<usize>();
+    runs.sort_by_key(|run| std::cmp::Reverse(cost(run)));
+    let mut shares: Vec<Vec<Vec<usize>>> = vec![Vec::new(); workers.max(1)];
+    let mut loads = vec![0usize; workers.max(1)];
+    for run in runs {
+        let least = (0..loads.len()).min_by_key(|&w| loads[w]).unwrap_or(0);
+        loads[least] += cost(&run);
+        shares[least].push(run);
+    }
+    shares
+}
+
+/// A session of the model with `threads` intra-op threads, from its optimised copy when there
+/// is a good one (see `optimized`), else from the original.
+fn new_session(
+    model: &InstalledModel,
+    runtime: &Path,
+    models_dir: &Path,
+    threads: usize,
+) -> Result<TextEmbedding> {
+    let env = environment(runtime)?;
+    let graph = super::optimized::model_bytes(model, &env, runtime, models_dir)?;
+    match session_of(model, &env, graph.bytes, threads) {
+        Err(e) if graph.optimised => {
+            tracing::warn!(model = %model.id, "the optimised copy does not load ({e}); using the original");
+            super::optimized::forget(model, models_dir);
+            let onnx_path = model.file("model.onnx");
+            let onnx = std::fs::read(&onnx_path).map_err(|e| Error::io(&onnx_path, e))?;
+            session_of(model, &env, onnx, threads)
+        }
+        loaded => loaded,
+    }
+}
+
+fn session_of(
+    model: &InstalledModel,
+    env: &ort::environment::Environment,
+    onnx: Vec<u8>,
+    threads: usize,
+) -> Result<TextEmbedding> {
+    let pooling = match model.pooling.as_deref() {
+        Some("cls") => Pooling::Cls,
+        _ => Pooling::Mean,
+    };
+    // Runs are formed by the caller; fastembed refuses to split a batch for dynamically
+    // quantised models, so it is told "none" and given one run at a time.
+    let user_model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files(model)?)
+        .with_pooling(pooling)
+        .with_quantization(QuantizationMode::None);
+    let options = InitOptionsUserDefined::new()
+        .with_environment(env.clone())
+        .with_max_length(model.max_tokens)
+        .with_intra_threads(threads);
+    TextEmbedding::try_new_from_user_defined(user_model, options).map_err(|e| Error::InvalidModel {
+        path: model.file("model.onnx"),
+        reason: format!("ONNX Runtime cannot load it: {e}"),
+    })
+}
+
 /// Scales to unit length (a zero vector stays zero).
 pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -188,4 +428,44 @@ pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
         v.iter_mut().for_each(|x| *x /= norm);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{plan_runs, share_runs};
+
+    #[test]
+    fn runs_hold_texts_of_similar_length_and_cover_each_text_once() {
+        let lengths = [10, 200, 12, 11, 190, 50, 205, 13, 9];
+        let runs = plan_runs(&lengths, 3);
+        let mut seen: Vec<usize> = runs.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
+        for run in &runs {
+            assert!(run.len() <= 3);
+            let shortest = run.iter().map(|&i| lengths[i]).min().unwrap();
+            let longest = run.iter().map(|&i| lengths[i]).max().unwrap();
+            assert!(longest as f64 <= shortest as f64 * 1.2, "{run:?}");
+        }
+        // 9, 10, 11 | 12, 13 | 50 | 190, 200, 205
+        assert_eq!(runs.len(), 4, "{runs:?}");
+        assert_eq!(plan_runs(&lengths, 1).len(), lengths.len());
+        assert_eq!(
+            plan_runs(&lengths, 1)[1],
+            vec![1],
+            "one at a time keeps the order"
+        );
+    }
+
+    #[test]
+    fn workers_get_shares_of_about_equal_tokens() {
+        let lengths = [100, 100, 100, 100, 50, 50, 200];
+        let runs = plan_runs(&lengths, 1);
+        let shares = share_runs(runs, &lengths, 2);
+        let load =
+            |share: &Vec<Vec<usize>>| share.iter().flatten().map(|&i| lengths[i]).sum::<usize>();
+        assert_eq!(shares.len(), 2);
+        assert_eq!(load(&shares[0]) + load(&shares[1]), 700);
+        assert_eq!(load(&shares[0]), 350, "{shares:?}");
+    }
 }

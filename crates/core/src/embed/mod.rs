@@ -2,9 +2,11 @@
 //! Runtime, loaded from the pinned shared library. The catalogue and installs are
 //! [`crate::models`].
 
+pub mod calibration;
 mod embedder;
+mod optimized;
 mod rerank;
 mod runtime;
 
-pub use embedder::{normalized, Embedder};
+pub use embedder::{normalized, Embedded, Embedder};
 pub use rerank::Reranker;

@@ -35,6 +35,13 @@ pub struct EmbedProgress {
     pub embedded_this_run: u64,
     /// Chunks per second in this run.
     pub chunks_per_sec: f64,
+    /// Tokens of the chunks given a vector in this run (a copy of a text seen earlier in the
+    /// run counts, though the model did not read it again).
+    pub tokens_this_run: u64,
+    /// Tokens the model read in this run.
+    pub model_tokens_this_run: u64,
+    /// `tokens_this_run` per second.
+    pub tokens_per_sec: f64,
     /// Time left at that rate.
     pub eta_ms: Option<u64>,
     /// The collection is fully embedded.
@@ -70,20 +77,23 @@ pub(crate) fn backfill(
             continue;
         }
         let embedder = embedder_for(&model_id)?;
+        if embedder.needs_calibration() {
+            calibrate(store, &embedder, collection.id, &model_id)?;
+        }
         let table = store.ensure_vector_table(&model_id, embedder.dimension())?;
         // Per collection, so one model's vectors never stand in for another's.
         let mut seen = SeenTexts::default();
         let started = Instant::now();
-        let mut this_run = 0u64;
+        let mut this_run = Work::default();
         // Counted once: a count per report would cost a scan of the collection's chunks.
         let before = store.coverage_of(collection.clone())?;
         let mut last_report = Instant::now() - Duration::from_secs(1);
-        let report = |this_run: u64, done: bool| {
+        let report = |this_run: &Work, done: bool| {
             on_progress(&progress(&before, &model_id, this_run, started, done));
         };
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
-                report(this_run, false);
+                report(&this_run, false);
                 return Ok(embedded_total);
             }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
@@ -91,24 +101,67 @@ pub(crate) fn backfill(
             let Some(last) = pending.last().map(|p| p.id) else {
                 break;
             };
-            let texts: Vec<&str> = pending.iter().map(|p| p.text.as_str()).collect();
-            let vectors = seen.embed(&embedder, &texts)?;
+            // Chunks that kept their vector from the revision before only move the cursor.
+            let missing: Vec<_> = pending.iter().filter(|p| !p.has_vector).collect();
+            let texts: Vec<&str> = missing.iter().map(|p| p.text.as_str()).collect();
+            let embedded = seen.embed(&embedder, &texts)?;
             let rows: Vec<(ChunkId, Vec<f32>)> =
-                pending.iter().map(|p| p.id).zip(vectors).collect();
+                missing.iter().map(|p| p.id).zip(embedded.vectors).collect();
             store.store_vectors(&table, collection.id, &rows, last)?;
-            this_run += rows.len() as u64;
+            this_run.chunks += pending.len() as u64;
+            this_run.tokens += embedded.tokens as u64;
+            this_run.model_tokens += embedded.model_tokens as u64;
             embedded_total += rows.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(500) {
-                report(this_run, false);
+                report(&this_run, false);
                 last_report = Instant::now();
             }
         }
         if collection.pending_model.is_some() {
             store.finish_model_switch(collection.id)?;
         }
-        report(this_run, true);
+        report(&this_run, true);
     }
     Ok(embedded_total)
+}
+
+/// What a run of the lane did for one collection.
+#[derive(Default)]
+struct Work {
+    chunks: u64,
+    tokens: u64,
+    model_tokens: u64,
+}
+
+/// Chooses the embedder's run shape on this machine's first embedding run, by timing the
+/// collection's next pending texts (see `embed::calibration`). With too few texts pending the
+/// default stays until a bigger run.
+fn calibrate(
+    store: &Store,
+    embedder: &Embedder,
+    collection_id: crate::ids::CollectionId,
+    model_id: &str,
+) -> Result<()> {
+    use crate::embed::calibration::{MIN_SAMPLE_TEXTS, SAMPLE_TEXTS};
+    let sample = store.pending_chunks(collection_id, model_id, SAMPLE_TEXTS)?;
+    if sample.len() >= MIN_SAMPLE_TEXTS {
+        let texts: Vec<&str> = sample
+            .iter()
+            .filter(|p| !p.has_vector)
+            .map(|p| p.text.as_str())
+            .collect();
+        if texts.len() >= MIN_SAMPLE_TEXTS {
+            embedder.calibrate(&texts)?;
+        }
+    }
+    Ok(())
+}
+
+/// Vectors for a batch of texts, with the tokens they hold and the tokens the model read.
+struct SeenEmbedded {
+    vectors: Vec<Vec<f32>>,
+    tokens: usize,
+    model_tokens: usize,
 }
 
 /// Vectors of texts this run already embedded: a chunk whose input (title and text) is
@@ -118,7 +171,8 @@ pub(crate) fn backfill(
 /// 58,182 distinct inputs, so 19% fewer model runs. Bounded: cleared when full.
 #[derive(Default)]
 struct SeenTexts {
-    vectors: std::collections::HashMap<blake3::Hash, Vec<f32>>,
+    /// Each text's vector and token count.
+    vectors: std::collections::HashMap<blake3::Hash, (Vec<f32>, usize)>,
 }
 
 /// Texts whose vectors are kept (a MiniLM vector is 1.5 KB: 24 MB at most).
@@ -126,7 +180,7 @@ const SEEN_TEXTS: usize = 16_384;
 
 impl SeenTexts {
     /// The vectors of `texts`, in order: each distinct unseen text through the model once.
-    fn embed(&mut self, embedder: &Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    fn embed(&mut self, embedder: &Embedder, texts: &[&str]) -> Result<SeenEmbedded> {
         let hashes: Vec<blake3::Hash> = texts.iter().map(|t| blake3::hash(t.as_bytes())).collect();
         let mut unseen: Vec<&str> = Vec::new();
         let mut unseen_hashes: Vec<blake3::Hash> = Vec::new();
@@ -136,49 +190,64 @@ impl SeenTexts {
                 unseen_hashes.push(*hash);
             }
         }
-        let fresh = if unseen.is_empty() {
-            Vec::new()
-        } else {
-            embedder.embed(&unseen)?
-        };
-        let mut batch: std::collections::HashMap<blake3::Hash, Vec<f32>> =
-            unseen_hashes.into_iter().zip(fresh).collect();
-        let out = hashes
+        let mut batch: std::collections::HashMap<blake3::Hash, (Vec<f32>, usize)> =
+            std::collections::HashMap::new();
+        let mut model_tokens = 0;
+        if !unseen.is_empty() {
+            let fresh = embedder.embed_counted(&unseen)?;
+            model_tokens = fresh.tokens;
+            batch.extend(
+                unseen_hashes
+                    .into_iter()
+                    .zip(fresh.vectors.into_iter().zip(fresh.lengths)),
+            );
+        }
+        let mut tokens = 0;
+        let vectors = hashes
             .iter()
             .map(|h| {
-                batch
+                let (vector, length) = batch
                     .get(h)
                     .or_else(|| self.vectors.get(h))
                     .cloned()
-                    .expect("every text was embedded or seen")
+                    .expect("every text was embedded or seen");
+                tokens += length;
+                vector
             })
             .collect();
         if self.vectors.len() + batch.len() > SEEN_TEXTS {
             self.vectors.clear();
         }
         self.vectors.extend(batch.drain());
-        Ok(out)
+        Ok(SeenEmbedded {
+            vectors,
+            tokens,
+            model_tokens,
+        })
     }
 }
 
 fn progress(
     before: &EmbeddingCoverage,
     model: &str,
-    this_run: u64,
+    this_run: &Work,
     started: Instant,
     done: bool,
 ) -> EmbedProgress {
-    let embedded = before.embedded + this_run as i64;
+    let embedded = before.embedded + this_run.chunks as i64;
     let total = before.total.max(embedded);
     let secs = started.elapsed().as_secs_f64().max(1e-3);
-    let rate = this_run as f64 / secs;
+    let rate = this_run.chunks as f64 / secs;
     EmbedProgress {
         collection: before.collection.clone(),
         model: model.to_string(),
         embedded,
         total,
-        embedded_this_run: this_run,
+        embedded_this_run: this_run.chunks,
         chunks_per_sec: rate,
+        tokens_this_run: this_run.tokens,
+        model_tokens_this_run: this_run.model_tokens,
+        tokens_per_sec: this_run.tokens as f64 / secs,
         eta_ms: (rate > 0.0).then(|| ((total - embedded).max(0) as f64 / rate * 1000.0) as u64),
         done,
     }

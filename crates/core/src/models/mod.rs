@@ -27,6 +27,7 @@ pub use manifest::{
 };
 pub use setup::{RuntimeStatus, SetupProblem, SetupReport};
 pub use verify::sha256_file;
+pub(crate) use verify::{check_file, write_record};
 
 use crate::error::{Error, Result};
 use verify::check_file_cached;

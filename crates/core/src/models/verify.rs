@@ -35,7 +35,7 @@ pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub(super) fn check_file(
+pub(crate) fn check_file(
     path: &Path,
     sha256: Option<&str>,
     bytes: Option<u64>,
@@ -157,11 +157,18 @@ fn remember_hash(file: &Path, stamp: &Stamp, sha256: &str) {
             sha256: sha256.to_string(),
         },
     );
+    write_record(&record, &hashed);
+}
+
+/// Writes a record of the models folder as JSON, whole or not at all (through a temporary
+/// file). Best effort: the records only save work, so a folder that cannot be written (a
+/// system install) means doing that work again next time.
+pub(crate) fn write_record(record: &Path, value: &impl Serialize) {
     let tmp = record.with_extension(format!("tmp{}", std::process::id()));
-    let written = serde_json::to_vec(&hashed)
+    let written = serde_json::to_vec_pretty(value)
         .map_err(std::io::Error::other)
         .and_then(|json| std::fs::write(&tmp, json))
-        .and_then(|()| std::fs::rename(&tmp, &record));
+        .and_then(|()| std::fs::rename(&tmp, record));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -45,6 +45,44 @@ pub struct PendingChunk {
     pub id: ChunkId,
     /// What gets embedded: the document title, then the chunk text.
     pub text: String,
+    /// It already has its vector: carried over from the same text in the revision before.
+    pub has_vector: bool,
+}
+
+/// Gives each new chunk the vectors, of every model, of the old chunk with the same text
+/// (`(old, new)` pairs), in the caller's transaction.
+pub(super) fn carry_vectors_over(
+    tx: &rusqlite::Transaction<'_>,
+    pairs: &[(i64, i64)],
+) -> Result<()> {
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    let tables: Vec<(String, usize)> = {
+        let mut stmt = tx.prepare_cached("SELECT table_name, dimension FROM vector_tables")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as usize)))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (table, dimension) in tables {
+        let bits = dimension.is_multiple_of(8);
+        let mut read = tx.prepare_cached(&format!(
+            "SELECT collection_id, embedding FROM {table} WHERE rowid = ?1"
+        ))?;
+        let mut write = tx.prepare_cached(&format!(
+            "INSERT OR REPLACE INTO {table}(rowid, collection_id, embedding{}) VALUES (?1, ?2, ?3{})",
+            if bits { ", embedding_bits" } else { "" },
+            if bits { ", vec_quantize_binary(?3)" } else { "" },
+        ))?;
+        for (old, new) in pairs {
+            let found: Option<(i64, Vec<u8>)> = read
+                .query_row([old], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((collection_id, embedding)) = found {
+                write.execute(params![new, collection_id, embedding])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How far a collection's vectors are.
@@ -207,13 +245,17 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<PendingChunk>> {
         let cursor = self.embedding_cursor(collection_id, model_id)?;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT ch.id, ch.text, d.title FROM chunks ch
+        let has_vector = match self.vector_table(model_id)? {
+            Some(t) => format!("EXISTS (SELECT 1 FROM {} WHERE rowid = ch.id)", t.table),
+            None => "0".to_string(),
+        };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT ch.id, ch.text, d.title, {has_vector} FROM chunks ch
              JOIN documents d ON d.id = ch.document_id
              JOIN sources s ON s.id = d.source_id
              WHERE ch.id > ?1 AND s.collection_id = ?2 AND ch.repeated = 0
-             ORDER BY ch.id LIMIT ?3",
-        )?;
+             ORDER BY ch.id LIMIT ?3"
+        ))?;
         let rows = stmt.query_map(params![cursor, collection_id, limit as i64], |r| {
             let text: String = r.get(1)?;
             let title: Option<String> = r.get(2)?;
@@ -225,6 +267,7 @@ impl Store {
             Ok(PendingChunk {
                 id: r.get(0)?,
                 text,
+                has_vector: r.get(3)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

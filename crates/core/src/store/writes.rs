@@ -56,16 +56,57 @@ pub(crate) fn document_path(tx: &Transaction<'_>, id: DocumentId) -> Result<Path
 }
 
 fn queue_chunk_deletes(tx: &Transaction<'_>, document_id: DocumentId) -> Result<()> {
+    queue_outbox_deletes(tx, document_id)?;
+    tx.execute("DELETE FROM chunks WHERE document_id = ?1", [document_id])?;
+    Ok(())
+}
+
+fn queue_outbox_deletes(tx: &Transaction<'_>, document_id: DocumentId) -> Result<()> {
     tx.execute(
         "INSERT INTO fulltext_outbox(op, chunk_id, document_id)
          SELECT 'delete', id, document_id FROM chunks WHERE document_id = ?1",
         [document_id],
     )?;
-    tx.execute("DELETE FROM chunks WHERE document_id = ?1", [document_id])?;
     Ok(())
 }
 
-/// Writes a new revision of a document: old chunks go, new ones come, in this transaction.
+/// The chunks a new revision replaces: their ids by text, and the title they were embedded
+/// under (a vector is of the title and the text).
+struct Replaced {
+    ids_by_text: std::collections::HashMap<i64, i64>,
+    title: String,
+    last_id: i64,
+}
+
+fn replaced_chunks(tx: &Transaction<'_>, document_id: DocumentId) -> Result<Replaced> {
+    let title: Option<String> = tx.query_row(
+        "SELECT title FROM documents WHERE id = ?1",
+        [document_id],
+        |r| r.get(0),
+    )?;
+    let mut stmt = tx.prepare_cached(
+        "SELECT id, text_hash FROM chunks WHERE document_id = ?1 AND repeated = 0 AND text_hash IS NOT NULL",
+    )?;
+    let ids_by_text = stmt
+        .query_map([document_id], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(0)?))
+        })?
+        .collect::<rusqlite::Result<std::collections::HashMap<_, _>>>()?;
+    let last_id: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(id), 0) FROM chunks WHERE document_id = ?1",
+        [document_id],
+        |r| r.get(0),
+    )?;
+    Ok(Replaced {
+        ids_by_text,
+        title: title.unwrap_or_default(),
+        last_id,
+    })
+}
+
+/// Writes a new revision of a document: old chunks go, new ones come, in this transaction. A new
+/// chunk whose text (and the document's title) is unchanged keeps the old chunk's vectors, so
+/// an edit re-embeds only what it changed.
 pub(crate) fn write_revision(
     tx: &Transaction<'_>,
     source_id: SourceId,
@@ -74,9 +115,11 @@ pub(crate) fn write_revision(
     chunks: &[NewChunk],
 ) -> Result<DocumentId> {
     let now = now_unix();
+    let mut replaced = None;
     let doc_id = match document_id(tx, source_id, file.path)? {
         Some(id) => {
-            queue_chunk_deletes(tx, id)?;
+            replaced = Some(replaced_chunks(tx, id)?);
+            queue_outbox_deletes(tx, id)?;
             tx.execute(
                 "UPDATE documents SET size = ?2, mtime_ns = ?3, content_hash = ?4,
                  status = 'indexed', reason = NULL, last_error = NULL, warning = ?5, title = ?6,
@@ -142,6 +185,8 @@ pub(crate) fn write_revision(
     let mut outbox = tx.prepare_cached(
         "INSERT INTO fulltext_outbox(op, chunk_id, document_id) VALUES ('upsert', ?1, ?2)",
     )?;
+    // (old chunk, new chunk) with the same text.
+    let mut unchanged: Vec<(i64, i64)> = Vec::new();
     for (ordinal, chunk) in chunks.iter().enumerate() {
         let loc = &chunk.location;
         insert.execute(params![
@@ -158,7 +203,23 @@ pub(crate) fn write_revision(
             chunk.token_count,
             super::text_hash(&chunk.text),
         ])?;
-        outbox.execute(params![tx.last_insert_rowid(), doc_id])?;
+        let new_id = tx.last_insert_rowid();
+        outbox.execute(params![new_id, doc_id])?;
+        if let Some(old) = replaced
+            .as_ref()
+            .filter(|r| r.title == extraction.title)
+            .and_then(|r| r.ids_by_text.get(&super::text_hash(&chunk.text)))
+        {
+            unchanged.push((*old, new_id));
+        }
+    }
+    if let Some(replaced) = replaced {
+        // Before the old chunks go: their delete trigger takes their vectors with them.
+        super::vectors::carry_vectors_over(tx, &unchanged)?;
+        tx.execute(
+            "DELETE FROM chunks WHERE document_id = ?1 AND id <= ?2",
+            params![doc_id, replaced.last_id],
+        )?;
     }
     Ok(doc_id)
 }

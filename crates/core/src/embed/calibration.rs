@@ -1,0 +1,262 @@
+//! How texts go through the embedding model on this machine, chosen by measuring it.
+//!
+//! One text per model run wastes nothing on padding but runs the model's small matrices one
+//! row at a time; a batch runs bigger matrices but pads every text to its longest; one session
+//! spreading a small run over every core waits on its threads at every layer, where one
+//! single-threaded session per core embeds different texts side by side. Which wins depends on
+//! the CPU (its vector units, VNNI or not, real cores or hyper-threads), so the first embedding
+//! run on a machine times the same real texts under each [`shapes`] entry and keeps the fastest
+//! per CPU model, embedding model and thread count in the models folder's [`RECORD`].
+//! `QUARRY_EMBED_MODEL_BATCH` fixes the texts per run (on one worker) instead.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::Embedder;
+use crate::error::Result;
+
+/// How texts go through the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunShape {
+    /// Sessions embedding side by side: 1 is one session on every thread allowed; more are
+    /// single-threaded sessions, one per thread.
+    pub workers: usize,
+    /// Most texts per model run (length-sorted).
+    pub texts_per_run: usize,
+}
+
+impl std::fmt::Display for RunShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.workers > 1 {
+            write!(f, "{} one-thread workers, ", self.workers)?;
+        } else {
+            write!(f, "one session on every thread, ")?;
+        }
+        if self.texts_per_run > 1 {
+            write!(f, "up to {} texts per run", self.texts_per_run)
+        } else {
+            write!(f, "one text per run")
+        }
+    }
+}
+
+/// The shapes tried with `threads` threads: one session on them all with one text per run and
+/// length-sorted runs of up to 4, 8 and 16; and, with more than one thread, a one-thread worker
+/// per thread, one text or up to 4 per run.
+pub fn shapes(threads: usize) -> Vec<RunShape> {
+    let mut shapes: Vec<RunShape> = [1, 4, 8, 16]
+        .into_iter()
+        .map(|texts_per_run| RunShape {
+            workers: 1,
+            texts_per_run,
+        })
+        .collect();
+    if threads > 1 {
+        shapes.extend([1, 4].into_iter().map(|texts_per_run| RunShape {
+            workers: threads,
+            texts_per_run,
+        }));
+    }
+    shapes
+}
+
+/// Texts a calibration embeds under each shape (about a second per shape on 2 cores).
+pub const SAMPLE_TEXTS: usize = 48;
+
+/// Fewer texts than this say too little about a shape; the lane then waits for more.
+pub const MIN_SAMPLE_TEXTS: usize = 24;
+
+/// Another shape must beat one session with one text per run by this share to be chosen:
+/// below it the difference is noise (and one text per run quantises a passage's activations
+/// alone, exactly as a query's are).
+const REQUIRED_GAIN: f64 = 0.05;
+
+/// The record's file name, in the models folder.
+pub const RECORD: &str = "embed-calibration.json";
+
+/// One machine's measurement for one model and thread count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The CPU model (`/proc/cpuinfo`'s model name).
+    pub cpu: String,
+    /// The embedding model's id.
+    pub model: String,
+    /// ONNX Runtime threads the model ran with.
+    pub threads: usize,
+    /// The shape chosen.
+    pub shape: RunShape,
+    /// Tokens per second under each shape tried.
+    pub rates: Vec<ShapeRate>,
+}
+
+/// Throughput under one shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShapeRate {
+    /// The shape.
+    pub shape: RunShape,
+    /// Real (unpadded) tokens per second.
+    pub tokens_per_sec: f64,
+}
+
+/// The CPU model name, what a calibration is kept by.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// Times `sample` under every shape and leaves `embedder` on the fastest.
+pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<Calibration> {
+    let baseline = RunShape {
+        workers: 1,
+        texts_per_run: 1,
+    };
+    let mut rates = Vec::new();
+    for shape in shapes(threads) {
+        embedder.set_shape(shape)?;
+        // The first runs of a session allocate ONNX Runtime's arenas: not the shape's cost.
+        embedder.embed(&sample[..sample.len().min(2 * shape.workers)])?;
+        let started = Instant::now();
+        let tokens = embedder.embed_counted(sample)?.tokens;
+        rates.push(ShapeRate {
+            shape,
+            tokens_per_sec: tokens as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        });
+    }
+    let shape = choose(&rates, baseline);
+    embedder.set_shape(shape)?;
+    Ok(Calibration {
+        cpu: cpu_model(),
+        model: embedder.id().to_string(),
+        threads,
+        shape,
+        rates,
+    })
+}
+
+/// The fastest shape, unless it beats `baseline` by less than [`REQUIRED_GAIN`].
+fn choose(rates: &[ShapeRate], baseline: RunShape) -> RunShape {
+    let base = rates
+        .iter()
+        .find(|r| r.shape == baseline)
+        .map_or(0.0, |r| r.tokens_per_sec);
+    rates
+        .iter()
+        .filter(|r| r.tokens_per_sec > base * (1.0 + REQUIRED_GAIN))
+        .max_by(|a, b| a.tokens_per_sec.total_cmp(&b.tokens_per_sec))
+        .map_or(baseline, |r| r.shape)
+}
+
+/// Every calibration kept in `models_dir`. A record that cannot be read counts as none: the
+/// next embedding run measures again and writes a good one.
+fn read_all(models_dir: &Path) -> Vec<Calibration> {
+    std::fs::read(models_dir.join(RECORD))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// This machine's calibration for `model` at `threads`, if one was kept.
+pub fn recorded(models_dir: &Path, model: &str, threads: usize) -> Option<Calibration> {
+    let cpu = cpu_model();
+    read_all(models_dir)
+        .into_iter()
+        .find(|c| c.cpu == cpu && c.model == model && c.threads == threads)
+}
+
+/// Keeps `calibration`, replacing an older one for the same CPU, model and threads. Best
+/// effort: a folder that cannot be written only means measuring again next time.
+pub fn remember(models_dir: &Path, calibration: &Calibration) {
+    let mut all = read_all(models_dir);
+    all.retain(|c| {
+        !(c.cpu == calibration.cpu
+            && c.model == calibration.model
+            && c.threads == calibration.threads)
+    });
+    all.push(calibration.clone());
+    crate::models::write_record(&models_dir.join(RECORD), &all);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(workers: usize, texts_per_run: usize) -> RunShape {
+        RunShape {
+            workers,
+            texts_per_run,
+        }
+    }
+
+    fn rates(figures: &[(RunShape, f64)]) -> Vec<ShapeRate> {
+        figures
+            .iter()
+            .map(|&(shape, tokens_per_sec)| ShapeRate {
+                shape,
+                tokens_per_sec,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn another_shape_is_chosen_only_when_it_clearly_beats_one_text_per_run() {
+        let base = shape(1, 1);
+        let measured = rates(&[(base, 1000.0), (shape(1, 4), 1200.0), (shape(2, 1), 1300.0)]);
+        assert_eq!(choose(&measured, base), shape(2, 1));
+        let close = rates(&[(base, 1000.0), (shape(1, 4), 1030.0), (shape(2, 1), 990.0)]);
+        assert_eq!(choose(&close, base), base);
+        assert_eq!(
+            choose(&rates(&[(base, 1000.0), (shape(1, 4), 700.0)]), base),
+            base
+        );
+    }
+
+    #[test]
+    fn workers_are_tried_only_with_more_than_one_thread() {
+        assert!(shapes(1).iter().all(|s| s.workers == 1));
+        assert!(shapes(2).contains(&shape(2, 1)));
+        assert_eq!(shapes(2)[0], shape(1, 1), "the baseline comes first");
+    }
+
+    #[test]
+    fn calibrations_are_kept_per_cpu_model_and_threads_and_a_bad_record_counts_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mine = Calibration {
+            cpu: cpu_model(),
+            model: "m".into(),
+            threads: 2,
+            shape: shape(2, 1),
+            rates: rates(&[(shape(1, 1), 1000.0), (shape(2, 1), 1400.0)]),
+        };
+        let other_cpu = Calibration {
+            cpu: "another CPU".into(),
+            shape: shape(1, 1),
+            ..mine.clone()
+        };
+        remember(dir.path(), &other_cpu);
+        remember(dir.path(), &mine);
+        assert_eq!(recorded(dir.path(), "m", 2), Some(mine.clone()));
+        assert_eq!(recorded(dir.path(), "m", 1), None, "other thread count");
+        // Measuring again replaces this machine's record and keeps the other's.
+        let again = Calibration {
+            shape: shape(1, 4),
+            ..mine.clone()
+        };
+        remember(dir.path(), &again);
+        assert_eq!(read_all(dir.path()).len(), 2);
+        assert_eq!(recorded(dir.path(), "m", 2).unwrap().shape, shape(1, 4));
+
+        std::fs::write(dir.path().join(RECORD), b"{not json").unwrap();
+        assert_eq!(recorded(dir.path(), "m", 2), None);
+        remember(dir.path(), &mine);
+        assert_eq!(recorded(dir.path(), "m", 2), Some(mine));
+    }
+}
