@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs every check CI runs: formatting, lints, and all tests (unit, integration,
 # crash, watcher, semantic-search, rerank, download and Cranfield eval tests, the assistant with
-# the embedded SmolLM2 model and a real llama-server, doctests, and the desktop app end to end
-# in a real WebKit window)
+# the embedded models (Qwen2.5-Coder-0.5B, SmolLM2) and a real llama-server, doctests, and the
+# desktop app end to end in a real WebKit window)
 # against real SQLite files, tantivy directories, ONNX Runtime and the MiniLM model.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -500,7 +500,7 @@ describe('Quarry desktop', () => {
     const turn = await finishedTurn(1);
     const chip = await turn.$(tid('citation'));
     await chip.waitForExist({ timeout: 5_000, timeoutMsg: `no citation in: ${await turn.getText()}` });
-    assert.match(await turn.$('.badge').getText(), /embedded smollm2/);
+    assert.match(await turn.$('.badge').getText(), /embedded qwen2\.5-coder-0\.5b/);
 
     // Hovering a citation shows its file and passage.
     await chip.moveTo();
@@ -596,7 +596,13 @@ describe('Quarry desktop', () => {
       await ask('When does the keeper sound the horn?');
       const turn = await finishedTurn(1);
       assert.match(await turn.$('.badge').getText(), /openai smollm2/);
-      await (await turn.$(tid('citation'))).waitForExist({ timeout: 5_000, timeoutMsg: await turn.getText() });
+      // The 135M model's words depend on the CPU: a cited answer, or the answer check's
+      // refusal when the passages hold none of its sentences.
+      await eventually(browser, `a citation or the check's refusal in: ${await turn.getText()}`, async () =>
+        (await turn.$(tid('citation')).isExisting()) ||
+        /The passages found do not answer this/.test(await turn.getText()),
+        5_000,
+      );
     } finally {
       await server.stop();
     }
@@ -633,18 +639,22 @@ describe('Quarry desktop', () => {
 
   const modelRow = (id) => browser.$(`${tid('model-row')}[data-id="${id}"]`);
 
+  const chatModel = 'qwen2.5-coder-0.5b-instruct-q4_k_m';
+
   async function openModels() {
     await (await browser.$(tid('nav-models'))).click();
-    await (await modelRow('smollm2-135m-instruct-q4_1')).waitForExist({ timeout: 20_000 });
+    await (await modelRow(chatModel)).waitForExist({ timeout: 20_000 });
   }
 
   it('lists the installed models with their checked sha256, and refuses to delete one in use', async () => {
     await openModels();
-    for (const id of ['all-minilm-l6-v2-int8', 'smollm2-135m-instruct-q4_1']) {
+    for (const id of ['all-minilm-l6-v2-int8', chatModel, 'smollm2-135m-instruct-q4_1']) {
       const row = await modelRow(id);
       assert.equal(await row.getAttribute('data-verified'), 'true', `${id} is verified`);
     }
-    const llm = await modelRow('smollm2-135m-instruct-q4_1');
+    const llm = await modelRow(chatModel);
+    // It was joined from parts an anonymous publisher uploaded: the row says so.
+    assert.match(await (await llm.$(tid('model-provenance'))).getText(), /without a stated licence/);
     await (await llm.$('button*=Files')).click();
     assert.match(await (await llm.$(tid('model-sha256'))).getText(), /^[0-9a-f]{64}$/);
     assert.match(await (await browser.$(tid('models-runtime'))).getAttribute('data-ok'), /true/);

@@ -45,6 +45,8 @@ pub struct ModelRow {
     dir: Option<String>,
     /// Where it came from (PyPI wheels, the hub, an import).
     origin: Option<String>,
+    /// Who published the weights, when that is not their own publisher (the catalogue says).
+    provenance: Option<String>,
     files: Vec<ModelFile>,
     /// Every file matches its recorded sha256 (`None`: not installed).
     verified: Option<bool>,
@@ -127,6 +129,7 @@ fn row(
         in_catalogue: catalogue.is_some(),
         dir: installed.map(|m| m.dir.display().to_string()),
         origin: installed.map(|m| m.origin.clone()),
+        provenance: catalogue.and_then(|s| s.provenance.clone()),
         files: installed
             .map(|m| {
                 m.files

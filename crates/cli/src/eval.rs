@@ -1,5 +1,6 @@
 //! `quarry eval`: index a BEIR-layout set into a throwaway library and score each mode (the
-//! engine's `run_evaluation`, which the desktop tester runs too).
+//! engine's `run_evaluation`, which the desktop tester runs too), or, with `--chat`, ask a
+//! grounded-QA set of each chat backend (`run_chat_evaluation`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,14 +8,33 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 use quarry_core::cancel::Cancel;
-use quarry_core::{run_evaluation, EvalPlan, Library, RetrievalSettings};
+use quarry_core::orchestrator::BackendConfig;
+use quarry_core::{
+    run_chat_evaluation, run_evaluation, ChatEvalPlan, ChatEvalReport, EvalPlan, Library,
+    RetrievalSettings,
+};
 
 #[derive(Args)]
 pub struct EvalArgs {
     /// Folder in the BEIR layout (corpus.jsonl or corpus-folder.json, queries.jsonl,
     /// qrels/test.tsv)
+    #[arg(long, required_unless_present = "chat", conflicts_with = "chat")]
+    beir: Option<PathBuf>,
+    /// A grounded-QA set (corpora.json, questions.jsonl): ask each --backend every question
+    /// and score the answers (fact found, citations that hold it, refusals, time to first
+    /// token)
     #[arg(long)]
-    beir: PathBuf,
+    chat: Option<PathBuf>,
+    /// With --chat: a backend to ask (repeatable): extractive, embedded[:MODEL],
+    /// openai:URL[#MODEL], ollama:URL#MODEL [default: the mode's backend, then extractive]
+    #[arg(long, requires = "chat")]
+    backend: Vec<String>,
+    /// With --chat: ask only N questions, spread evenly over the set
+    #[arg(long, requires = "chat")]
+    limit: Option<usize>,
+    /// With --chat: the orchestrator mode the turns run in [default: the configuration's]
+    #[arg(long = "chat-mode", requires = "chat")]
+    chat_mode: Option<String>,
     /// Modes to score, comma-separated
     #[arg(long, default_value = "lexical,vector,hybrid", value_delimiter = ',')]
     mode: Vec<String>,
@@ -34,7 +54,7 @@ pub struct EvalArgs {
     /// Print JSON
     #[arg(long)]
     json: bool,
-    /// With --json: each query's scores too
+    /// With --json: each query's scores too (with --chat: each answer)
     #[arg(long)]
     per_query: bool,
     /// Also score whole-document BM25, the baseline for page ranking
@@ -43,6 +63,10 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
+    if let Some(set) = &args.chat {
+        return run_chat(args, set);
+    }
+    let beir = args.beir.clone().expect("clap requires --beir or --chat");
     // Resolved from the user's library before anything else, so a typo fails fast.
     let pipelines = if args.pipeline.is_empty() {
         Vec::new()
@@ -58,7 +82,7 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         None => RetrievalSettings::default(),
     };
     let plan = EvalPlan {
-        set: args.beir.clone(),
+        set: beir.clone(),
         modes: args.mode.clone(),
         settings,
         sweep_lexical_weight: args.sweep_lexical_weight.clone(),
@@ -74,7 +98,7 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
     }
     println!(
         "{}: {} documents ({} chunks, indexed in {:.1} s; {} embedded in {:.1} s), {} judged queries",
-        args.beir.display(),
+        beir.display(),
         report.documents,
         report.chunks,
         report.indexed_secs,
@@ -93,4 +117,87 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_chat(args: &EvalArgs, set: &std::path::Path) -> Result<ExitCode> {
+    let backends = if args.backend.is_empty() {
+        vec![None, Some(BackendConfig::Extractive)]
+    } else {
+        args.backend
+            .iter()
+            .map(|b| BackendConfig::parse_spec(b).map(Some))
+            .collect::<std::result::Result<Vec<_>, String>>()
+            .map_err(|e| anyhow::anyhow!("--backend {e}"))?
+    };
+    let plan = ChatEvalPlan {
+        set: set.to_path_buf(),
+        backends,
+        mode: args.chat_mode.clone(),
+        limit: args.limit,
+        keep: args.keep.clone(),
+    };
+    let on_progress = |p: quarry_core::chat_eval::ChatEvalProgress| {
+        if !args.json {
+            if let quarry_core::chat_eval::ChatEvalProgress::Answered {
+                backend,
+                done,
+                total,
+            } = p
+            {
+                eprint!("\r{backend}: {done}/{total}");
+                if done == total {
+                    eprintln!();
+                }
+            }
+        }
+    };
+    let report = run_chat_evaluation(&plan, &on_progress, &Cancel::new())?;
+    if args.json {
+        let mut report = report;
+        if !args.per_query {
+            report.rows.iter_mut().for_each(|r| r.answers.clear());
+        }
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_chat_report(&report);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_chat_report(report: &ChatEvalReport) {
+    println!(
+        "{}: {} documents (indexed in {:.1} s), {} questions per backend",
+        report.set, report.documents, report.indexed_secs, report.questions
+    );
+    println!(
+        "{:<44} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9}",
+        "backend", "correct", "supported", "cite-prec", "refused", "false-ref", "1st-tok", "total"
+    );
+    let ms = |v: Option<u64>| match v {
+        None => "-".to_string(),
+        Some(v) if v < 1000 => format!("{v} ms"),
+        Some(v) => format!("{:.1} s", v as f64 / 1000.0),
+    };
+    for r in &report.rows {
+        println!(
+            "{:<44} {:>9} {:>9} {:>9.2} {:>9} {:>8} {:>9} {:>9}",
+            r.backend,
+            format!("{}/{}", r.correct, r.answerable),
+            format!("{}/{}", r.supported, r.answerable),
+            r.citation_precision,
+            format!("{}/{}", r.refused, r.unanswerable),
+            r.false_refusals,
+            ms(r.first_token_ms_p50),
+            ms(Some(r.total_ms_p50)),
+        );
+        if r.fell_back > 0 {
+            println!("  ({} answer(s) fell back to extractive)", r.fell_back);
+        }
+    }
+    if let Some(r) = report.rows.first() {
+        println!(
+            "retrieval put the fact in front of the backend for {}/{} answerable questions",
+            r.fact_retrieved, r.answerable
+        );
+    }
 }

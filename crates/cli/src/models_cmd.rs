@@ -81,6 +81,9 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                         r.description,
                         if r.default { " [default]" } else { "" }
                     );
+                    if let Some(provenance) = &r.provenance {
+                        println!("{:<36} licence {}; {provenance}", "", r.license);
+                    }
                 }
             }
         }

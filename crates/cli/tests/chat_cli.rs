@@ -60,7 +60,10 @@ fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_mode
     let env = demo_library();
     let result = chat_json(&env, &["How does an LRU cache evict entries?"]);
     assert_eq!(result["mode"], "grounded");
-    assert_eq!(result["backend"], "embedded smollm2-135m-instruct-q4_1");
+    assert_eq!(
+        result["backend"],
+        "embedded qwen2.5-coder-0.5b-instruct-q4_k_m"
+    );
     assert!(!result["answer"].as_str().unwrap().is_empty());
     assert_cited_from_ledger(&env, &result);
     let kinds: Vec<&str> = result["trace"]
@@ -289,17 +292,134 @@ fn chat_works_against_a_real_openai_compatible_server() {
         ],
     );
     assert_eq!(result["backend"], "openai smollm2", "{result:#}");
-    assert!(
-        result["notices"].as_array().unwrap().is_empty(),
-        "{result:#}"
-    );
-    let generate = result["trace"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "llm.generate")
-        .expect("the server generated the answer");
+    let event = |kind: &str| {
+        result["trace"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .cloned()
+    };
+    let generate = event("llm.generate").expect("the server generated the answer");
     assert_eq!(generate["detail"]["constrained"], true);
     assert!(generate["detail"]["completion_tokens"].as_u64().unwrap() > 0);
-    assert_cited_from_ledger(&env, &result);
+    // What a 135M model writes depends on the CPU's arithmetic: either its answer is held by
+    // the passages and cited from the ledger, or the answer check dropped every sentence of it
+    // and the turn says the passages do not answer.
+    if result["answer"] == "The passages found do not answer this." {
+        let checked = event("answer.checked").expect("the check says why");
+        assert_eq!(
+            checked["detail"]["dropped"], checked["detail"]["sentences"],
+            "{result:#}"
+        );
+    } else {
+        assert!(
+            result["notices"].as_array().unwrap().is_empty(),
+            "{result:#}"
+        );
+        assert_cited_from_ledger(&env, &result);
+    }
+}
+
+/// A grounded-QA set over a folder of two notes: two questions they answer, one they do not.
+fn grounded_set(env: &TestEnv) -> std::path::PathBuf {
+    std::fs::write(
+        env.docs().join("pumps.md"),
+        "# Pumps\n\nThe primary coolant pump runs at a pressure of 42 bar.\n\nThe primary coolant pump is serviced every 90 days by the night shift.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.docs().join("ferns.md"),
+        "# Ferns\n\nFerns reproduce by spores released from sori under the fronds.\n",
+    )
+    .unwrap();
+    let set = env.data.path().join("set");
+    std::fs::create_dir_all(&set).unwrap();
+    std::fs::write(
+        set.join("corpora.json"),
+        serde_json::json!({"sources": [{"name": "notes", "folder": env.docs()}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        set.join("questions.jsonl"),
+        [
+            r#"{"id": "p1", "source": "notes", "file": "pumps.md", "question": "What pressure does the primary coolant pump run at?", "facts": ["42 bar"]}"#,
+            r#"{"id": "p2", "source": "notes", "file": "pumps.md", "question": "How often is the primary coolant pump serviced?", "facts": ["90 days"]}"#,
+            r#"{"id": "n1", "question": "What is the capital of Peru?", "facts": []}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    set
+}
+
+#[test]
+fn eval_chat_scores_facts_citations_refusals_and_time_per_backend() {
+    let env = TestEnv::new();
+    let set = grounded_set(&env);
+    let report = env.json(&[
+        "eval",
+        "--chat",
+        set.to_str().unwrap(),
+        "--backend",
+        "extractive",
+        "--backend",
+        "embedded:smollm2-135m-instruct-q4_1",
+        "--per-query",
+    ]);
+    assert_eq!(report["questions"], 3, "{report:#}");
+    assert_eq!(report["documents"], 2, "{report:#}");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report:#}");
+
+    // The extractive answer quotes the sentence that holds the fact, and cites it.
+    let extractive = &rows[0];
+    assert_eq!(extractive["backend"], "extractive (no LLM)");
+    assert_eq!(extractive["answerable"], 2);
+    assert_eq!(extractive["fact_retrieved"], 2, "{extractive:#}");
+    assert_eq!(extractive["correct"], 2, "{extractive:#}");
+    assert_eq!(extractive["supported"], 2, "{extractive:#}");
+    assert!(extractive["citation_precision"].as_f64().unwrap() > 0.0);
+    assert_eq!(extractive["unanswerable"], 1);
+    assert!(extractive["first_token_ms_p50"].is_null());
+
+    // The embedded model generates: it has a time to first token, and every answer is
+    // scored by what it says.
+    let embedded = &rows[1];
+    assert_eq!(embedded["backend"], "embedded smollm2-135m-instruct-q4_1");
+    assert!(embedded["first_token_ms_p50"].as_u64().unwrap() > 0);
+    assert_eq!(embedded["fell_back"], 0, "{embedded:#}");
+    let facts = [("p1", "42 bar"), ("p2", "90 days")];
+    for answer in embedded["answers"].as_array().unwrap() {
+        let text = answer["answer"].as_str().unwrap().to_lowercase();
+        assert!(!text.trim().is_empty(), "{answer:#}");
+        let fact = facts.iter().find(|(id, _)| answer["id"] == *id);
+        assert_eq!(
+            answer["correct"],
+            fact.is_some_and(|(_, f)| text.contains(f)),
+            "{answer:#}"
+        );
+        assert!(answer["supporting_citations"].as_u64() <= answer["citations"].as_u64());
+    }
+}
+
+#[test]
+fn eval_chat_names_a_bad_set_line_and_a_bad_backend() {
+    let env = TestEnv::new();
+    let set = grounded_set(&env);
+    let questions = set.join("questions.jsonl");
+    let text = std::fs::read_to_string(&questions).unwrap();
+    std::fs::write(&questions, text.replace(", \"facts\": [\"90 days\"]", "")).unwrap();
+    let out = env.run(&["eval", "--chat", set.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("questions.jsonl") && err.contains("line 2") && err.contains("facts"),
+        "{err}"
+    );
+
+    let out = env.run(&["eval", "--chat", set.to_str().unwrap(), "--backend", "gpt"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--backend") && err.contains("`gpt`"), "{err}");
 }

@@ -60,17 +60,26 @@ impl CorpusFolder {
         }
         let text = std::fs::read_to_string(path).map_err(|e| bad(path, e.to_string()))?;
         let spec: Spec = serde_json::from_str(&text).map_err(|e| bad(path, e.to_string()))?;
-        let mut folder = spec.folder.clone();
+        CorpusFolder::resolve(path, &spec.folder, spec.include)
+    }
+
+    /// The folder `written` in the spec file `spec`: `{rustc_sysroot}` expanded, a relative
+    /// path taken from the spec file's folder; it must exist.
+    pub(crate) fn resolve(
+        spec: &Path,
+        written: &str,
+        include: Vec<String>,
+    ) -> Result<CorpusFolder> {
+        let mut folder = written.to_string();
         if folder.contains("{rustc_sysroot}") {
-            folder = folder.replace("{rustc_sysroot}", &rustc_sysroot(path)?);
+            folder = folder.replace("{rustc_sysroot}", &rustc_sysroot(spec)?);
         }
-        let folder = PathBuf::from(folder)
+        let base = spec.parent().unwrap_or(Path::new("."));
+        let folder = base
+            .join(folder)
             .canonicalize()
-            .map_err(|e| bad(path, format!("folder `{}`: {e}", spec.folder)))?;
-        Ok(CorpusFolder {
-            folder,
-            include: spec.include,
-        })
+            .map_err(|e| bad(spec, format!("folder `{written}`: {e}")))?;
+        Ok(CorpusFolder { folder, include })
     }
 }
 
@@ -138,14 +147,17 @@ pub struct ScoringControl<'a> {
     pub cancel: &'a Cancel,
 }
 
-fn bad(path: &Path, reason: impl Into<String>) -> Error {
+pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
     Error::InvalidDataset {
         path: path.to_path_buf(),
         reason: reason.into(),
     }
 }
 
-fn read_jsonl(path: &Path, mut each: impl FnMut(serde_json::Value) -> Result<()>) -> Result<()> {
+pub(crate) fn read_jsonl(
+    path: &Path,
+    mut each: impl FnMut(serde_json::Value) -> Result<()>,
+) -> Result<()> {
     let file = std::fs::File::open(path).map_err(|e| bad(path, e.to_string()))?;
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| bad(path, format!("line {}: {e}", i + 1)))?;

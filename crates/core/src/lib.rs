@@ -27,6 +27,7 @@ mod assistant;
 pub mod audit;
 pub mod auth;
 pub mod cancel;
+pub mod chat_eval;
 pub mod context;
 pub mod embed;
 pub mod environment;
@@ -50,6 +51,7 @@ pub mod store;
 pub mod tools;
 
 pub use auth::{Principal, Scope};
+pub use chat_eval::{run_chat_evaluation, ChatEvalPlan, ChatEvalReport};
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
 pub use evaluation::{run_evaluation, EvalPlan, EvalProgress, EvalReport};
 pub use ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};

@@ -45,11 +45,61 @@ fn fixture() -> Fixture {
     f
 }
 
+/// The small chat model the tests load themselves (the default, which answers the seeded
+/// configuration's modes, is bigger and slower).
+const SMALL_MODEL: &str = "smollm2-135m-instruct-q4_1";
+
 fn smollm2() -> Arc<EmbeddedBackend> {
     let models = Models::discover(std::path::Path::new("/nonexistent"));
-    let config = EmbeddedConfig::installed(&models, default_llm_model())
+    let config = EmbeddedConfig::installed(&models, SMALL_MODEL)
         .unwrap_or_else(|e| panic!("the SmolLM2 model is needed (run scripts/provision.sh): {e}"));
     EmbeddedBackend::shared(config).unwrap()
+}
+
+#[test]
+fn the_system_prompt_is_evaluated_once_and_reused_with_the_same_answers() {
+    let models = Models::discover(std::path::Path::new("/nonexistent"));
+    let config = EmbeddedConfig::installed(&models, SMALL_MODEL).unwrap();
+    // Backends of their own, so no other test's requests share their cache.
+    let cached = EmbeddedBackend::load(config.clone()).unwrap();
+    let fresh = EmbeddedBackend::load(config).unwrap();
+    let system = "You answer questions about the user's notes. Use only the evidence you are \
+                  given, keep answers short, and cite the passage each sentence comes from.";
+    let request = |system: &str, question: &str| {
+        let mut r = ChatRequest::new(vec![
+            ChatMessage::system(system),
+            ChatMessage::user(question),
+        ]);
+        r.max_tokens = 24;
+        r
+    };
+    let first = cached
+        .chat(&request(system, "What do ferns grow from?"), &mut |_| {})
+        .unwrap();
+    assert_eq!(first.usage.cached_prompt_tokens, 0);
+    let second_request = request(system, "How often is the pump serviced?");
+    let second = cached.chat(&second_request, &mut |_| {}).unwrap();
+    assert!(
+        second.usage.cached_prompt_tokens >= 16
+            && second.usage.cached_prompt_tokens < second.usage.prompt_tokens,
+        "{:?}",
+        second.usage
+    );
+    // Greedy decoding from the restored state writes what a cold start writes.
+    let cold = fresh.chat(&second_request, &mut |_| {}).unwrap();
+    assert_eq!(cold.usage.cached_prompt_tokens, 0);
+    assert_eq!(second.content, cold.content);
+    // Another system prompt is evaluated in full.
+    let other = cached
+        .chat(
+            &request(
+                "You are terse. Answer in one word, never more, whatever is asked of you.",
+                "Hi?",
+            ),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(other.usage.cached_prompt_tokens, 0);
 }
 
 /// Every citation of a turn is an entry of its conversation's ledger, with the same passage.
@@ -816,7 +866,7 @@ async def run(input, ctx):
             ..Default::default()
         }),
         egress: None,
-        model: Some(default_llm_model().into()),
+        model: Some(SMALL_MODEL.into()),
         source: Some(source.into()),
         derived: None,
     };
@@ -858,7 +908,7 @@ fn a_bad_model_file_is_a_clear_error_naming_it() {
     );
     // A truncated copy of the real model: llama.cpp refuses it, and nothing panics.
     let models = Models::discover(std::path::Path::new("/nonexistent"));
-    let real = EmbeddedConfig::installed(&models, default_llm_model())
+    let real = EmbeddedConfig::installed(&models, SMALL_MODEL)
         .unwrap()
         .model_path;
     let bytes = std::fs::read(&real).unwrap();

@@ -965,6 +965,8 @@ export type ModelListing = {
 	description: string,
 	/**  Licence of the weights. */
 	license: string,
+	/**  Where the weights come from when that is not their own publisher. */
+	provenance: string | null,
 };
 
 /**  A model of the catalogue, installed or not, or one imported. */
@@ -981,6 +983,8 @@ export type ModelRow = {
 	dir: string | null,
 	/**  Where it came from (PyPI wheels, the hub, an import). */
 	origin: string | null,
+	/**  Who published the weights, when that is not their own publisher (the catalogue says). */
+	provenance: string | null,
 	files: ModelFile[],
 	/**  Every file matches its recorded sha256 (`None`: not installed). */
 	verified: boolean | null,

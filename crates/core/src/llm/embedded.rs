@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -131,7 +132,20 @@ pub struct EmbeddedBackend {
     /// One generation at a time: creating contexts from one model in parallel is unsound in
     /// llama.cpp, and two generations on two cores would only halve each other's speed.
     busy: Mutex<()>,
+    /// The last system prompt's evaluated state: the next request that starts with the same
+    /// system prompt (every turn of a mode does) evaluates only what follows it.
+    system_prefix: Mutex<Option<SystemPrefix>>,
 }
+
+/// A prompt's leading system message, evaluated once.
+struct SystemPrefix {
+    tokens: Vec<LlamaToken>,
+    n_ctx: u32,
+    state: SeqState,
+}
+
+/// A system message shorter than this is cheaper to evaluate again than to restore.
+const MIN_CACHED_PREFIX: usize = 16;
 
 impl EmbeddedBackend {
     /// Loads the model (memory-mapped; a few hundred ms for the default model).
@@ -164,6 +178,7 @@ impl EmbeddedBackend {
             threads,
             batch_threads,
             busy: Mutex::new(()),
+            system_prefix: Mutex::new(None),
         })
     }
 
@@ -223,8 +238,8 @@ impl EmbeddedBackend {
         }
     }
 
-    /// The prompt in the model's own chat template.
-    fn prompt(&self, request: &ChatRequest) -> Result<String> {
+    /// The prompt in the model's own chat template, and the messages it was made of.
+    fn prompt(&self, request: &ChatRequest) -> Result<(Vec<LlamaChatMessage>, String)> {
         let mut messages: Vec<ChatMessage> = request.messages.clone();
         if !request.tools.is_empty() {
             let listing = tool_instructions(&request.tools, request.require_tool);
@@ -258,13 +273,85 @@ impl EmbeddedBackend {
                     .map_err(|e| self.failed(format!("a message cannot be passed on: {e}")))
             })
             .collect::<Result<_>>()?;
+        let prompt = self.render(&chat, true)?;
+        Ok((chat, prompt))
+    }
+
+    /// `chat` in the model's own template, ending with the assistant's turn opened or not.
+    fn render(&self, chat: &[LlamaChatMessage], open_answer: bool) -> Result<String> {
         let template = self
             .model
             .chat_template(None)
             .map_err(|e| self.failed(format!("the model has no chat template: {e}")))?;
         self.model
-            .apply_chat_template(&template, &chat, true)
+            .apply_chat_template(&template, chat, open_answer)
             .map_err(|e| self.failed(format!("cannot apply the chat template: {e}")))
+    }
+
+    fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+        self.model.vocab().tokenize(text.as_bytes(), false, true)
+    }
+
+    /// The tokens of the prompt's leading system message, when the prompt starts with it as
+    /// rendered alone (templates that merge the system message into the first user turn do
+    /// not, and get no cache).
+    fn system_tokens(
+        &self,
+        system: &LlamaChatMessage,
+        tokens: &[LlamaToken],
+    ) -> Option<Vec<LlamaToken>> {
+        let system = self.render(std::slice::from_ref(system), false).ok()?;
+        let system = self.tokenize(&system);
+        // The prompt must go on past it: the last token's logits are sampled from.
+        (system.len() >= MIN_CACHED_PREFIX
+            && system.len() < tokens.len()
+            && tokens.starts_with(&system))
+        .then_some(system)
+    }
+
+    /// Evaluates the prompt, restoring the system message's state when the last request had
+    /// the same one and keeping it for the next one otherwise; returns the position after the
+    /// prompt and how many of its tokens came from the cache.
+    fn evaluate_with_prefix(
+        &self,
+        ctx: &mut LlamaContext<'_>,
+        batch: &mut LlamaBatch<'_>,
+        system: Option<&LlamaChatMessage>,
+        tokens: &[LlamaToken],
+        n_ctx: u32,
+    ) -> Result<(i32, usize)> {
+        let Some(system) = system.and_then(|m| self.system_tokens(m, tokens)) else {
+            return Ok((self.evaluate_prompt(ctx, batch, tokens, 0)?, 0));
+        };
+        let mut cached = self.system_prefix.lock().unwrap_or_else(|e| e.into_inner());
+        let restored = match cached
+            .as_ref()
+            .filter(|c| c.n_ctx == n_ctx && c.tokens == system)
+        {
+            Some(c) => match ctx.state_seq_set(&c.state, 0) {
+                Ok(()) => true,
+                Err(_) => {
+                    // Whatever part of it went in is cleared; the prompt is evaluated afresh.
+                    let _ = ctx.clear_kv_cache_seq(Some(0), None, None);
+                    false
+                }
+            },
+            None => false,
+        };
+        if !restored {
+            self.evaluate_prompt(ctx, batch, &system, 0)?;
+            // Kept only if it can be read back; a failure just means no cache next time.
+            *cached = ctx
+                .state_seq_get(0, LlamaStateSeqFlags::empty())
+                .ok()
+                .map(|state| SystemPrefix {
+                    tokens: system.clone(),
+                    n_ctx,
+                    state,
+                });
+        }
+        let position = self.evaluate_prompt(ctx, batch, tokens, system.len())?;
+        Ok((position, if restored { system.len() } else { 0 }))
     }
 
     fn grammar(&self, request: &ChatRequest) -> Result<Option<String>> {
@@ -394,14 +481,25 @@ impl ChatBackend for EmbeddedBackend {
         let started = Instant::now();
         let _busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
         let backend = llama_backend()?;
-        let prompt = self.prompt(request)?;
+        let (messages, prompt) = self.prompt(request)?;
+        let leads_with_system = request
+            .messages
+            .first()
+            .is_some_and(|m| m.role == Role::System)
+            || !request.tools.is_empty();
         let grammar = self.grammar(request)?;
-        let tokens = self.model.vocab().tokenize(prompt.as_bytes(), false, true);
+        let tokens = self.tokenize(&prompt);
         let n_ctx = self.context_size(tokens.len(), request)?;
         let mut ctx = self.new_context(backend, n_ctx)?;
         let mut sampler = self.sampler(grammar.as_deref(), request.temperature)?;
         let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
-        let position = self.evaluate_prompt(&mut ctx, &mut batch, &tokens)?;
+        let (position, cached_prompt_tokens) = self.evaluate_with_prefix(
+            &mut ctx,
+            &mut batch,
+            leads_with_system.then_some(&messages[0]),
+            &tokens,
+            n_ctx,
+        )?;
         let max_new = request.max_tokens.min(n_ctx as usize - tokens.len()).max(1);
         let streams_text = request.tools.is_empty();
         let generated = self.generate(
@@ -432,6 +530,7 @@ impl ChatBackend for EmbeddedBackend {
             usage: Usage {
                 prompt_tokens: tokens.len(),
                 completion_tokens: generated.tokens,
+                cached_prompt_tokens,
             },
             first_token_ms: generated.first_token_ms,
             total_ms: started.elapsed().as_millis() as u64,
@@ -532,15 +631,17 @@ impl EmbeddedBackend {
         Ok(LlamaSampler::chain_simple(chain))
     }
 
-    /// Feeds the prompt in batches; returns the position after it.
+    /// Feeds `tokens` from `from` on in batches (the ones before are in the context already);
+    /// returns the position after them.
     fn evaluate_prompt(
         &self,
         ctx: &mut LlamaContext<'_>,
         batch: &mut LlamaBatch<'_>,
         tokens: &[LlamaToken],
+        from: usize,
     ) -> Result<i32> {
-        let mut position = 0i32;
-        for piece in tokens.chunks(BATCH_TOKENS) {
+        let mut position = from as i32;
+        for piece in tokens[from..].chunks(BATCH_TOKENS) {
             batch.clear();
             for (i, token) in piece.iter().enumerate() {
                 let last = position as usize + i + 1 == tokens.len();

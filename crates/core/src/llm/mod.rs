@@ -193,6 +193,10 @@ pub struct Usage {
     pub prompt_tokens: usize,
     /// Generated tokens.
     pub completion_tokens: usize,
+    /// Prompt tokens whose evaluation was reused from an earlier request (the embedded
+    /// backend's cached system prompt).
+    #[serde(default)]
+    pub cached_prompt_tokens: usize,
 }
 
 /// A finished generation.

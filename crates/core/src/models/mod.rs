@@ -12,7 +12,9 @@
 //! behind them (`verify`). The built-in catalogue is `models/manifest.json`, compiled in
 //! (`manifest`).
 
+mod assemble;
 mod catalogue;
+mod gguf;
 mod install;
 mod manifest;
 mod setup;

@@ -87,6 +87,44 @@ impl BackendConfig {
             BackendConfig::Extractive => "extractive (no LLM)".into(),
         }
     }
+
+    /// A backend written on one line: `extractive`, `embedded` (the default chat model),
+    /// `embedded:MODEL` (an installed id or a GGUF path), `openai:BASE_URL[#MODEL]` or
+    /// `ollama:BASE_URL#MODEL`.
+    pub fn parse_spec(spec: &str) -> std::result::Result<BackendConfig, String> {
+        let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+        let (url, model) = match rest.rsplit_once('#') {
+            Some((url, model)) => (url.to_string(), Some(model.to_string())),
+            None => (rest.to_string(), None),
+        };
+        match (kind, rest.is_empty()) {
+            ("extractive", true) => Ok(BackendConfig::Extractive),
+            ("embedded", _) => Ok(BackendConfig::Embedded {
+                model: if rest.is_empty() {
+                    crate::models::default_llm_model().to_string()
+                } else {
+                    rest.to_string()
+                },
+                threads: None,
+            }),
+            ("openai", false) => Ok(BackendConfig::Openai {
+                base_url: url,
+                model: model.unwrap_or_else(|| "default".into()),
+                api_key_env: None,
+                grammar: false,
+            }),
+            ("ollama", false) => match model {
+                Some(model) => Ok(BackendConfig::Ollama {
+                    base_url: url,
+                    model,
+                }),
+                None => Err(format!("`{spec}`: ollama needs a model: ollama:URL#MODEL")),
+            },
+            _ => Err(format!(
+                "`{spec}`: a backend is extractive, embedded[:MODEL], openai:URL[#MODEL] or ollama:URL#MODEL"
+            )),
+        }
+    }
 }
 
 /// Limits of one turn.
@@ -259,6 +297,40 @@ impl OrchestratorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backends_written_on_one_line() {
+        assert_eq!(
+            BackendConfig::parse_spec("extractive"),
+            Ok(BackendConfig::Extractive)
+        );
+        assert_eq!(
+            BackendConfig::parse_spec("embedded:/m/q.gguf"),
+            Ok(BackendConfig::Embedded {
+                model: "/m/q.gguf".into(),
+                threads: None
+            })
+        );
+        assert!(matches!(
+            BackendConfig::parse_spec("embedded"),
+            Ok(BackendConfig::Embedded { model, .. }) if model == crate::models::default_llm_model()
+        ));
+        assert_eq!(
+            BackendConfig::parse_spec("openai:http://127.0.0.1:8080/v1#qwen"),
+            Ok(BackendConfig::Openai {
+                base_url: "http://127.0.0.1:8080/v1".into(),
+                model: "qwen".into(),
+                api_key_env: None,
+                grammar: false
+            })
+        );
+        assert!(BackendConfig::parse_spec("ollama:http://127.0.0.1:11434")
+            .unwrap_err()
+            .contains("needs a model"));
+        assert!(BackendConfig::parse_spec("gpt")
+            .unwrap_err()
+            .contains("extractive, embedded"));
+    }
 
     #[test]
     fn the_seed_is_valid() {

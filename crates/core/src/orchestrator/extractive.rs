@@ -89,10 +89,7 @@ fn highlight(sentence: &str, terms: &[String]) -> String {
 /// the numbers it cites.
 pub fn answer(question: &str, evidence: &[EvidenceItem]) -> (String, Vec<i64>) {
     if evidence.is_empty() {
-        return (
-            "I found nothing in your library that answers this.".into(),
-            Vec::new(),
-        );
+        return (super::NOTHING_FOUND.into(), Vec::new());
     }
     let terms = terms(question);
     let mut picked: Vec<(usize, String, i64)> = Vec::new();

@@ -29,3 +29,19 @@ pub use turn::{
     open_backend_with_key, read_document, start_agent_session, AgentCall, AgentDocument,
     ChatOptions, Citation, PipelineCalls, TurnEvent, TurnResult, RUN_PIPELINE,
 };
+
+/// The answer when retrieval admitted nothing.
+pub const NOTHING_FOUND: &str = "I found nothing in your library that answers this.";
+
+/// A grounded answer's refusal: the passages were found, but they do not answer the question.
+/// The grammar offers it as the whole answer, so a model that cannot find the fact says so
+/// instead of making one up.
+pub const NOT_IN_EVIDENCE: &str = "The passages found do not answer this.";
+
+/// Whether `answer` is one of the assistant's refusals.
+pub fn is_refusal(answer: &str) -> bool {
+    let answer = answer.trim().to_lowercase();
+    [NOTHING_FOUND, NOT_IN_EVIDENCE]
+        .iter()
+        .any(|r| answer.starts_with(&r.to_lowercase()))
+}

@@ -6,13 +6,14 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::citations::Citation;
+use super::grounding;
 use super::setup::Turn;
 use super::TurnEvent;
 use crate::llm::{
     ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, StreamEvent, CANCELLED,
 };
 use crate::orchestrator::config::ToolChoice;
-use crate::orchestrator::extractive;
+use crate::orchestrator::{extractive, NOTHING_FOUND, NOT_IN_EVIDENCE};
 use crate::{Error, Result};
 
 /// A turn's answer, with its citations and the backend that wrote it.
@@ -145,7 +146,7 @@ impl Turn<'_> {
     ) -> Result<String> {
         let (evidence, shown) = self.evidence_block();
         if shown.is_empty() {
-            let text = "I found nothing in your library that answers this.".to_string();
+            let text = NOTHING_FOUND.to_string();
             on_event(TurnEvent::Token(&text));
             return Ok(text);
         }
@@ -154,7 +155,7 @@ impl Turn<'_> {
         )];
         messages.extend(history.iter().cloned());
         messages.push(ChatMessage::user(format!(
-            "Evidence:\n{evidence}\nQuestion: {}\nAnswer the question in one to three full sentences using the evidence. End each sentence with the number of the evidence it comes from, like [{}].",
+            "Evidence:\n{evidence}\nQuestion: {}\nAnswer the question in one to three full sentences using only the evidence. End each sentence with the number of the evidence it comes from, like [{}].",
             self.question, shown[0]
         )));
         let mut request = self.request(messages);
@@ -168,7 +169,43 @@ impl Turn<'_> {
             )));
         }
         let response = self.generate(backend, &request, 1, on_event)?;
-        Ok(without_uncited_tail(response))
+        let answer = without_uncited_tail(response);
+        self.checked_against(&answer, &shown, on_event)
+    }
+
+    /// `answer` after [`grounding::check`] against the passages it was shown; what changed is
+    /// traced, and the user told when a sentence went.
+    fn checked_against(
+        &mut self,
+        answer: &str,
+        shown: &[i64],
+        on_event: &mut dyn FnMut(TurnEvent<'_>),
+    ) -> Result<String> {
+        let passages: Vec<(i64, &str)> = self
+            .admitted
+            .iter()
+            .filter(|item| shown.contains(&item.n))
+            .map(|item| (item.n, item.text.as_str()))
+            .collect();
+        let checked = grounding::check(answer, &self.question, &passages);
+        if checked.dropped > 0 || checked.moved > 0 {
+            self.record(
+                "answer.checked",
+                json!({
+                    "sentences": checked.sentences,
+                    "dropped": checked.dropped,
+                    "citations_moved": checked.moved,
+                }),
+            )?;
+        }
+        if checked.dropped > 0 {
+            let notice = format!(
+                "{} of {} sentence(s) left out: the passages shown do not say them",
+                checked.dropped, checked.sentences
+            );
+            self.notice(&notice, on_event)?;
+        }
+        Ok(checked.text)
     }
 
     /// The evidence block shown to the model, within the mode's token budget.
@@ -240,6 +277,7 @@ impl Turn<'_> {
                 "round": round,
                 "backend": backend.info(),
                 "prompt_tokens": response.usage.prompt_tokens,
+                "cached_prompt_tokens": response.usage.cached_prompt_tokens,
                 "completion_tokens": response.usage.completion_tokens,
                 "first_token_ms": response.first_token_ms,
                 "took_ms": started.elapsed().as_millis() as u64,
@@ -267,9 +305,10 @@ fn without_uncited_tail(response: ChatResponse) -> String {
     answer
 }
 
-/// A GBNF grammar for one to three sentences, each ending with a citation of a shown passage.
-/// The sentence text cannot hold a full stop, so the model ends a sentence where it means to
-/// (decimals are the price) instead of being cut off mid-word at the length limit.
+/// A GBNF grammar for one to three sentences, each ending with a citation of a shown passage,
+/// or the refusal [`NOT_IN_EVIDENCE`] alone. A full stop inside a sentence must be followed by
+/// more text (`11.2`, `.cargo/bin`), so the model ends a sentence where it means to instead of
+/// being cut off mid-word at the length limit.
 pub fn citation_grammar(shown: &[i64], sentence_chars: usize) -> String {
     let numbers = shown
         .iter()
@@ -277,8 +316,10 @@ pub fn citation_grammar(shown: &[i64], sentence_chars: usize) -> String {
         .collect::<Vec<_>>()
         .join(" | ");
     format!(
-        "root ::= sentence (\" \" sentence){{0,2}}\n\
-         sentence ::= [A-Z0-9] [^\\[\\]\\n.]{{20,{sentence_chars}}} \". [\" num \"]\"\n\
+        "root ::= answer | refusal\n\
+         answer ::= sentence (\" \" sentence){{0,2}}\n\
+         refusal ::= \"{NOT_IN_EVIDENCE}\"\n\
+         sentence ::= [A-Z0-9] ([^\\[\\]\\n.] | \".\" [^ \\[\\]\\n.]){{20,{sentence_chars}}} \". [\" num \"]\"\n\
          num ::= {numbers}\n"
     )
 }
@@ -292,6 +333,10 @@ mod tests {
         let g = citation_grammar(&[2, 5], 200);
         assert!(g.contains("{20,200}"), "{g}");
         assert!(g.contains("num ::= \"2\" | \"5\""), "{g}");
-        assert!(g.starts_with("root ::= sentence"));
+        assert!(g.starts_with("root ::= answer | refusal"), "{g}");
+        assert!(
+            g.contains(&format!("refusal ::= \"{NOT_IN_EVIDENCE}\"")),
+            "{g}"
+        );
     }
 }

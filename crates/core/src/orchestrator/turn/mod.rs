@@ -19,6 +19,7 @@ mod backend;
 mod citations;
 mod dispatch;
 mod generation;
+mod grounding;
 mod setup;
 #[cfg(test)]
 mod tests;
