@@ -340,11 +340,18 @@ impl Executor {
     fn take(&self, memory_mb: u64, owner: &str) -> Result<Worker> {
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = idle
+            while let Some(i) = idle
                 .iter()
                 .rposition(|((m, o), _)| *m == memory_mb && o == owner)
             {
-                return Ok(idle.remove(i).1);
+                let mut worker = idle.remove(i).1;
+                // An idle worker can die: bubblewrap's --die-with-parent ties it to the thread
+                // that started it, and a pipeline run's thread ends. A dead one is reaped and
+                // another taken, so the next call never meets it.
+                if matches!(worker.child.try_wait(), Ok(None)) {
+                    return Ok(worker);
+                }
+                worker.kill();
             }
         }
         // The strongest isolation this system allows: bubblewrap, else a network namespace,
