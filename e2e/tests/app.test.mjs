@@ -156,7 +156,20 @@ describe('Quarry desktop', () => {
     const problems = await invoke('list_problems', { sourceId: null });
     assert.equal(problems.find((d) => d.path === broken)?.status, 'failed', 'still failed before the retry');
     assert.ok(await problem.isExisting(), 'still listed before the retry');
-    await (await problem.$(tid('problem-retry'))).click();
+    // The card shows a progress bar while busy: click only once it has settled on this change,
+    // or the layout moves under the click and the click lands beside the button.
+    await eventually(browser, 'the card settled on the one-file check', async () => {
+      const row = await sourceRow();
+      return (
+        (await row.getAttribute('data-phase')) === 'done' &&
+        (await (await row.$(tid('source-progress'))).getText()).includes('1 file checked')
+      );
+    });
+    const retry = await problem.$(tid('problem-retry'));
+    await retry.click();
+    await eventually(browser, 'the Retry click registered', async () =>
+      !(await problem.isExisting()) || /Queued|Retrying/.test(await retry.getText()),
+    );
     await problem.waitForExist({ reverse: true, timeout: 30_000, timeoutMsg: 'the retried file is still failing' });
 
     await search('quokkas rottnest');

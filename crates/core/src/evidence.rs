@@ -74,6 +74,9 @@ pub enum RefKind {
     /// A position in a document revision (a paging cursor).
     #[serde(rename = "p")]
     Cursor,
+    /// A byte position in a document revision's reader text (a reading cursor).
+    #[serde(rename = "t")]
+    TextCursor,
 }
 
 impl RefKind {
@@ -82,6 +85,7 @@ impl RefKind {
             RefKind::Chunk => "evidence reference",
             RefKind::Source => "source reference",
             RefKind::Cursor => "cursor",
+            RefKind::TextCursor => "reading cursor",
         }
     }
 }
@@ -294,6 +298,21 @@ impl EvidenceSession {
         self.issue(RefKind::Cursor, document_id, revision_id, next_ordinal)
     }
 
+    /// A cursor at byte `next_byte` of a document revision's reader text.
+    pub fn issue_text_cursor(
+        &self,
+        document_id: DocumentId,
+        revision_id: RevisionId,
+        next_byte: u64,
+    ) -> String {
+        self.issue(
+            RefKind::TextCursor,
+            document_id,
+            revision_id,
+            next_byte as i64,
+        )
+    }
+
     /// Checks the signature, kind, holder, run and expiry of a reference (not the library).
     pub fn open(&self, reference: &str, kind: RefKind) -> Result<Claims> {
         let reject = |why: String| Error::EvidenceRejected(why);
@@ -357,9 +376,9 @@ impl EvidenceSession {
         Ok(claims)
     }
 
-    /// Opens a cursor for the document revision `source` names.
-    pub fn open_cursor(&self, reference: &str, source: &Claims) -> Result<i64> {
-        let claims = self.open(reference, RefKind::Cursor)?;
+    /// Opens a cursor of `kind` for the document revision `source` names.
+    pub fn open_cursor(&self, reference: &str, kind: RefKind, source: &Claims) -> Result<i64> {
+        let claims = self.open(reference, kind)?;
         if claims.document_id != source.document_id || claims.revision_id != source.revision_id {
             return Err(Error::EvidenceRejected(
                 "cursor belongs to another document or revision".into(),

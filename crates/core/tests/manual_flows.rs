@@ -2,7 +2,8 @@
 //! with a real Python worker: query tools receive the conversation, readiness gates applying
 //! a revision, fetch_neighbors' radius, sensitivity labels and what each caller may read
 //! (a property test over every path), pipelines narrowed to the caller, Optional input
-//! bounds, chat runs in the audit log, and the seeded modes.
+//! bounds, chat runs in the audit log, the seeded modes, and fetch_source_document reading
+//! the committed text.
 
 mod common;
 
@@ -274,6 +275,223 @@ fn fetch_neighbors_honours_its_max_radius_and_reports_the_radius_used() {
         .unwrap()
         .output;
     assert_eq!(out["radius"], 8, "capped at the tool's max_radius: {out}");
+}
+
+/// The `source_ref` of `search_documents`' best match for `query` (lexical).
+fn source_ref_of(
+    library: &Library,
+    session: &quarry_core::evidence::EvidenceSession,
+    query: &str,
+) -> serde_json::Value {
+    let found = library
+        .call_code_tool(
+            &library.tool("search_documents").unwrap(),
+            &json!({ "query": query }),
+            session,
+            Some(&library.tool("retrieve-lexical-focused").unwrap()),
+        )
+        .unwrap()
+        .output;
+    found["matches"][0]["source_ref"].clone()
+}
+
+/// Pages `source_ref` with `reader` to its end: each page's text and evidence references.
+fn read_to_the_end(
+    library: &Library,
+    reader: &quarry_core::tools::ToolDefinition,
+    source_ref: &serde_json::Value,
+    session: &quarry_core::evidence::EvidenceSession,
+) -> Vec<(String, Vec<String>)> {
+    let mut pages = Vec::new();
+    let mut cursor = serde_json::Value::Null;
+    loop {
+        let out = library
+            .call_code_tool(
+                reader,
+                &json!({"source_ref": source_ref, "cursor": cursor}),
+                session,
+                None,
+            )
+            .unwrap()
+            .output;
+        let refs = out["evidence_refs"].as_array().unwrap();
+        pages.push((
+            out["text"].as_str().unwrap().to_string(),
+            refs.iter()
+                .map(|r| r.as_str().unwrap().to_string())
+                .collect(),
+        ));
+        cursor = out["cursor"].clone();
+        if cursor.is_null() || pages.len() > 100 {
+            return pages;
+        }
+    }
+}
+
+#[test]
+fn fetch_source_document_reads_the_committed_text_once_with_its_structure() {
+    let mut f = Fixture::new();
+    let manual: String = (0..30)
+        .map(|i| {
+            format!(
+                "## Valve {i}\n\nValve {i} opens at **{} bar**; check it every {i} weeks.\n\n\
+                 - seal ring {i}\n- spring {i}\n\n```sh\nvalve --test {i}\n```\n\n",
+                2 + i
+            )
+        })
+        .collect();
+    let guide = "<html><body><h1>Guide</h1><p>Unpack the valve kit.</p>\
+                 <h2>Setup</h2><p>Tighten the flange by hand.</p><pre>flange --check</pre></body></html>";
+    f.add_collection(
+        "notes",
+        "internal",
+        "",
+        &[("valves.md", manual.clone()), ("guide.html", guide.into())],
+    );
+    f.reindex();
+    let library = &f.library;
+    let session = admin(library);
+    let lexical = library.tool("retrieve-lexical-focused").unwrap();
+    let source_of = |query: &str| source_ref_of(library, &session, query);
+    let mut reader = library.tool("fetch_source_document").unwrap();
+    reader.settings = json!({"page_chars": 500});
+
+    // The Markdown file comes back as written: every byte once, no chunk overlap repeated.
+    let valves = source_of("seal ring");
+    let pages = read_to_the_end(library, &reader, &valves, &session);
+    assert!(pages.len() > 5, "{} pages", pages.len());
+    let texts: Vec<&str> = pages.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(texts.concat(), manual);
+    assert!(texts.iter().all(|t| t.chars().count() <= 500));
+    // Each page's references are chunks on that page's lines, and together they are all of them.
+    let mut ordinals = std::collections::BTreeSet::new();
+    let mut line = 1u32;
+    for (text, refs) in &pages {
+        let last_line = line + text.trim_end().matches('\n').count() as u32;
+        assert!(!refs.is_empty(), "page at line {line} cites nothing");
+        for reference in refs {
+            let entry = session
+                .revalidate_chunk(library.store(), reference, None, "test")
+                .unwrap();
+            let (start, end) = (
+                entry.location.line_start.unwrap(),
+                entry.location.line_end.unwrap(),
+            );
+            assert!(
+                start <= last_line && end >= line,
+                "chunk {start}-{end} is not on the page of lines {line}-{last_line}"
+            );
+            ordinals.insert(entry.ordinal);
+        }
+        line += text.matches('\n').count() as u32;
+    }
+    let last = *ordinals.last().unwrap();
+    assert_eq!(
+        ordinals.len() as i64,
+        last + 1,
+        "every chunk is on a page: {ordinals:?}"
+    );
+
+    // HTML is read as its blocks, headings as Markdown headings and preformatted text fenced.
+    let guide_pages = read_to_the_end(library, &reader, &source_of("flange"), &session);
+    assert_eq!(guide_pages.len(), 1);
+    let (text, refs) = &guide_pages[0];
+    assert!(
+        text.contains("## Setup\n\nTighten the flange by hand.\n\n```\nflange --check\n```"),
+        "{text}"
+    );
+    assert!(!text.contains("<p>"), "{text}");
+    assert!(!refs.is_empty());
+
+    // A chunk cursor is not a reading cursor, and a reading cursor goes stale with its revision.
+    let chunk_page = library
+        .call_code_tool(
+            &library.tool("fetch_document_chunks").unwrap(),
+            &json!({"sources": [{"source_ref": valves}]}),
+            &session,
+            Some(&lexical),
+        )
+        .unwrap()
+        .output;
+    let chunk_cursor = chunk_page["pages"][0]["cursor"].clone();
+    assert!(chunk_cursor.is_string(), "{chunk_page}");
+    let refused = library
+        .call_code_tool(
+            &reader,
+            &json!({"source_ref": valves, "cursor": chunk_cursor}),
+            &session,
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("where a reading cursor was expected"),
+        "{refused}"
+    );
+    let first = library
+        .call_code_tool(&reader, &json!({ "source_ref": valves }), &session, None)
+        .unwrap()
+        .output;
+    std::fs::write(f.docs.path().join("valves.md"), "## Valve\n\nReplaced.\n").unwrap();
+    f.reindex();
+    let library = &f.library;
+    let stale = library
+        .call_code_tool(
+            &reader,
+            &json!({"source_ref": valves, "cursor": first["cursor"]}),
+            &session,
+            None,
+        )
+        .unwrap_err();
+    assert!(stale.to_string().contains("superseded"), "{stale}");
+}
+
+#[test]
+fn a_library_indexed_before_reader_texts_reads_each_file_once_more_and_then_pages_it() {
+    let mut f = Fixture::new();
+    let note = "# Boiler\n\n- Bleed the **radiators** in autumn.\n- Check the pressure: 1.5 bar.\n";
+    f.add_collection("notes", "internal", "", &[("boiler.md", note)]);
+    f.reindex();
+    // As a library written before reader texts were kept: its revisions have none.
+    let db = rusqlite::Connection::open(f.data.path().join("quarry.db")).unwrap();
+    db.execute("DELETE FROM revision_texts", []).unwrap();
+    drop(db);
+    let session = admin(&f.library);
+    let reader = f.library.tool("fetch_source_document").unwrap();
+    // Until the next scan, the page joins the chunks (the Markdown marks are gone).
+    let first_page = |library: &Library| {
+        let source_ref = source_ref_of(library, &session, "radiators");
+        library
+            .call_code_tool(
+                &reader,
+                &json!({ "source_ref": source_ref }),
+                &session,
+                None,
+            )
+            .unwrap()
+            .output
+    };
+    let joined = first_page(&f.library);
+    assert!(joined["text"].as_str().unwrap().contains("radiators"));
+    assert!(!joined["text"].as_str().unwrap().contains("**"), "{joined}");
+
+    let scan = |library: &mut Library| {
+        library
+            .writer()
+            .unwrap()
+            .index_all(&quarry_core::IndexOptions::default(), &|_| {})
+            .unwrap()
+    };
+    assert_eq!(
+        scan(&mut f.library).files_indexed,
+        1,
+        "read again for its text"
+    );
+    assert_eq!(scan(&mut f.library).files_indexed, 0, "and only once");
+    let page = first_page(&f.library);
+    assert_eq!(page["text"], note);
+    assert!(page["cursor"].is_null());
 }
 
 #[test]

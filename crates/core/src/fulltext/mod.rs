@@ -664,6 +664,7 @@ mod tests {
             heading_path: String::new(),
             location: Default::default(),
             token_count: 4,
+            reader_span: None,
         };
         // A short page and a long one: their id terms have very different idf.
         let short = write_document(

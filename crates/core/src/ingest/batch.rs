@@ -169,6 +169,7 @@ impl<'o> BatchWriter<'o> {
             format: file.format,
             warning: file.warning.as_deref(),
             extracted_bytes: file.extracted_bytes as i64,
+            reader_text: &file.reader_text,
         };
         writes::write_revision(
             tx,

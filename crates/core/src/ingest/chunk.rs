@@ -98,6 +98,7 @@ struct Piece {
     page: Option<u32>,
     lines: Option<(u32, u32)>,
     bytes: Option<(u64, u64)>,
+    reader: Option<(u64, u64)>,
 }
 
 /// Cuts blocks into chunks.
@@ -177,6 +178,7 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
             page: block.page,
             lines: block.lines,
             bytes: block.bytes,
+            reader: block.reader,
         });
     }
     emit(&mut chunks, &mut current, &chunk_heading);
@@ -209,6 +211,7 @@ fn to_chunk(pieces: &[Piece], heading_path: &str) -> NewChunk {
             byte_start: min(|p| p.bytes.map(|b| b.0)),
             byte_end: max(|p| p.bytes.map(|b| b.1)),
         },
+        reader_span: min(|p| p.reader.map(|r| r.0)).zip(max(|p| p.reader.map(|r| r.1))),
     }
 }
 
@@ -255,6 +258,9 @@ fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
             bytes: block
                 .bytes
                 .map(|(b0, _)| (b0 + start as u64, b0 + end as u64)),
+            reader: block
+                .reader
+                .map(|(r0, r1)| ((r0 + start as u64).min(r1), (r0 + end as u64).min(r1))),
         });
         if last + 1 >= spans.len() {
             break;

@@ -234,6 +234,7 @@ fn plan(
                         && (p.inode.is_none() || p.inode == stat.inode);
                     let trusted = match p.status {
                         DocumentStatus::Failed => !options.retry_failed,
+                        DocumentStatus::Indexed => trust_stat && p.has_reader_text,
                         _ => trust_stat,
                     };
                     same_stat && trusted

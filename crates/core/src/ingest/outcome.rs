@@ -37,6 +37,8 @@ pub(super) struct IndexedFile {
     pub warning: Option<String>,
     pub extracted_bytes: u64,
     pub chunks: Vec<NewChunk>,
+    /// What `fetch_source_document` pages through.
+    pub reader_text: String,
 }
 
 /// A file skipped or failed, with its reason.
@@ -79,7 +81,10 @@ pub(super) fn process_file(
     }
     let hash = blake3::hash(&bytes).to_hex().to_string();
     if let Some(p) = prev {
-        if p.status == DocumentStatus::Indexed && p.content_hash.as_deref() == Some(hash.as_str()) {
+        if p.status == DocumentStatus::Indexed
+            && p.has_reader_text
+            && p.content_hash.as_deref() == Some(hash.as_str())
+        {
             return Outcome::Touched { doc_id: p.id, stat };
         }
     }
@@ -169,6 +174,7 @@ pub(super) fn extract_outcome(
         title,
         format: extracted.format,
         warning: extracted.warning,
+        reader_text: extracted.reader_text,
         chunks,
         hash,
         stat,

@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 use super::candidate::{
     Candidate, DocumentPage, FoundDocument, Neighbors, PageChunk, SourceDocument,
 };
+use super::reading;
 use crate::auth::PrincipalKind;
 use crate::context::EngineContext;
 use crate::error::{Error, Result};
-use crate::evidence::{EvidenceLedger, EvidenceSession};
+use crate::evidence::{Claims, EvidenceLedger, EvidenceSession, RefKind};
 use crate::ids::{ChunkId, DocumentId, RevisionId};
 use crate::retrieve::SearchRequest;
 use crate::store::ChunkRecord;
@@ -395,23 +396,42 @@ fn chunks_from(
         })
 }
 
+/// The source a paging call names, checked.
+fn open_source(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+) -> std::result::Result<Claims, String> {
+    let source_ref = str_arg(args, kwargs, 0, "source_ref")?;
+    env.session
+        .open_source(env.engine.store, &source_ref)
+        .map_err(|e| e.to_string())
+}
+
+/// Where in `source` a paging call starts: its cursor of `kind`, or the beginning.
+fn cursor_position(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+    kind: RefKind,
+    source: &Claims,
+) -> std::result::Result<i64, String> {
+    match arg(args, kwargs, 1, "cursor").and_then(Value::as_str) {
+        None => Ok(0),
+        Some(cursor) => env
+            .session
+            .open_cursor(cursor, kind, source)
+            .map_err(|e| e.to_string()),
+    }
+}
+
 fn open_page(
     env: &ToolEnvironment<'_>,
     args: &Value,
     kwargs: &Value,
-) -> std::result::Result<(crate::evidence::Claims, i64), String> {
-    let source_ref = str_arg(args, kwargs, 0, "source_ref")?;
-    let source = env
-        .session
-        .open_source(env.engine.store, &source_ref)
-        .map_err(|e| e.to_string())?;
-    let start = match arg(args, kwargs, 1, "cursor").and_then(Value::as_str) {
-        None => 0,
-        Some(cursor) => env
-            .session
-            .open_cursor(cursor, &source)
-            .map_err(|e| e.to_string())?,
-    };
+) -> std::result::Result<(Claims, i64), String> {
+    let source = open_source(env, args, kwargs)?;
+    let start = cursor_position(env, args, kwargs, RefKind::Cursor, &source)?;
     Ok((source, start))
 }
 
@@ -448,13 +468,79 @@ fn op_fetch_document_chunks(
     })
 }
 
+/// A page of the revision's reader text (the file's own text, or its blocks joined with their
+/// structure), cut by byte range, with references to the chunks it shows and a reading cursor
+/// when more remains. A revision indexed before reader texts were kept is read by joining its
+/// chunks instead.
 fn op_fetch_source_document(
     env: &ToolEnvironment<'_>,
     args: &Value,
     kwargs: &Value,
 ) -> std::result::Result<Value, String> {
-    let (source, start) = open_page(env, args, kwargs)?;
+    let source = open_source(env, args, kwargs)?;
     let max_chars = int_arg(args, kwargs, 2, "max_chars", 4000)?.clamp(200, 20_000) as usize;
+    let text = env
+        .engine
+        .store
+        .reader_text(source.revision_id)
+        .map_err(|e| e.to_string())?;
+    match text.filter(|t| !t.is_empty()) {
+        Some(text) => read_page(env, args, kwargs, &source, &text, max_chars),
+        None => joined_chunks_page(env, args, kwargs, &source, max_chars),
+    }
+}
+
+fn read_page(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+    source: &Claims,
+    text: &str,
+    max_chars: usize,
+) -> std::result::Result<Value, String> {
+    let start = cursor_position(env, args, kwargs, RefKind::TextCursor, source)?;
+    let start = usize::try_from(start)
+        .ok()
+        .filter(|&s| s < text.len() && text.is_char_boundary(s))
+        .ok_or("the cursor is outside the document")?;
+    let end = reading::page_end(text, start, max_chars);
+    let shown = env
+        .engine
+        .store
+        .chunks_in_reader_range(
+            source.document_id,
+            source.revision_id,
+            (start as u64, end as u64),
+            MAX_PAGE_CHUNKS,
+        )
+        .map_err(|e| e.to_string())?;
+    let document = env
+        .engine
+        .store
+        .document_by_id(source.document_id)
+        .map_err(|e| e.to_string())?
+        .ok_or("the document is no longer in the library")?;
+    answer(SourceDocument {
+        cursor: (end < text.len()).then(|| {
+            env.session
+                .issue_text_cursor(source.document_id, source.revision_id, end as u64)
+        }),
+        evidence_refs: shown.iter().map(|c| env.session.issue_chunk(c)).collect(),
+        path: document.path.display().to_string(),
+        text: text[start..end].to_string(),
+        title: document.title.unwrap_or_default(),
+    })
+}
+
+/// The page for a revision without a reader text: its chunks joined, a chunk cursor on.
+fn joined_chunks_page(
+    env: &ToolEnvironment<'_>,
+    args: &Value,
+    kwargs: &Value,
+    source: &Claims,
+    max_chars: usize,
+) -> std::result::Result<Value, String> {
+    let start = cursor_position(env, args, kwargs, RefKind::Cursor, source)?;
     let chunks = chunks_from(
         env,
         source.document_id,

@@ -11,6 +11,7 @@
 
 mod candidate;
 mod host;
+mod reading;
 pub mod run;
 mod seeds;
 #[cfg(test)]

@@ -127,6 +127,7 @@ fn write_document(
             heading_path: String::new(),
             location: ChunkLocation::default(),
             token_count: 2,
+            reader_span: None,
         })
         .collect();
     let path = root.join(format!("{word}.md"));

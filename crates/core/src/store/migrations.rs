@@ -235,6 +235,17 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE chunks ADD COLUMN text_hash INTEGER;
     ALTER TABLE chunks ADD COLUMN repeated INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX chunks_text_hash ON chunks(text_hash);",
+    // The current revision's reader text (zstd), which `fetch_source_document` pages by byte
+    // range, and each chunk's range in it.
+    "CREATE TABLE revision_texts(
+        revision_id INTEGER PRIMARY KEY REFERENCES revisions(id) ON DELETE CASCADE,
+        document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        text_len INTEGER NOT NULL,
+        zstd BLOB NOT NULL
+    );
+    CREATE INDEX revision_texts_by_document ON revision_texts(document_id);
+    ALTER TABLE chunks ADD COLUMN reader_start INTEGER;
+    ALTER TABLE chunks ADD COLUMN reader_end INTEGER;",
 ];
 
 /// The schema version this build writes.

@@ -346,8 +346,9 @@ impl Store {
         let mut upper = below.clone();
         *upper.last_mut().expect("not empty") = b'0';
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, path, size, mtime_ns, content_hash, status, inode FROM documents
-             WHERE source_id = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
+            "SELECT id, path, size, mtime_ns, content_hash, status, inode,
+             EXISTS(SELECT 1 FROM revision_texts t WHERE t.revision_id = current_revision_id)
+             FROM documents WHERE source_id = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
         )?;
         let rows = stmt.query_map(
             params![source_id, exact, below, upper],
@@ -436,6 +437,48 @@ impl Store {
         ))?;
         let rows = stmt.query_map(
             params![document_id, revision_id, start, limit],
+            ChunkRecord::from_row,
+        )?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// A revision's reader text, when it was kept (revisions indexed before Quarry kept them
+    /// have none).
+    pub(crate) fn reader_text(&self, revision_id: RevisionId) -> Result<Option<String>> {
+        let row: Option<(i64, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT text_len, zstd FROM revision_texts WHERE revision_id = ?1",
+                [revision_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((len, compressed)) = row else {
+            return Ok(None);
+        };
+        let broken = |why: String| Error::Internal(format!("revision {revision_id}'s text: {why}"));
+        let bytes = zstd::bulk::decompress(&compressed, len.max(0) as usize)
+            .map_err(|e| broken(e.to_string()))?;
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|e| broken(e.to_string()))
+    }
+
+    /// Chunks of one revision whose reader-text range overlaps `start..end`, in order, at most
+    /// `limit`.
+    pub(crate) fn chunks_in_reader_range(
+        &self,
+        document_id: DocumentId,
+        revision_id: RevisionId,
+        (start, end): (u64, u64),
+        limit: i64,
+    ) -> Result<Vec<ChunkRecord>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{CHUNK_SELECT} WHERE c.document_id = ?1 AND c.revision_id = ?2
+             AND c.reader_start < ?4 AND c.reader_end > ?3 ORDER BY c.ordinal LIMIT ?5"
+        ))?;
+        let rows = stmt.query_map(
+            params![document_id, revision_id, start as i64, end as i64, limit],
             ChunkRecord::from_row,
         )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -287,6 +287,8 @@ pub struct NewChunk {
     pub location: ChunkLocation,
     /// Approximate model tokens.
     pub token_count: u32,
+    /// Byte range in the revision's reader text (what `fetch_source_document` pages).
+    pub reader_span: Option<(u64, u64)>,
 }
 
 /// A stored chunk with what a hit needs to show it.
@@ -357,6 +359,9 @@ pub(crate) struct DocumentState {
     pub status: DocumentStatus,
     /// Unknown (NULL) for rows written before inodes were recorded, or off Unix.
     pub inode: Option<i64>,
+    /// Whether its current revision's reader text is kept (revisions indexed before Quarry
+    /// kept them are read again once, so `fetch_source_document` can page them).
+    pub has_reader_text: bool,
 }
 
 impl DocumentState {
@@ -369,6 +374,7 @@ impl DocumentState {
             content_hash: r.get(4)?,
             status: DocumentStatus::parse(&r.get::<_, String>(5)?),
             inode: r.get(6)?,
+            has_reader_text: r.get(7)?,
         })
     }
 }

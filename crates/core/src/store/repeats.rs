@@ -287,9 +287,11 @@ fn revive_copy(tx: &Transaction<'_>, id: ChunkId) -> Result<()> {
     };
     tx.execute(
         "INSERT INTO chunks(document_id, revision_id, ordinal, text, heading_path, page,
-         line_start, line_end, byte_start, byte_end, token_count, text_hash, repeated)
+         line_start, line_end, byte_start, byte_end, token_count, text_hash, repeated,
+         reader_start, reader_end)
          SELECT document_id, revision_id, ordinal, text, heading_path, page,
-         line_start, line_end, byte_start, byte_end, token_count, text_hash, 0
+         line_start, line_end, byte_start, byte_end, token_count, text_hash, 0,
+         reader_start, reader_end
          FROM chunks WHERE id = ?1",
         [id],
     )?;

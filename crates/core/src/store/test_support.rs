@@ -55,6 +55,7 @@ pub(crate) fn write_document(
             format: "markdown",
             warning: None,
             extracted_bytes: bytes,
+            reader_text: "",
         },
         chunks,
     )

@@ -26,6 +26,8 @@ pub(crate) struct Extraction<'a> {
     pub format: &'a str,
     pub warning: Option<&'a str>,
     pub extracted_bytes: i64,
+    /// The text `fetch_source_document` pages through (see `ingest::extract::reader`).
+    pub reader_text: &'a str,
 }
 
 fn document_id(
@@ -177,10 +179,12 @@ pub(crate) fn write_revision(
         "UPDATE documents SET current_revision_id = ?2 WHERE id = ?1",
         params![doc_id, revision_id],
     )?;
+    write_reader_text(tx, doc_id, revision_id, extraction.reader_text)?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO chunks(document_id, revision_id, ordinal, text, heading_path, page,
-         line_start, line_end, byte_start, byte_end, token_count, text_hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         line_start, line_end, byte_start, byte_end, token_count, text_hash,
+         reader_start, reader_end)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?;
     let mut outbox = tx.prepare_cached(
         "INSERT INTO fulltext_outbox(op, chunk_id, document_id) VALUES ('upsert', ?1, ?2)",
@@ -202,6 +206,8 @@ pub(crate) fn write_revision(
             loc.byte_end.map(|v| v as i64),
             chunk.token_count,
             super::text_hash(&chunk.text),
+            chunk.reader_span.map(|r| r.0 as i64),
+            chunk.reader_span.map(|r| r.1 as i64),
         ])?;
         let new_id = tx.last_insert_rowid();
         outbox.execute(params![new_id, doc_id])?;
@@ -222,6 +228,27 @@ pub(crate) fn write_revision(
         )?;
     }
     Ok(doc_id)
+}
+
+/// Keeps the new revision's reader text, compressed, and only that: older revisions' texts go
+/// (their references are stale, so nothing may read them).
+fn write_reader_text(
+    tx: &Transaction<'_>,
+    doc_id: DocumentId,
+    revision_id: i64,
+    text: &str,
+) -> Result<()> {
+    tx.execute(
+        "DELETE FROM revision_texts WHERE document_id = ?1",
+        [doc_id],
+    )?;
+    let compressed = zstd::bulk::compress(text.as_bytes(), 3)
+        .map_err(|e| Error::Internal(format!("compressing a revision's text: {e}")))?;
+    tx.execute(
+        "INSERT INTO revision_texts(revision_id, document_id, text_len, zstd) VALUES (?1, ?2, ?3, ?4)",
+        params![revision_id, doc_id, text.len() as i64, compressed],
+    )?;
+    Ok(())
 }
 
 /// Records a file that was not indexed. A skipped file loses its chunks (it is out of scope

@@ -49,6 +49,7 @@ pub(crate) fn extract_csv(text: &str, delimiter: u8) -> Result<Extracted, NotInd
         format: if delimiter == b'\t' { "tsv" } else { "csv" },
         blocks,
         warning: None,
+        reader_text: String::new(),
     })
 }
 
@@ -98,6 +99,7 @@ pub(crate) fn extract_json(text: &str, lines: bool) -> Result<Extracted, NotInde
         format: "json",
         blocks,
         warning: None,
+        reader_text: String::new(),
     })
 }
 

@@ -35,6 +35,7 @@ pub(crate) fn extract_markdown(text: &str, offset: usize) -> Result<Extracted, N
                 page: None,
                 lines: Some(lines.lines_of(s, e)),
                 bytes: Some(((s + offset) as u64, (e + offset) as u64)),
+                reader: None,
             });
         }
         buf.clear();
@@ -107,6 +108,7 @@ pub(crate) fn extract_markdown(text: &str, offset: usize) -> Result<Extracted, N
         format: "markdown",
         blocks,
         warning: None,
+        reader_text: String::new(),
     })
 }
 
@@ -280,6 +282,7 @@ pub(crate) fn html_blocks(text: &str, with_lines: bool) -> Extracted {
         format: "html",
         blocks: walker.blocks,
         warning: None,
+        reader_text: String::new(),
     }
 }
 

@@ -8,6 +8,7 @@ mod data;
 mod markup;
 mod office;
 mod pdf;
+mod reader;
 mod text;
 
 use std::path::Path;
@@ -35,6 +36,8 @@ pub(crate) struct Block {
     pub lines: Option<(u32, u32)>,
     /// Byte range (file bytes for text formats; extracted text for containers).
     pub bytes: Option<(u64, u64)>,
+    /// Byte range in the revision's reader text (see `reader`).
+    pub reader: Option<(u64, u64)>,
 }
 
 impl Block {
@@ -45,6 +48,7 @@ impl Block {
             page: None,
             lines: None,
             bytes: None,
+            reader: None,
         }
     }
 }
@@ -58,6 +62,8 @@ pub(crate) struct Extracted {
     pub blocks: Vec<Block>,
     /// Something the user should know, though the file was indexed.
     pub warning: Option<String>,
+    /// The text `fetch_source_document` pages through (see `reader`).
+    pub reader_text: String,
 }
 
 impl Extracted {
@@ -179,10 +185,10 @@ pub(crate) fn extract(
     let format = format_of(path);
     let run = || -> Result<Extracted, NotIndexed> {
         match format {
-            Format::Pdf => pdf::extract(bytes),
-            Format::Docx => office::extract_docx(bytes, limits),
-            Format::Odt => office::extract_odt(bytes, limits),
-            Format::Epub => office::extract_epub(bytes, limits),
+            Format::Pdf => pdf::extract(bytes).map(reader::joined),
+            Format::Docx => office::extract_docx(bytes, limits).map(reader::joined),
+            Format::Odt => office::extract_odt(bytes, limits).map(reader::joined),
+            Format::Epub => office::extract_epub(bytes, limits).map(reader::joined),
             _ => {
                 if looks_binary(bytes) {
                     return Err(NotIndexed::skipped(
@@ -212,7 +218,12 @@ pub(crate) fn extract(
                     )),
                 }?;
                 extracted.warning = decoded.warning;
-                Ok(extracted)
+                Ok(match format {
+                    Format::Markdown | Format::Code | Format::Text => {
+                        reader::original(extracted, decoded.text, decoded.offset)
+                    }
+                    _ => reader::joined(extracted),
+                })
             }
         }
     };

@@ -186,6 +186,7 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
         format: "docx",
         blocks,
         warning: None,
+        reader_text: String::new(),
     })
 }
 
@@ -275,6 +276,7 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
         format: "odt",
         blocks,
         warning: None,
+        reader_text: String::new(),
     })
 }
 
@@ -328,6 +330,7 @@ pub(crate) fn extract_epub(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
         format: "epub",
         blocks,
         warning: None,
+        reader_text: String::new(),
     })
 }
 

@@ -78,5 +78,6 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
         format: "pdf",
         blocks,
         warning,
+        reader_text: String::new(),
     })
 }

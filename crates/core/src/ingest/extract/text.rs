@@ -87,6 +87,7 @@ pub(crate) fn extract_plain(
             page: None,
             lines: Some(lines.lines_of(start, end)),
             bytes: Some(((start + offset) as u64, (end + offset) as u64)),
+            reader: None,
         })
         .collect();
     Extracted {
@@ -94,6 +95,7 @@ pub(crate) fn extract_plain(
         format,
         blocks,
         warning: None,
+        reader_text: String::new(),
     }
 }
 

@@ -124,6 +124,7 @@ fn seed(store: &mut Store) -> Vec<ChunkId> {
                 ..ChunkLocation::default()
             },
             token_count: 10,
+            reader_span: None,
         };
         let written = write_document(
             store,
