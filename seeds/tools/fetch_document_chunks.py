@@ -16,7 +16,7 @@ class Settings(BaseModel):
 
 
 class SourcePage(BaseModel):
-    source_ref: str = Field(..., min_length=1, description="Opaque reference to the source.")
+    sourceRef: str = Field(..., min_length=1, description="Opaque reference to the source.")
     cursor: Optional[str] = Field(
         None, description="Cursor from a previous page; omit for the first page."
     )
@@ -38,7 +38,7 @@ class Chunk(BaseModel):
 
 
 class ChunkPage(BaseModel):
-    source_ref: str = Field(..., description="The source this page came from.")
+    sourceRef: str = Field(..., description="The source this page came from.")
     chunks: list[Chunk] = Field(..., description="Chunks in document order.")
     cursor: Optional[str] = Field(None, description="Cursor for the next page, if any.")
 
@@ -52,13 +52,13 @@ async def run(input, ctx):
     pages = []
     for source in input["sources"][: settings["max_sources"]]:
         page = await ctx.fetch_document_chunks(
-            source["source_ref"], cursor=source.get("cursor"), limit=settings["page_size"]
+            source["sourceRef"], cursor=source.get("cursor"), limit=settings["page_size"]
         )
         chunks = [
             {"evidence_ref": c["evidence_ref"], "ordinal": c["ordinal"], "text": c["text"]}
             for c in page.get("chunks") or []
         ]
         pages.append(
-            {"source_ref": source["source_ref"], "chunks": chunks, "cursor": page.get("cursor")}
+            {"sourceRef": source["sourceRef"], "chunks": chunks, "cursor": page.get("cursor")}
         )
     return {"pages": pages}

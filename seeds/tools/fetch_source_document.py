@@ -17,7 +17,7 @@ class Settings(BaseModel):
 
 
 class Inputs(BaseModel):
-    source_ref: str = Field(..., min_length=1, description="Opaque reference to the source.")
+    sourceRef: str = Field(..., min_length=1, description="Opaque reference to the source.")
     cursor: Optional[str] = Field(
         None, description="Cursor from a previous page; omit for the first page."
     )
@@ -33,7 +33,7 @@ class Output(BaseModel):
 
 async def run(input, ctx):
     page = await ctx.fetch_source_document(
-        input["source_ref"],
+        input["sourceRef"],
         cursor=input.get("cursor"),
         max_chars=ctx.settings["page_chars"],
     )

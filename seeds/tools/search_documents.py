@@ -22,7 +22,7 @@ class Inputs(BaseModel):
 
 
 class DocumentMatch(BaseModel):
-    source_ref: str = Field(..., description="Opaque reference to the document.")
+    sourceRef: str = Field(..., description="Opaque reference to the document.")
     title: str = Field("", description="Document title.")
     path: str = Field("", description="Document path.")
     snippet: str = Field("", description="Bounded excerpt that matched.")
@@ -39,7 +39,7 @@ async def run(input, ctx):
     hits = await ctx.search_documents(input["query"], limit=limit)
     matches = [
         {
-            "source_ref": hit["source_ref"],
+            "sourceRef": hit["source_ref"],
             "title": hit.get("title") or "",
             "path": hit.get("path") or "",
             "snippet": hit.get("snippet") or "",

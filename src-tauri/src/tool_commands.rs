@@ -188,7 +188,7 @@ class Inputs(BaseModel):
 
 
 class Match(BaseModel):
-    source_ref: str = Field(..., description="Opaque reference to the document.")
+    sourceRef: str = Field(..., description="Opaque reference to the document.")
     title: str = Field("", description="Document title.")
 
 
@@ -198,7 +198,7 @@ class Output(BaseModel):
 
 async def run(input, ctx):
     hits = await ctx.search_documents(input["query"], limit=ctx.settings["max_results"])
-    return {"matches": [{"source_ref": h["source_ref"], "title": h.get("title") or ""} for h in hits]}
+    return {"matches": [{"sourceRef": h["source_ref"], "title": h.get("title") or ""} for h in hits]}
 "#;
 
 /// Copies a tool under a new slug, optionally as another code type (code carries over between

@@ -75,7 +75,7 @@ async def exercise(session):
     assert any("lru" in r["content"].lower() for r in results), results
     for r in results:
         assert r["namespace"] == "demo", r
-        assert r["evidence_ref"] and r["source_ref"], r
+        assert r["evidence_ref"] and r["sourceRef"], r
     ok(f"knowledge_search ranked {len(results)} passages, each with its references")
 
     failed, text = await call(session, "knowledge_search", {"query": "   "})
@@ -86,7 +86,7 @@ async def exercise(session):
     assert failed and text == 'Error: "no valid namespaces selected"', text
     ok("the manual's error strings for an empty query and for no valid namespaces")
 
-    source_ref = results[0]["source_ref"]
+    source_ref = results[0]["sourceRef"]
     paging = {"sources": [{"source_ref": source_ref}]}
     failed, text = await call(session, "fetch_document_chunks", paging)
     assert failed and "qualifying pipeline" in text, text
@@ -161,7 +161,7 @@ async def stale_reference_is_refused(session):
         f.write("\nThe heliograph now restarts weekly.\n")
     quarry("index")
     failed, text = await call(
-        session, "fetch_document_chunks", {"sources": [{"source_ref": deploy[0]["source_ref"]}]}
+        session, "fetch_document_chunks", {"sources": [{"sourceRef": deploy[0]["sourceRef"]}]}
     )
     assert "the document has changed since" in text, text
     ok("a reference to a document that changed since is refused")

@@ -572,7 +572,7 @@ fn pipeline_run_trace_shows_every_stage_on_real_documents() {
     assert_eq!(top["collection"], "manuals");
     assert_eq!(top["admitted_by"], "pipeline");
     assert!(top["evidence_ref"].as_str().unwrap().starts_with("qe1."));
-    assert!(top["source_ref"].as_str().unwrap().starts_with("qe1."));
+    assert!(top["sourceRef"].as_str().unwrap().starts_with("qe1."));
     assert_eq!(stages[3]["output"]["admitted"], admitted.len());
     assert!(run["evidence"]["rejected"].as_array().unwrap().is_empty());
 
@@ -1337,7 +1337,7 @@ fn tools_test_runs_each_type() {
         matches[0]["path"].as_str().unwrap().ends_with("hoses.md"),
         "{search:#}"
     );
-    let source_ref = matches[0]["source_ref"].as_str().unwrap().to_string();
+    let source_ref = matches[0]["sourceRef"].as_str().unwrap().to_string();
     assert!(source_ref.starts_with("qe1."), "{search:#}");
     // Source references point at documents: nothing is admitted, nothing refused.
     assert!(

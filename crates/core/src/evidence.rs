@@ -122,7 +122,8 @@ pub struct Claims {
 pub struct LedgerEntry {
     /// The reference it was admitted under.
     pub evidence_ref: String,
-    /// A reference to its document, for paging.
+    /// A reference to its document, for paging (`sourceRef`, the manual's spelling).
+    #[serde(rename = "sourceRef")]
     pub source_ref: String,
     /// Chunk id.
     pub chunk_id: ChunkId,

@@ -235,7 +235,7 @@ fn fetch_neighbors_honours_its_max_radius_and_reports_the_radius_used() {
             Some(&lexical),
         )
         .unwrap();
-    let source_ref = found.output["matches"][0]["source_ref"].clone();
+    let source_ref = found.output["matches"][0]["sourceRef"].clone();
     let page = library
         .call_code_tool(
             &library.tool("fetch_document_chunks").unwrap(),
@@ -277,7 +277,7 @@ fn fetch_neighbors_honours_its_max_radius_and_reports_the_radius_used() {
     assert_eq!(out["radius"], 8, "capped at the tool's max_radius: {out}");
 }
 
-/// The `source_ref` of `search_documents`' best match for `query` (lexical).
+/// The `sourceRef` of `search_documents`' best match for `query` (lexical).
 fn source_ref_of(
     library: &Library,
     session: &quarry_core::evidence::EvidenceSession,
@@ -292,7 +292,7 @@ fn source_ref_of(
         )
         .unwrap()
         .output;
-    found["matches"][0]["source_ref"].clone()
+    found["matches"][0]["sourceRef"].clone()
 }
 
 /// Pages `source_ref` with `reader` to its end: each page's text and evidence references.
@@ -308,7 +308,7 @@ fn read_to_the_end(
         let out = library
             .call_code_tool(
                 reader,
-                &json!({"source_ref": source_ref, "cursor": cursor}),
+                &json!({"sourceRef": source_ref, "cursor": cursor}),
                 session,
                 None,
             )

@@ -577,7 +577,7 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
     let s = admin(&f.library);
     let lib = &f.library;
 
-    // search_documents: one match per document, with a snippet and an opaque source_ref.
+    // search_documents: one match per document, with a snippet and an opaque sourceRef.
     let out = call(
         lib,
         &s,
@@ -591,7 +591,11 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
         .iter()
         .find(|m| m["path"].as_str().unwrap().ends_with("manual.md"))
         .unwrap();
-    let source_ref = manual["source_ref"].as_str().unwrap().to_string();
+    let source_ref = manual["sourceRef"].as_str().unwrap().to_string();
+    assert!(
+        manual.get("source_ref").is_none(),
+        "the manual's spelling only"
+    );
     assert!(source_ref.starts_with("qe1."));
 
     // fetch_document_chunks: pages of eight with a cursor, in document order.

@@ -861,8 +861,8 @@ export type LastChange = {
 export type LedgerEntry = {
 	/**  The reference it was admitted under. */
 	evidence_ref: string,
-	/**  A reference to its document, for paging. */
-	source_ref: string,
+	/**  A reference to its document, for paging (`sourceRef`, the manual's spelling). */
+	sourceRef: string,
 	/**  Chunk id. */
 	chunk_id: ChunkId,
 	/**  Document id. */

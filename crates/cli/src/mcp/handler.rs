@@ -228,7 +228,7 @@ impl ServerHandler for QuarryMcp {
         .with_server_info(Implementation::new("quarry", env!("CARGO_PKG_VERSION")))
         .with_instructions(
             "Quarry searches the user's own indexed documents. Call the search tool first; \
-             results carry evidence_ref and source_ref references that the fetch tools accept \
+             results carry evidence_ref and sourceRef references that the fetch tools accept \
              back in this session (fetch tools unlock once run_pipeline has returned evidence). \
              Cited documents are readable as quarry://doc/ID resources.",
         )

@@ -44,7 +44,9 @@ pub struct EvidenceItem {
     pub turn: i64,
     /// The reference it was admitted under.
     pub evidence_ref: String,
-    /// A reference to its document, for paging.
+    /// A reference to its document, for paging (`sourceRef`, the manual's spelling; items
+    /// stored before read as `source_ref`).
+    #[serde(rename = "sourceRef", alias = "source_ref")]
     pub source_ref: String,
 }
 

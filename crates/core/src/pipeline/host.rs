@@ -92,6 +92,7 @@ pub fn call_code_tool(
     let mut input = input.clone();
     if let Some(input_schema) = &derived.input_schema {
         input = schema::with_defaults(&input, input_schema);
+        input = schema::with_reference_spelling(&input, input_schema);
         schema::validate(&input, input_schema).map_err(|e| Error::ToolFailed {
             tool: tool.slug.clone(),
             reason: format!("invalid input: {e}"),
@@ -189,9 +190,11 @@ pub(crate) fn admit_returned_refs(
                     .collect();
                 texts = Some(admitted);
             }
-            if let Some(Value::String(reference)) = map.get("source_ref") {
-                if let Err(e) = env.session.open_source(store, reference) {
-                    ledger.reject(reference, tool, e.to_string());
+            for name in schema::SOURCE_REF_NAMES {
+                if let Some(Value::String(reference)) = map.get(name) {
+                    if let Err(e) = env.session.open_source(store, reference) {
+                        ledger.reject(reference, tool, e.to_string());
+                    }
                 }
             }
             if let (Some(texts), Some(text)) = (texts, map.get_mut("text")) {
@@ -200,7 +203,7 @@ pub(crate) fn admit_returned_refs(
             for (key, item) in map.iter_mut() {
                 if !matches!(
                     key.as_str(),
-                    "evidence_ref" | "evidence_refs" | "source_ref" | "text"
+                    "evidence_ref" | "evidence_refs" | "source_ref" | "sourceRef" | "text"
                 ) {
                     admit_returned_refs(env, tool, item, ledger);
                 }
@@ -402,7 +405,14 @@ fn open_source(
     args: &Value,
     kwargs: &Value,
 ) -> std::result::Result<Claims, String> {
-    let source_ref = str_arg(args, kwargs, 0, "source_ref")?;
+    // The manual's spelling is accepted as a keyword too.
+    let source_ref = match kwargs
+        .get(schema::SOURCE_REF_NAMES[0])
+        .and_then(Value::as_str)
+    {
+        Some(given) => given.to_string(),
+        None => str_arg(args, kwargs, 0, "source_ref")?,
+    };
     env.session
         .open_source(env.engine.store, &source_ref)
         .map_err(|e| e.to_string())

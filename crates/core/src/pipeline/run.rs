@@ -793,7 +793,7 @@ impl ToolTest<'_> {
             .map(|c| {
                 json!({
                     "evidence_ref": c["evidence_ref"],
-                    "source_ref": c["source_ref"],
+                    "source_ref": c.get("sourceRef").unwrap_or(&c["source_ref"]),
                     "score": c["score"],
                     "rank": c["rank"],
                     "title": c["title"],

@@ -236,7 +236,7 @@ impl ToolDefinition {
         }
         if !mentions_reference(&derived.output_schema) {
             problems.push(
-                "its `Output` returns no evidence_ref, evidence_refs or source_ref: nothing the host can validate and admit, so its text could never be cited"
+                "its `Output` returns no evidence_ref, evidence_refs or sourceRef: nothing the host can validate and admit, so its text could never be cited"
                     .into(),
             );
         }
@@ -251,7 +251,10 @@ fn mentions_reference(schema: &Value) -> bool {
             (key == "properties"
                 && value.as_object().is_some_and(|props| {
                     props.keys().any(|k| {
-                        matches!(k.as_str(), "evidence_ref" | "evidence_refs" | "source_ref")
+                        matches!(
+                            k.as_str(),
+                            "evidence_ref" | "evidence_refs" | "sourceRef" | "source_ref"
+                        )
                     })
                 }))
                 || mentions_reference(value)

@@ -253,9 +253,83 @@ pub fn with_defaults(values: &Value, schema: &Value) -> Value {
     Value::Object(out)
 }
 
+/// The two spellings of a source reference: the manual's, and the one Quarry used first.
+pub const SOURCE_REF_NAMES: [&str; 2] = ["sourceRef", "source_ref"];
+
+/// `values` with every source reference spelled as `schema` spells it, at any depth, so a
+/// caller may write either `sourceRef` (the manual's) or `source_ref`.
+pub fn with_reference_spelling(values: &Value, schema: &Value) -> Value {
+    let mut out = values.clone();
+    respell(&mut out, schema);
+    out
+}
+
+fn respell(value: &mut Value, schema: &Value) {
+    for branch in ["anyOf", "oneOf"] {
+        for sub in schema
+            .get(branch)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            respell(value, sub);
+        }
+    }
+    match value {
+        Value::Object(map) => {
+            let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+                return;
+            };
+            for (wanted, other) in [
+                (SOURCE_REF_NAMES[0], SOURCE_REF_NAMES[1]),
+                (SOURCE_REF_NAMES[1], SOURCE_REF_NAMES[0]),
+            ] {
+                if properties.contains_key(wanted)
+                    && !properties.contains_key(other)
+                    && !map.contains_key(wanted)
+                {
+                    if let Some(given) = map.remove(other) {
+                        map.insert(wanted.to_string(), given);
+                    }
+                }
+            }
+            for (key, item) in map.iter_mut() {
+                if let Some(sub) = properties.get(key) {
+                    respell(item, sub);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(sub) = schema.get("items") {
+                for item in items {
+                    respell(item, sub);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_reference_is_accepted_in_either_spelling() {
+        let schema = json!({"type": "object", "properties": {"sources": {"type": "array", "items": {
+            "type": "object", "properties": {"sourceRef": {"type": "string"}, "cursor": {}}}}}});
+        let given = json!({"sources": [{"source_ref": "a"}, {"sourceRef": "b", "cursor": null}]});
+        assert_eq!(
+            with_reference_spelling(&given, &schema),
+            json!({"sources": [{"sourceRef": "a"}, {"sourceRef": "b", "cursor": null}]})
+        );
+        // A tool that declared the older spelling gets that one.
+        let older = json!({"type": "object", "properties": {"source_ref": {"type": "string"}}});
+        assert_eq!(
+            with_reference_spelling(&json!({"sourceRef": "c"}), &older),
+            json!({"source_ref": "c"})
+        );
+    }
 
     #[test]
     fn errors_name_the_path() {

@@ -177,7 +177,7 @@ fn evidence_json(item: &EvidenceItem) -> Value {
         "source": item.locator(),
         "content": item.text,
         "evidence_ref": item.evidence_ref,
-        "source_ref": item.source_ref,
+        "sourceRef": item.source_ref,
     })
 }
 

@@ -213,7 +213,7 @@ pub fn read_document(
     })
 }
 
-/// `knowledge_search`'s JSON with each result's `evidence_ref` and `source_ref` added after
+/// `knowledge_search`'s JSON with each result's `evidence_ref` and `sourceRef` added after
 /// the manual's fields: a model in a chat cites by number, but an outside agent needs the
 /// references to page a document with the fetch tools. The results are the admitted passages,
 /// in order (admission drops withheld ones and ranks the rest again).
@@ -225,7 +225,7 @@ fn with_references(text: &str, admitted: &[EvidenceItem]) -> String {
         for (result, item) in results.iter_mut().zip(admitted) {
             if let Some(fields) = result.as_object_mut() {
                 fields.insert("evidence_ref".into(), json!(item.evidence_ref));
-                fields.insert("source_ref".into(), json!(item.source_ref));
+                fields.insert("sourceRef".into(), json!(item.source_ref));
             }
         }
     }

@@ -204,7 +204,7 @@ impl Turn<'_> {
                 "Error: the tool-call budget of this turn is spent".into(),
             );
         }
-        let arguments: Value = match serde_json::from_str(&call.arguments) {
+        let mut arguments: Value = match serde_json::from_str(&call.arguments) {
             Ok(v) => v,
             Err(e) => {
                 return self.refuse_call(
@@ -227,6 +227,7 @@ impl Turn<'_> {
             .iter()
             .find(|t| t.name == call.name && !checks_itself)
         {
+            arguments = crate::tools::schema::with_reference_spelling(&arguments, &spec.parameters);
             if let Err(e) = crate::tools::schema::validate(&arguments, &spec.parameters) {
                 return self.refuse_call(call, by, format!("Error: invalid arguments: {e}"));
             }

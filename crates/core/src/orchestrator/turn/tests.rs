@@ -342,7 +342,11 @@ fn an_outside_agents_calls_are_turns_of_its_session_with_references_and_a_trace(
     {
         assert_eq!(result["content"], item.text.as_str());
         assert_eq!(result["evidence_ref"], item.evidence_ref.as_str());
-        assert_eq!(result["source_ref"], item.source_ref.as_str());
+        assert_eq!(result["sourceRef"], item.source_ref.as_str());
+        assert!(
+            result.get("source_ref").is_none(),
+            "the manual's spelling only"
+        );
     }
 
     let empty = call(serde_json::json!({"query": "   "}));
