@@ -13,6 +13,11 @@ const STOPWORDS: &[&str] = &[
     "any", "all", "its", "our", "out", "use", "used",
 ];
 
+/// Whether a lowercased word is too common to say what a question is about.
+pub(crate) fn is_stopword(word: &str) -> bool {
+    STOPWORDS.contains(&word)
+}
+
 /// The lowercased content words of a question.
 fn terms(question: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -20,7 +25,7 @@ fn terms(question: &str) -> Vec<String> {
         .split(|c: char| !(c.is_alphanumeric() || c == '-'))
         .map(|w| w.trim_matches('-').to_lowercase())
     {
-        if w.chars().count() >= 3 && !STOPWORDS.contains(&w.as_str()) && !out.contains(&w) {
+        if w.chars().count() >= 3 && !is_stopword(&w) && !out.contains(&w) {
             out.push(w);
         }
     }

@@ -15,55 +15,15 @@ use std::collections::HashSet;
 
 use regex::Regex;
 
+use crate::orchestrator::extractive::is_stopword;
 use crate::orchestrator::NOT_IN_EVIDENCE;
 
 /// Share of a sentence's own words a passage must hold for the sentence to stand.
 const SUPPORTED: f64 = 0.3;
 
-/// Words that say nothing about where a fact came from.
+/// Words that say nothing about where a fact came from, besides the extractive answer's
+/// stopwords: short function words, and the words models wrap an answer in.
 const FILLER: &[&str] = &[
-    "the",
-    "and",
-    "for",
-    "are",
-    "was",
-    "what",
-    "which",
-    "who",
-    "how",
-    "why",
-    "when",
-    "where",
-    "does",
-    "did",
-    "with",
-    "from",
-    "that",
-    "this",
-    "these",
-    "those",
-    "into",
-    "about",
-    "there",
-    "their",
-    "have",
-    "has",
-    "can",
-    "will",
-    "would",
-    "should",
-    "could",
-    "you",
-    "your",
-    "not",
-    "but",
-    "any",
-    "all",
-    "its",
-    "our",
-    "out",
-    "use",
-    "used",
     "is",
     "an",
     "of",
@@ -223,7 +183,7 @@ fn own_words(text: &str) -> HashSet<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.len() > 1 || w.chars().all(|c| c.is_ascii_digit()))
         .map(str::to_lowercase)
-        .filter(|w| !w.is_empty() && !FILLER.contains(&w.as_str()))
+        .filter(|w| !w.is_empty() && !is_stopword(w) && !FILLER.contains(&w.as_str()))
         .collect()
 }
 
