@@ -143,6 +143,7 @@ fn starting_definition(slug: String, name: String, tool_type: ToolType) -> ToolD
         limits: None,
         egress: None,
         model: None,
+        requires_confirmation: false,
         source: source.map(String::from),
         derived: None,
     }

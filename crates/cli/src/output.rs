@@ -329,6 +329,12 @@ pub fn summary(p: &IndexProgress) {
         p.files_per_sec,
         p.extracted_mb_per_sec
     );
+    if p.files_reread_for_text > 0 {
+        eprintln!(
+            "{} unchanged file(s) were read once more to keep their text for reading (fetch_source_document); this happens once after upgrading",
+            p.files_reread_for_text
+        );
+    }
     if p.files_failed > 0 {
         eprintln!("see `quarry status` for the failed files and why");
     }

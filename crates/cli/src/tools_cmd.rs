@@ -130,6 +130,10 @@ pub struct ToolFields {
     /// The model ctx.llm calls (only for code that uses ctx.llm)
     #[arg(long)]
     model: Option<String>,
+    /// Action tools: each call needs the user's confirmation (such a tool is never a mode's
+    /// direct evidence tool)
+    #[arg(long, value_name = "true|false")]
+    requires_confirmation: Option<bool>,
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -185,6 +189,7 @@ impl ToolFields {
                     limits: None,
                     egress: None,
                     model: None,
+                    requires_confirmation: false,
                     source: None,
                     derived: None,
                 }
@@ -221,6 +226,9 @@ impl ToolFields {
         }
         if let Some(m) = &self.model {
             tool.model = Some(m.clone());
+        }
+        if let Some(confirm) = self.requires_confirmation {
+            tool.requires_confirmation = confirm;
         }
         Ok(tool)
     }
@@ -372,6 +380,18 @@ fn show(library: &Library, slug: &str, json: bool) -> Result<()> {
     }
     if let Some(d) = &tool.derived {
         print_derived(d)?;
+    }
+    if tool.tool_type == ToolType::Action {
+        if tool.requires_confirmation {
+            println!("needs the user's confirmation before each call");
+        }
+        match tool.direct_evidence_problems().as_slice() {
+            [] => println!("direct evidence tool: can be one"),
+            problems => println!(
+                "direct evidence tool: cannot be one: {}",
+                problems.join("; ")
+            ),
+        }
     }
     let users = library.pipelines_using_tool(slug)?;
     if !users.is_empty() {

@@ -1616,3 +1616,45 @@ fn pipeline_run_and_tool_tests_take_the_conversation_so_far() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_tool_declared_to_need_confirmation_says_it_cannot_be_direct_evidence() {
+    let env = TestEnv::new();
+    env.ok(&["tools", "duplicate", "fetch_neighbors", "neighbors-asking"]);
+    let shown = env.ok(&["tools", "show", "neighbors-asking"]);
+    assert!(
+        shown.contains("direct evidence tool: can be one"),
+        "{shown}"
+    );
+    env.ok(&[
+        "tools",
+        "edit",
+        "neighbors-asking",
+        "--requires-confirmation",
+        "true",
+    ]);
+    let shown = env.ok(&["tools", "show", "neighbors-asking"]);
+    assert!(
+        shown.contains("needs the user's confirmation before each call")
+            && shown.contains("direct evidence tool: cannot be one")
+            && shown.contains("confirmation before each call, and a direct evidence tool"),
+        "{shown}"
+    );
+    assert_eq!(
+        ok_json(&env, &["tools", "show", "neighbors-asking"])["requires_confirmation"],
+        true
+    );
+    // Only action tools can ask; the field is named.
+    let (code, message) = fails(
+        &env,
+        &[
+            "tools",
+            "edit",
+            "retrieve-lexical-focused",
+            "--requires-confirmation",
+            "true",
+        ],
+    );
+    assert_eq!(code, "invalid_tool", "{message}");
+    assert!(message.contains("requires_confirmation"), "{message}");
+}

@@ -483,12 +483,18 @@ fn a_library_indexed_before_reader_texts_reads_each_file_once_more_and_then_page
             .index_all(&quarry_core::IndexOptions::default(), &|_| {})
             .unwrap()
     };
+    let upgrade = scan(&mut f.library);
     assert_eq!(
-        scan(&mut f.library).files_indexed,
-        1,
-        "read again for its text"
+        (upgrade.files_indexed, upgrade.files_reread_for_text),
+        (1, 1),
+        "read again for its text, and said why"
     );
-    assert_eq!(scan(&mut f.library).files_indexed, 0, "and only once");
+    let next = scan(&mut f.library);
+    assert_eq!(
+        (next.files_indexed, next.files_reread_for_text),
+        (0, 0),
+        "and only once"
+    );
     let page = first_page(&f.library);
     assert_eq!(page["text"], note);
     assert!(page["cursor"].is_null());
@@ -778,4 +784,54 @@ fn an_action_tool_that_returns_free_text_cannot_become_a_direct_evidence_tool() 
         .unwrap()
         .direct_evidence_problems();
     assert!(problems[0].contains("only action tools"), "{problems:?}");
+}
+
+#[test]
+fn an_action_tool_declared_to_need_confirmation_is_never_a_direct_evidence_tool() {
+    let f = Fixture::new();
+    let library = &f.library;
+    let mut asking = library.tool("fetch_neighbors").unwrap();
+    asking.slug = "neighbors_asking".into();
+    asking.requires_confirmation = true;
+    let asking = library.create_tool(asking).unwrap();
+    assert!(asking.requires_confirmation, "the declaration is stored");
+    let problems = asking.direct_evidence_problems();
+    assert_eq!(
+        problems.len(),
+        1,
+        "otherwise it keeps the contract: {problems:?}"
+    );
+    assert!(problems[0].contains("confirmation"), "{problems:?}");
+
+    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
+    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
+        mode.direct_tools.push("neighbors_asking".into());
+    }
+    library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    let refused = library
+        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("`neighbors_asking` cannot be a direct evidence tool")
+            && refused.contains("confirmation"),
+        "{refused}"
+    );
+    // Declared otherwise, the same tool is accepted.
+    let mut answering = library.tool("neighbors_asking").unwrap();
+    answering.requires_confirmation = false;
+    library.update_tool("neighbors_asking", answering).unwrap();
+    library
+        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+        .unwrap();
+
+    // Only an action tool can ask: a query tool runs inside a pipeline, with no one to ask.
+    let mut query = library.tool("expand_multi_query").unwrap();
+    query.slug = "asking_query".into();
+    query.requires_confirmation = true;
+    let refused = library.create_tool(query).unwrap_err().to_string();
+    assert!(refused.contains("requires_confirmation"), "{refused}");
+    assert!(library.tool("asking_query").is_err(), "nothing was created");
 }

@@ -807,6 +807,11 @@ export type IndexProgress = {
 	files_removed: number,
 	/**  Files recognised as renames (content unchanged, no re-extraction). */
 	files_renamed: number,
+	/**
+	 *  Of the files read, those unchanged since the last scan but read once more to keep
+	 *  their text for reading (`fetch_source_document`): a library from before Quarry kept it.
+	 */
+	files_reread_for_text: number,
 	/**  Chunks written. */
 	chunks_written: number,
 	/**  Bytes of text extracted. */
@@ -1492,6 +1497,12 @@ export type ToolDefinition = {
 	egress?: string[] | null,
 	/**  Code tools that use `ctx.llm`: the model they call. */
 	model?: string | null,
+	/**
+	 *  Action tools: each call needs the user's confirmation first. Declared, because the code
+	 *  cannot show it; such a tool is never a direct evidence tool (the model calls those on its
+	 *  own).
+	 */
+	requires_confirmation?: boolean,
 	/**  Code tools: the Python source. */
 	source?: string | null,
 	/**  Code tools: what saving derived from the source. */

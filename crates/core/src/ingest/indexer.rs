@@ -228,21 +228,28 @@ fn plan(
         let prev = states.get(item.path());
         match item {
             WalkItem::File(stat) => {
-                let unchanged = prev.is_some_and(|p| {
-                    let same_stat = p.size == Some(stat.size as i64)
+                let same_stat = prev.is_some_and(|p| {
+                    p.size == Some(stat.size as i64)
                         && p.mtime_ns == Some(stat.mtime_ns)
-                        && (p.inode.is_none() || p.inode == stat.inode);
-                    let trusted = match p.status {
+                        && (p.inode.is_none() || p.inode == stat.inode)
+                });
+                let unchanged = same_stat
+                    && prev.is_some_and(|p| match p.status {
                         DocumentStatus::Failed => !options.retry_failed,
                         DocumentStatus::Indexed => trust_stat && p.has_reader_text,
                         _ => trust_stat,
-                    };
-                    same_stat && trusted
-                });
+                    });
+                let for_text = same_stat
+                    && trust_stat
+                    && prev
+                        .is_some_and(|p| p.status == DocumentStatus::Indexed && !p.has_reader_text);
                 if unchanged {
                     progress.files_processed += 1;
                     progress.files_unchanged += 1;
                 } else {
+                    if for_text {
+                        progress.files_reread_for_text += 1;
+                    }
                     plan.work.push((stat, prev.cloned()));
                 }
             }

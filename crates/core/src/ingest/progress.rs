@@ -26,6 +26,9 @@ pub struct IndexProgress {
     pub files_removed: u64,
     /// Files recognised as renames (content unchanged, no re-extraction).
     pub files_renamed: u64,
+    /// Of the files read, those unchanged since the last scan but read once more to keep
+    /// their text for reading (`fetch_source_document`): a library from before Quarry kept it.
+    pub files_reread_for_text: u64,
     /// Chunks written.
     pub chunks_written: u64,
     /// Bytes of text extracted.

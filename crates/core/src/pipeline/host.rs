@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::candidate::{
     Candidate, DocumentPage, FoundDocument, Neighbors, PageChunk, SourceDocument,
 };
+use super::issued::IssuedText;
 use super::reading;
 use crate::auth::PrincipalKind;
 use crate::context::EngineContext;
@@ -18,7 +19,7 @@ use crate::evidence::{Claims, EvidenceLedger, EvidenceSession, RefKind};
 use crate::ids::{ChunkId, DocumentId, RevisionId};
 use crate::retrieve::SearchRequest;
 use crate::store::ChunkRecord;
-use crate::tools::{schema, CallError, ToolDefinition};
+use crate::tools::{schema, CallError, ToolDefinition, ToolType};
 
 /// Largest page any fetch operation returns, whatever a tool asks for.
 const MAX_PAGE_CHUNKS: i64 = 32;
@@ -66,6 +67,10 @@ pub struct ToolCallReport {
     pub ctx_calls: Vec<CtxCall>,
     /// Wall time, microseconds.
     pub took_us: u64,
+    /// Every string the library's operations (and the input) gave the tool: what it may show
+    /// a model as its own.
+    #[serde(skip)]
+    pub issued: IssuedText,
 }
 
 /// A `ctx` answer as the JSON the tool receives.
@@ -99,11 +104,20 @@ pub fn call_code_tool(
         })?;
     }
     let mut ctx_calls = Vec::new();
+    // What an action tool may show a model is what it was given (only they are shown).
+    let records_issued = tool.tool_type == ToolType::Action;
+    let mut issued = IssuedText::default();
+    if records_issued {
+        issued.record_all(&input);
+    }
     let limits = tool.limits();
     let outcome = {
         let mut handler = |operation: &str, args: &Value, kwargs: &Value| {
             let t = Instant::now();
             let result = governed(env, tool, operation, args, kwargs);
+            if let (Ok(answer), true) = (&result, records_issued) {
+                issued.record(operation, answer);
+            }
             ctx_calls.push(CtxCall {
                 operation: operation.into(),
                 took_us: t.elapsed().as_micros() as u64,
@@ -135,6 +149,7 @@ pub fn call_code_tool(
         logs: outcome.logs,
         ctx_calls,
         took_us: started.elapsed().as_micros() as u64,
+        issued,
     })
 }
 
@@ -162,12 +177,15 @@ fn call_failure(tool: &ToolDefinition, e: CallError) -> Error {
 }
 
 /// Revalidates every reference an action tool returned and admits its chunks to `ledger`.
-/// Text beside a reference is replaced with the admitted chunks' own text (or emptied when
-/// the reference is refused), so a tool cannot put words next to a valid reference.
+/// Text beside references stays only when it is theirs (their passages, or the committed page
+/// Quarry gave with them) and every one of them was admitted; otherwise it becomes the
+/// admitted chunks' own text (or nothing), so a tool cannot put words next to a valid
+/// reference.
 pub(crate) fn admit_returned_refs(
     env: &ToolEnvironment<'_>,
     tool: &str,
     value: &mut Value,
+    issued: &IssuedText,
     ledger: &mut EvidenceLedger,
 ) {
     let store = env.engine.store;
@@ -178,17 +196,16 @@ pub(crate) fn admit_returned_refs(
     };
     match value {
         Value::Object(map) => {
-            let mut texts: Option<Vec<String>> = None;
-            if let Some(Value::String(reference)) = map.get("evidence_ref").cloned() {
-                texts = Some(admit(&reference, ledger).into_iter().collect());
+            let mut references: Option<Vec<String>> = None;
+            if let Some(Value::String(reference)) = map.get("evidence_ref") {
+                references = Some(vec![reference.clone()]);
             }
-            if let Some(Value::Array(references)) = map.get("evidence_refs").cloned() {
-                let admitted = references
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .filter_map(|r| admit(r, ledger))
-                    .collect();
-                texts = Some(admitted);
+            if let Some(Value::Array(list)) = map.get("evidence_refs") {
+                references = Some(
+                    list.iter()
+                        .filter_map(|r| r.as_str().map(String::from))
+                        .collect(),
+                );
             }
             for name in schema::SOURCE_REF_NAMES {
                 if let Some(Value::String(reference)) = map.get(name) {
@@ -197,21 +214,31 @@ pub(crate) fn admit_returned_refs(
                     }
                 }
             }
-            if let (Some(texts), Some(text)) = (texts, map.get_mut("text")) {
-                *text = Value::String(texts.join("\n\n"));
+            if let Some(references) = references {
+                let texts: Vec<String> =
+                    references.iter().filter_map(|r| admit(r, ledger)).collect();
+                let all_admitted = texts.len() == references.len();
+                if let Some(text) = map.get_mut("text") {
+                    let theirs = text
+                        .as_str()
+                        .is_some_and(|t| issued.belongs_to(t, &references, &texts));
+                    if !(all_admitted && theirs) {
+                        *text = Value::String(texts.join("\n\n"));
+                    }
+                }
             }
             for (key, item) in map.iter_mut() {
                 if !matches!(
                     key.as_str(),
                     "evidence_ref" | "evidence_refs" | "source_ref" | "sourceRef" | "text"
                 ) {
-                    admit_returned_refs(env, tool, item, ledger);
+                    admit_returned_refs(env, tool, item, issued, ledger);
                 }
             }
         }
         Value::Array(items) => {
             for item in items {
-                admit_returned_refs(env, tool, item, ledger);
+                admit_returned_refs(env, tool, item, issued, ledger);
             }
         }
         _ => {}

@@ -11,6 +11,7 @@
 
 mod candidate;
 mod host;
+mod issued;
 mod reading;
 pub mod run;
 mod seeds;

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::candidate::{Candidate, ChunkToolCandidate, ScoredHit};
 use super::host::{admit_returned_refs, call_code_tool, CtxCall, ToolCallReport, ToolEnvironment};
+use super::issued::visible_output;
 use super::{check, resolve, Budget, ReadinessProblem, ResolvedPipeline, Severity};
 use crate::auth::Principal;
 use crate::context::EngineContext;
@@ -814,7 +815,10 @@ impl ToolTest<'_> {
             TestInput::Json(v) => v.clone(),
             TestInput::Query(q) => json!({"query": q}),
         };
-        let (stage, output) = action_call(&self.env, self.tool, value, &mut self.ledger)?;
+        // The tester shows the output with the admitted passages beside its references, and
+        // every field the tool wrote; the stage's detail names what a model would not see.
+        let (stage, _, _) = action_call(&self.env, self.tool, value, &mut self.ledger)?;
+        let output = stage.output.clone();
         self.stages.push(stage);
         Ok(output)
     }
@@ -841,29 +845,36 @@ fn action_call(
     tool: &ToolDefinition,
     input: Value,
     ledger: &mut EvidenceLedger,
-) -> Result<(StageReport, Value)> {
+) -> Result<(StageReport, Value, Vec<String>)> {
     let mut report = call_code_tool(env, tool, &input)?;
     let before = (ledger.entries.len(), ledger.rejected.len());
-    admit_returned_refs(env, &tool.slug, &mut report.output, ledger);
-    let output = report.output.clone();
-    let detail = format!(
+    admit_returned_refs(env, &tool.slug, &mut report.output, &report.issued, ledger);
+    let (output, withheld) = visible_output(&report.output, &report.issued);
+    let mut detail = format!(
         "{} reference(s) admitted, {} refused",
         ledger.entries.len() - before.0,
         ledger.rejected.len() - before.1
     );
-    Ok((
-        StageReport::of_call("action", tool, input, report, detail),
-        output,
-    ))
+    if !withheld.is_empty() {
+        detail += &format!(
+            "; withheld from the model, as text Quarry did not give the tool: {}",
+            withheld.join(", ")
+        );
+    }
+    let stage = StageReport::of_call("action", tool, input, report, detail);
+    Ok((stage, output, withheld))
 }
 
 /// A direct evidence tool called by the orchestrator.
 #[derive(Debug, Clone, Serialize)]
 pub struct ActionCall {
-    /// The call as a trace stage.
+    /// The call as a trace stage (the tool's output as it returned it).
     pub stage: StageReport,
-    /// The tool's output, with admitted text.
+    /// What a model may see of the output: admitted text beside references, and no string
+    /// the tool wrote itself.
     pub output: Value,
+    /// Where the output held strings the tool wrote itself (dotted paths), withheld.
+    pub withheld: Vec<String>,
     /// Admitted and refused references.
     pub evidence: EvidenceLedger,
 }
@@ -893,10 +904,11 @@ pub fn call_action(
     let session = session_for(engine, principal, Some(conversation))?;
     let env = environment(*engine, &session, resolved);
     let mut evidence = EvidenceLedger::default();
-    let (stage, output) = action_call(&env, tool, input.clone(), &mut evidence)?;
+    let (stage, output, withheld) = action_call(&env, tool, input.clone(), &mut evidence)?;
     Ok(ActionCall {
         stage,
         output,
+        withheld,
         evidence,
     })
 }

@@ -147,6 +147,7 @@ fn retrieval_tool(slug: &str) -> ToolDefinition {
         limits: None,
         egress: None,
         model: None,
+        requires_confirmation: false,
         source: None,
         derived: None,
     }

@@ -160,6 +160,11 @@ pub struct ToolDefinition {
     /// Code tools that use `ctx.llm`: the model they call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Action tools: each call needs the user's confirmation first. Declared, because the code
+    /// cannot show it; such a tool is never a direct evidence tool (the model calls those on its
+    /// own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_confirmation: bool,
     /// Code tools: the Python source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -217,6 +222,12 @@ impl ToolDefinition {
             return vec!["its code has not been derived yet (save it once Python is there)".into()];
         };
         let mut problems = Vec::new();
+        if self.requires_confirmation {
+            problems.push(
+                "it is declared to need the user's confirmation before each call, and a direct evidence tool is called by the model on its own"
+                    .to_string(),
+            );
+        }
         // Every ctx operation but http_get reads the library as the caller; a request to
         // another server may change something there.
         if derived.manifest.iter().any(|op| op == "http_get") {
@@ -419,6 +430,7 @@ fn prepare_retrieval(mut tool: ToolDefinition) -> Result<ToolDefinition> {
         ("limits", tool.limits.is_some()),
         ("egress", tool.egress.is_some()),
         ("model", tool.model.is_some()),
+        ("requires_confirmation", tool.requires_confirmation),
         ("derived", tool.derived.is_some()),
     ] {
         if present {
@@ -471,6 +483,13 @@ fn prepare_code(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDef
     schema::validate(&tool.settings, &derived.settings_schema)
         .map_err(|e| invalid(&slug, "settings", e))?;
     tool.derived = Some(derived);
+    if tool.requires_confirmation && tool.tool_type != ToolType::Action {
+        return Err(invalid(
+            &slug,
+            "requires_confirmation",
+            "applies only to action tools (query and chunk tools run inside a pipeline, with no one to ask)",
+        ));
+    }
     if tool.model.is_some() && !tool.uses_llm() {
         return Err(invalid(
             &slug,

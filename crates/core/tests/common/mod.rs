@@ -141,6 +141,7 @@ pub fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinitio
         limits: None,
         egress: None,
         model: None,
+        requires_confirmation: false,
         source: Some(source.into()),
         derived: None,
     }

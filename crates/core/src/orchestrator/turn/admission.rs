@@ -132,9 +132,19 @@ fn model_text(raw: &RawResult, items: &[EvidenceItem]) -> String {
             "evidence": items.iter().map(evidence_json).collect::<Vec<_>>()
         })
         .to_string(),
-        Shape::Output(output) => {
+        Shape::Output { output, withheld } => {
             let mut output = output.clone();
             rewrite_around_refs(&mut output, &raw.ledger.entries, items);
+            if let (Some(map), false) = (output.as_object_mut(), withheld.is_empty()) {
+                map.insert(
+                    "withheld".into(),
+                    json!(format!(
+                        "{} field(s) the tool wrote itself, not text from the library: {}",
+                        withheld.len(),
+                        withheld.join(", ")
+                    )),
+                );
+            }
             output.to_string()
         }
         Shape::KnowledgeSearch(output) => {
@@ -182,16 +192,16 @@ fn evidence_json(item: &EvidenceItem) -> Value {
 }
 
 /// Rewrites an action tool's output around its references: beside every `evidence_ref` (or
-/// `evidence_refs`), `text` becomes the admitted passages' text (after the gates) and `cite`
-/// their numbers; a reference that was refused or withheld gets no text. The tool's own words
-/// never stand in for evidence.
+/// `evidence_refs`), `cite` becomes the admitted passages' numbers, and `text` stays only when
+/// every reference there was admitted and no gate changed its passage (the host already kept
+/// it only if it is theirs: their passages, or the committed page they cover); otherwise it
+/// becomes the admitted passages' text (after the gates), and a reference that was refused or
+/// withheld gets no text. The tool's own words never stand in for evidence.
 fn rewrite_around_refs(value: &mut Value, entries: &[LedgerEntry], items: &[EvidenceItem]) {
-    let item_of = |reference: &str| {
-        let chunk = entries
-            .iter()
-            .find(|e| e.evidence_ref == reference)?
-            .chunk_id;
-        items.iter().find(|i| i.chunk_id == chunk)
+    let admitted_as = |reference: &str| {
+        let entry = entries.iter().find(|e| e.evidence_ref == reference)?;
+        let item = items.iter().find(|i| i.chunk_id == entry.chunk_id)?;
+        Some((entry, item))
     };
     match value {
         Value::Object(map) => {
@@ -203,10 +213,22 @@ fn rewrite_around_refs(value: &mut Value, entries: &[LedgerEntry], items: &[Evid
                 refs.extend(list.iter().filter_map(|r| r.as_str().map(str::to_string)));
             }
             if !refs.is_empty() {
-                let admitted: Vec<&EvidenceItem> = refs.iter().filter_map(|r| item_of(r)).collect();
-                let texts: Vec<&str> = admitted.iter().map(|i| i.text.as_str()).collect();
-                let cites: Vec<String> = admitted.iter().map(|i| format!("[{}]", i.n)).collect();
-                map.insert("text".into(), json!(texts.join("\n")));
+                let admitted: Vec<(&LedgerEntry, &EvidenceItem)> =
+                    refs.iter().filter_map(|r| admitted_as(r)).collect();
+                let cites: Vec<String> =
+                    admitted.iter().map(|(_, i)| format!("[{}]", i.n)).collect();
+                // A gate that changed a passage (a redaction) must change what is shown too.
+                let ungated = admitted.iter().all(|(e, i)| e.text == i.text);
+                let keeps_text = admitted.len() == refs.len()
+                    && ungated
+                    && map
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| !t.trim().is_empty());
+                if !keeps_text {
+                    let texts: Vec<&str> = admitted.iter().map(|(_, i)| i.text.as_str()).collect();
+                    map.insert("text".into(), json!(texts.join("\n")));
+                }
                 map.insert("cite".into(), json!(cites.join("")));
             }
             for (key, v) in map.iter_mut() {

@@ -27,8 +27,12 @@ pub(super) enum Shape {
     /// Numbered passages (`run_pipeline`).
     #[default]
     Evidence,
-    /// An action tool's output, rewritten around its references.
-    Output(Value),
+    /// An action tool's output, rewritten around its references, and where strings the tool
+    /// wrote itself were withheld.
+    Output {
+        output: Value,
+        withheld: Vec<String>,
+    },
     /// The `knowledge_search` manual's JSON.
     KnowledgeSearch(Value),
 }
@@ -364,8 +368,20 @@ impl Turn<'_> {
             &self.conversation.id,
         ) {
             Ok(call) => RawResult {
+                warnings: (!call.withheld.is_empty())
+                    .then(|| {
+                        format!(
+                            "withheld from the model, as text Quarry did not give the tool: {}",
+                            call.withheld.join(", ")
+                        )
+                    })
+                    .into_iter()
+                    .collect(),
                 ledger: call.evidence,
-                shape: Shape::Output(call.output),
+                shape: Shape::Output {
+                    output: call.output,
+                    withheld: call.withheld,
+                },
                 ..RawResult::default()
             },
             Err(e) => RawResult::error(format!("Error: {e}")),
