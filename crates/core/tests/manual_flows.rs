@@ -724,6 +724,18 @@ proptest! {
     }
 }
 
+/// Adds `tool` to the seeded agent mode's direct tools and applies the configuration.
+fn attach_to_agent_and_apply(library: &Library, tool: &str) -> quarry_core::Result<()> {
+    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG)?;
+    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
+        mode.direct_tools.push(tool.into());
+    }
+    library.set_orchestrator_draft(DEFAULT_CONFIG, &draft)?;
+    library
+        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+        .map(|_| ())
+}
+
 #[test]
 fn an_action_tool_that_returns_free_text_cannot_become_a_direct_evidence_tool() {
     let mut f = Fixture::new();
@@ -762,16 +774,7 @@ fn an_action_tool_that_returns_free_text_cannot_become_a_direct_evidence_tool() 
         );
     }
 
-    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
-    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
-        mode.direct_tools.push("oracle".into());
-    }
-    library
-        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
-        .unwrap();
-    let refused = library
-        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
-        .unwrap_err();
+    let refused = attach_to_agent_and_apply(library, "oracle").unwrap_err();
     assert!(
         refused
             .to_string()
@@ -803,15 +806,7 @@ fn an_action_tool_declared_to_need_confirmation_is_never_a_direct_evidence_tool(
     );
     assert!(problems[0].contains("confirmation"), "{problems:?}");
 
-    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
-    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
-        mode.direct_tools.push("neighbors_asking".into());
-    }
-    library
-        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
-        .unwrap();
-    let refused = library
-        .apply_orchestrator(DEFAULT_CONFIG, &Principal::administrator())
+    let refused = attach_to_agent_and_apply(library, "neighbors_asking")
         .unwrap_err()
         .to_string();
     assert!(

@@ -67,8 +67,8 @@ pub struct ToolCallReport {
     pub ctx_calls: Vec<CtxCall>,
     /// Wall time, microseconds.
     pub took_us: u64,
-    /// Every string the library's operations (and the input) gave the tool: what it may show
-    /// a model as its own.
+    /// Action tools: what the library's operations (and the input) gave the tool, which is all
+    /// it may show a model (`issued::visible_output`).
     #[serde(skip)]
     pub issued: IssuedText,
 }
