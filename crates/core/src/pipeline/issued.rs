@@ -79,15 +79,17 @@ impl IssuedText {
     /// Whether `text` may stand beside `refs`: their own passages (`admitted`, each or joined),
     /// or a page of committed text Quarry gave with every one of them. The input never counts.
     pub fn belongs_to(&self, text: &str, refs: &[String], admitted: &[String]) -> bool {
-        let joined = collapsed(&admitted.join(" "));
-        let passages = admitted.iter().map(|a| collapsed(a));
+        let passages: Vec<String> = admitted
+            .iter()
+            .map(|a| collapsed(a))
+            .chain([collapsed(&admitted.join(" "))])
+            .collect();
         let pages = self
             .pages
             .iter()
             .filter(|(_, covers)| refs.iter().all(|r| covers.contains(r)))
-            .map(|(page, _)| page.clone());
-        let own: Vec<String> = passages.chain(pages).chain([joined]).collect();
-        excerpt_of(text, own.iter().map(String::as_str))
+            .map(|(page, _)| page.as_str());
+        excerpt_of(text, passages.iter().map(String::as_str).chain(pages))
     }
 
     fn holds_whole(&self, text: &str) -> bool {
@@ -201,6 +203,16 @@ fn reference(
             None
         }
     }
+}
+
+/// The trace's and the tester's line for what a model was not shown, if anything was withheld.
+pub fn withheld_note(paths: &[String]) -> Option<String> {
+    (!paths.is_empty()).then(|| {
+        format!(
+            "withheld from the model, as what Quarry did not give the tool: {}",
+            paths.join(", ")
+        )
+    })
 }
 
 fn collapsed(text: &str) -> String {

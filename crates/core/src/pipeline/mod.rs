@@ -34,6 +34,7 @@ use crate::tools::{
     self, Executor, NetworkIsolation, ToolDefinition, ToolType, UNCONFINED_SETTING,
 };
 pub use host::{call_code_tool, CtxCall, ToolCallReport, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
+pub use issued::withheld_note;
 pub use run::{
     call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageReport, TestInput,
     ToolTestReport,

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::candidate::{Candidate, ChunkToolCandidate, ScoredHit};
 use super::host::{admit_returned_refs, call_code_tool, CtxCall, ToolCallReport, ToolEnvironment};
-use super::issued::visible_output;
+use super::issued::{visible_output, withheld_note};
 use super::{check, resolve, Budget, ReadinessProblem, ResolvedPipeline, Severity};
 use crate::auth::Principal;
 use crate::context::EngineContext;
@@ -855,11 +855,8 @@ fn action_call(
         ledger.entries.len() - before.0,
         ledger.rejected.len() - before.1
     );
-    if !withheld.is_empty() {
-        detail += &format!(
-            "; withheld from the model, as text Quarry did not give the tool: {}",
-            withheld.join(", ")
-        );
+    if let Some(note) = withheld_note(&withheld) {
+        detail += &format!("; {note}");
     }
     let stage = StageReport::of_call("action", tool, input, report, detail);
     Ok((stage, output, withheld))
@@ -868,12 +865,13 @@ fn action_call(
 /// A direct evidence tool called by the orchestrator.
 #[derive(Debug, Clone, Serialize)]
 pub struct ActionCall {
-    /// The call as a trace stage (the tool's output as it returned it).
+    /// The call as a trace stage (the output with the admitted passages beside its references,
+    /// and every field the tool wrote).
     pub stage: StageReport,
-    /// What a model may see of the output: admitted text beside references, and no string
-    /// the tool wrote itself.
+    /// What a model may see of the output: admitted text beside references, and no string or
+    /// number the tool made up.
     pub output: Value,
-    /// Where the output held strings the tool wrote itself (dotted paths), withheld.
+    /// Where the output held strings or numbers the tool made up (dotted paths), withheld.
     pub withheld: Vec<String>,
     /// Admitted and refused references.
     pub evidence: EvidenceLedger,

@@ -465,6 +465,13 @@ fn prepare_code(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDef
     if source.len() > 256 * 1024 {
         return Err(invalid(&slug, "source", "is larger than 256 KiB"));
     }
+    if tool.requires_confirmation && tool.tool_type != ToolType::Action {
+        return Err(invalid(
+            &slug,
+            "requires_confirmation",
+            "applies only to action tools (query and chunk tools run inside a pipeline, with no one to ask)",
+        ));
+    }
     let limits = tool.limits.unwrap_or_default();
     if !(10..=600_000).contains(&limits.timeout_ms) {
         return Err(invalid(&slug, "limits.timeout_ms", "must be 10 to 600000"));
@@ -483,13 +490,6 @@ fn prepare_code(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDef
     schema::validate(&tool.settings, &derived.settings_schema)
         .map_err(|e| invalid(&slug, "settings", e))?;
     tool.derived = Some(derived);
-    if tool.requires_confirmation && tool.tool_type != ToolType::Action {
-        return Err(invalid(
-            &slug,
-            "requires_confirmation",
-            "applies only to action tools (query and chunk tools run inside a pipeline, with no one to ask)",
-        ));
-    }
     if tool.model.is_some() && !tool.uses_llm() {
         return Err(invalid(
             &slug,

@@ -27,8 +27,8 @@ pub(super) enum Shape {
     /// Numbered passages (`run_pipeline`).
     #[default]
     Evidence,
-    /// An action tool's output, rewritten around its references, and where strings the tool
-    /// wrote itself were withheld.
+    /// An action tool's output, rewritten around its references, and where strings or numbers
+    /// the tool made up were withheld.
     Output {
         output: Value,
         withheld: Vec<String>,
@@ -368,13 +368,7 @@ impl Turn<'_> {
             &self.conversation.id,
         ) {
             Ok(call) => RawResult {
-                warnings: (!call.withheld.is_empty())
-                    .then(|| {
-                        format!(
-                            "withheld from the model, as text Quarry did not give the tool: {}",
-                            call.withheld.join(", ")
-                        )
-                    })
+                warnings: crate::pipeline::withheld_note(&call.withheld)
                     .into_iter()
                     .collect(),
                 ledger: call.evidence,
