@@ -2,14 +2,18 @@
 //! filters them.
 
 use anyhow::Result;
-use clap::Args;
-use quarry_core::audit::AuditQuery;
+use clap::{Args, Subcommand};
+use quarry_core::audit::{AuditQuery, AuditSummary, Retention};
 use quarry_core::Library;
 
 use crate::output::print_json;
+use crate::terminal::printable;
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct AuditArgs {
+    #[command(subcommand)]
+    command: Option<AuditCommand>,
     /// How many records
     #[arg(long, short = 'n', default_value_t = 50)]
     limit: u32,
@@ -29,7 +33,30 @@ pub struct AuditArgs {
     json: bool,
 }
 
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Show, or set, how much of the audit log is kept (older records are deleted)
+    Retention {
+        /// Keep records this many days (0: whatever their age)
+        #[arg(long)]
+        days: Option<u32>,
+        /// Keep at most this many records, the newest (0: any number)
+        #[arg(long)]
+        records: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 pub fn print_audit(library: &Library, args: &AuditArgs) -> Result<()> {
+    if let Some(AuditCommand::Retention {
+        days,
+        records,
+        json,
+    }) = &args.command
+    {
+        return retention(library, *days, *records, *json);
+    }
     let records = library.audit(&AuditQuery {
         principal: args.principal.clone(),
         action: args.action.clone(),
@@ -42,19 +69,73 @@ pub fn print_audit(library: &Library, args: &AuditArgs) -> Result<()> {
     }
     for r in records {
         println!(
-            "{:>5}  {} UTC  {:<22} {:<12} {:<28} {:>6} ms  {}  {}{}",
+            "{:>5}  {} UTC  {:<22} {:<12} {:<28} {:>6} ms  {}  {}{}{}",
             r.id,
             utc(r.at_ms),
-            r.principal,
-            r.action,
-            r.target,
+            printable(&r.principal),
+            printable(&r.action),
+            printable(&r.target),
             r.duration_ms,
-            r.outcome,
-            &r.input_hash[..19.min(r.input_hash.len())],
-            r.detail.map(|d| format!("  ({d})")).unwrap_or_default()
+            printable(&r.outcome),
+            printable(r.input_hash.get(..19).unwrap_or(&r.input_hash)),
+            r.detail
+                .map(|d| format!("  ({})", printable(&d)))
+                .unwrap_or_default(),
+            match r.count {
+                1 => String::new(),
+                n => format!("  ×{n} within a minute"),
+            }
         );
     }
     Ok(())
+}
+
+/// `quarry audit retention`: sets what is given (0: no limit), prunes, and shows the log.
+fn retention(library: &Library, days: Option<u32>, records: Option<u64>, json: bool) -> Result<()> {
+    let mut pruned = 0;
+    if days.is_some() || records.is_some() {
+        let current = library.audit_summary()?.retention;
+        let retention = Retention {
+            days: days.map_or(current.days, |d| (d > 0).then_some(d)),
+            records: records.map_or(current.records, |n| (n > 0).then_some(n)),
+        };
+        pruned = library.set_audit_retention(&retention)?;
+    }
+    let summary = library.audit_summary()?;
+    if json {
+        return print_json(&summary);
+    }
+    if pruned > 0 {
+        println!("deleted {pruned} records the retention no longer keeps");
+    }
+    println!("{}", describe(&summary));
+    Ok(())
+}
+
+/// The audit log's size and retention in one line, as `quarry status` shows it too.
+pub fn describe(summary: &AuditSummary) -> String {
+    let size = &summary.size;
+    let oldest = size
+        .oldest_at_ms
+        .map(|at| format!(", oldest {} UTC", utc(at)))
+        .unwrap_or_default();
+    let repeats = match size.events.saturating_sub(size.records) {
+        0 => String::new(),
+        n => format!(" (and {n} repeats counted on them)"),
+    };
+    let days = summary
+        .retention
+        .days
+        .map_or("any age".into(), |d| format!("{d} days"));
+    let records = summary
+        .retention
+        .records
+        .map_or("any number".into(), |n| format!("{n} records"));
+    format!(
+        "audit log    {} records{repeats}, about {:.1} MB{oldest}; keeps {days}, at most {records}",
+        size.records,
+        size.approx_bytes as f64 / 1e6,
+    )
 }
 
 /// `YYYY-MM-DD HH:MM:SS` for Unix milliseconds (UTC), by the civil-from-days algorithm.

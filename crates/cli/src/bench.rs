@@ -90,13 +90,31 @@ pub enum BenchCommand {
     },
     /// An MCP client's view: `quarry mcp` started over stdio on a fresh library of `path`,
     /// its idle RSS, the first and warm `knowledge_search` calls, beside the same search
-    /// through `quarry search` processes and in-process
+    /// through `quarry search` processes and in-process. With `--flood`: over HTTP, a keyed
+    /// client's calls before and while other clients make keyless connection attempts and
+    /// hold idle connections, and the server's peak RSS
     Mcp {
         /// Folder indexed and embedded
         path: PathBuf,
         /// Warm calls timed
         #[arg(long, default_value_t = 60)]
         calls: usize,
+        /// Serve HTTP and flood it while the keyed client calls (issue 38)
+        #[arg(long)]
+        flood: bool,
+        /// With --flood: keyless `initialize` attempts, each on a connection of its own
+        #[arg(long, default_value_t = 2000)]
+        keyless: usize,
+        /// With --flood: connections opened and left idle
+        #[arg(long, default_value_t = 1000)]
+        idle: usize,
+    },
+    /// Files crafted against the indexer (nested past any stack, repeated into every cell,
+    /// inflating to gigabytes, a named pipe) written into DIR beside an ordinary note, then
+    /// indexed: what became of each file, the wall time and the peak RSS
+    Hostile {
+        /// A new or empty folder to write the files into
+        dir: PathBuf,
     },
     /// The embedded LLM: load time, RSS with the model loaded, time to first token and
     /// tokens/s by prompt size, then end-to-end chat turns (retrieval + generation) on `path`
@@ -125,7 +143,19 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
         } => return vector_bench(n, dim, queries, &breadth),
         BenchCommand::Hybrid { path, queries } => return hybrid_bench(&path, queries),
         BenchCommand::Tool { path, calls } => return tool_bench(&path, calls),
-        BenchCommand::Mcp { path, calls } => return crate::bench_mcp::mcp_bench(&path, calls),
+        BenchCommand::Mcp {
+            path,
+            calls,
+            flood: false,
+            ..
+        } => return crate::bench_mcp::mcp_bench(&path, calls),
+        BenchCommand::Mcp {
+            path,
+            calls,
+            keyless,
+            idle,
+            ..
+        } => return crate::bench_mcp::flood_bench(&path, calls, keyless, idle),
         BenchCommand::Chat {
             path,
             model,
@@ -133,6 +163,9 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             threads,
         } => return chat_bench(&path, model.as_deref(), runs.max(1), threads),
         BenchCommand::Embed { path, chunks } => return embed_bench(&path, chunks),
+        BenchCommand::Hostile { dir } => {
+            return crate::bench_hostile::hostile_bench(&dir, data_dir.as_deref())
+        }
         BenchCommand::Index {
             path,
             keep,
@@ -318,7 +351,7 @@ fn current_rss() -> String {
 }
 
 /// Highest resident memory so far.
-fn peak_rss() -> String {
+pub(crate) fn peak_rss() -> String {
     proc_status("VmHWM:")
 }
 

@@ -12,6 +12,7 @@ use quarry_core::orchestrator::{
 use quarry_core::{Library, Principal};
 
 use crate::principal_arg::AsPrincipal;
+use crate::terminal::{printable, printable_text, TextStream};
 
 #[derive(Args)]
 pub struct ChatArgs {
@@ -167,7 +168,7 @@ pub fn run_chat(args: &ChatArgs, library: &Library) -> Result<()> {
                         }
                         options.conversation = Some(result.conversation);
                     }
-                    Err(e) => eprintln!("error: {e:#}"),
+                    Err(e) => eprintln!("error: {}", printable(&format!("{e:#}"))),
                 }
             }
         }
@@ -183,37 +184,47 @@ fn turn(
     json: bool,
 ) -> Result<TurnResult> {
     let mut out = std::io::stdout();
+    // The answer quotes documents: escaped as it streams (see `terminal`).
+    let mut answer = TextStream::default();
     let mut on_event = |e: TurnEvent<'_>| {
         if json {
             return;
         }
         match e {
             TurnEvent::Token(t) => {
-                let _ = out.write_all(t.as_bytes());
+                let _ = out.write_all(answer.push(t).as_bytes());
                 let _ = out.flush();
             }
-            TurnEvent::ToolInvoke(tool) => eprintln!("· {tool} …"),
+            TurnEvent::ToolInvoke(tool) => eprintln!("· {} …", printable(tool)),
             TurnEvent::ToolResult { tool, admitted } => {
-                eprintln!("· {tool}: {admitted} passage(s) admitted")
+                eprintln!("· {}: {admitted} passage(s) admitted", printable(tool))
             }
-            TurnEvent::Notice(n) => eprintln!("notice: {n}"),
+            TurnEvent::Notice(n) => eprintln!("notice: {}", printable(n)),
             TurnEvent::Loading { model, bytes } => {
-                eprintln!("· loading {model} ({:.0} MB) …", bytes as f64 / 1e6)
+                eprintln!(
+                    "· loading {} ({:.0} MB) …",
+                    printable(model),
+                    bytes as f64 / 1e6
+                )
             }
         }
     };
     let result = library.chat(question, options, &mut on_event)?;
     if !json {
+        print!("{}", answer.finish());
         println!();
         if result.citations.is_empty() {
             println!("(no citations)");
         }
         for c in &result.citations {
-            println!("[{}] {}", c.n, c.locator);
+            println!("[{}] {}", c.n, printable(&c.locator));
         }
         eprintln!(
             "conversation {} · turn {} · {} · {} ms",
-            result.conversation, result.turn, result.backend, result.took_ms
+            printable(&result.conversation),
+            result.turn,
+            printable(&result.backend),
+            result.took_ms
         );
     }
     Ok(result)
@@ -228,7 +239,11 @@ fn list(library: &Library, principal: &Principal, json: bool) -> Result<()> {
     for c in conversations {
         println!(
             "{}  {} r{} {}  {}",
-            c.id, c.config, c.revision, c.mode, c.title
+            printable(&c.id),
+            printable(&c.config),
+            c.revision,
+            printable(&c.mode),
+            printable(&c.title)
         );
     }
     Ok(())
@@ -250,24 +265,32 @@ fn show(library: &Library, principal: &Principal, id: &str, json: bool) -> Resul
     }
     println!(
         "{} ({} revision {}, mode {})",
-        header.title, header.config, header.revision, header.mode
+        printable(&header.title),
+        printable(&header.config),
+        header.revision,
+        printable(&header.mode)
     );
     for m in messages {
-        println!("\n{}: {}", m.role, m.content);
+        println!("\n{}: {}", printable(&m.role), printable_text(&m.content));
     }
     println!("\nevidence:");
     for e in evidence {
         println!(
             "  [{}] {} (turn {}, by {})",
             e.n,
-            e.locator(),
+            printable(&e.locator()),
             e.turn,
-            e.admitted_by
+            printable(&e.admitted_by)
         );
     }
     println!("\ntrace:");
     for t in trace {
-        println!("  turn {} {} {}", t.turn, t.kind, t.detail);
+        println!(
+            "  turn {} {} {}",
+            t.turn,
+            printable(&t.kind),
+            printable(&t.detail.to_string())
+        );
     }
     Ok(())
 }
@@ -291,12 +314,12 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
                 println!("{}", config.to_json());
                 return Ok(());
             }
-            println!("{name} ({label})");
+            println!("{} ({label})", printable(&name));
             match &applied {
                 Some(a) => println!(
                     "newest applied: revision {} by {} at {}{}",
                     a.revision,
-                    a.applied_by,
+                    printable(&a.applied_by),
                     a.applied_at,
                     if revision.is_none() && a.config != config {
                         " (the draft has unapplied changes)"
@@ -308,28 +331,40 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
             }
             if let (None, Some(a)) = (revision, &applied) {
                 for c in orchestrator::diff(&a.config, &config) {
-                    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+                    let show = |v: &Option<String>| {
+                        printable(v.as_deref().unwrap_or("(none)")).into_owned()
+                    };
                     println!(
                         "  changed {}: {} → {}",
-                        c.path,
+                        printable(&c.path),
                         show(&c.before),
                         show(&c.after)
                     );
                 }
             }
-            println!("default mode: {}", config.default_mode);
+            println!("default mode: {}", printable(&config.default_mode));
             for m in &config.modes {
-                println!("\nmode {}: {}", m.name, m.description);
-                println!("  backend: {}", m.backend.describe());
+                println!(
+                    "\nmode {}: {}",
+                    printable(&m.name),
+                    printable(&m.description)
+                );
+                println!("  backend: {}", printable(&m.backend.describe()));
                 println!("  tools chosen by: {:?}", m.tool_choice);
-                println!("  pipeline: {}", m.pipeline.as_deref().unwrap_or("-"));
+                println!(
+                    "  pipeline: {}",
+                    printable(m.pipeline.as_deref().unwrap_or("-"))
+                );
                 if let Some(ks) = &m.knowledge_search {
+                    // `{:?}` escapes control characters itself.
                     println!(
                         "  {}: namespaces {:?}, top_k {}",
-                        ks.tool_name, ks.namespaces, ks.top_k
+                        printable(&ks.tool_name),
+                        ks.namespaces,
+                        ks.top_k
                     );
                 }
-                println!("  direct tools: {}", m.direct_tools.join(", "));
+                println!("  direct tools: {}", printable(&m.direct_tools.join(", ")));
                 let b = m.budget;
                 println!(
                     "  budget: {} rounds, {} tool calls, {} query variants, {} evidence tokens, {} answer tokens",
@@ -338,7 +373,7 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
             }
             let problems = library.orchestrator_problems(&config);
             for p in problems {
-                println!("problem: {p}");
+                println!("problem: {}", printable(&p));
             }
         }
         OrchestratorCommand::Edit { name, file } => {
@@ -349,14 +384,17 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
             library
                 .set_orchestrator_draft(&name, &config)
                 .with_context(|| format!("{} is not a valid configuration", file.display()))?;
+            let name = printable(&name);
             println!("draft of {name} saved; apply it with `quarry orchestrator apply {name}`");
         }
         OrchestratorCommand::Apply { name, who } => {
             let principal = who.principal(library)?;
             let applied = library.apply_orchestrator(&name, &principal)?;
             println!(
-                "applied {name} as revision {} (by {}); new conversations use it, running ones keep theirs",
-                applied.revision, applied.applied_by
+                "applied {} as revision {} (by {}); new conversations use it, running ones keep theirs",
+                printable(&name),
+                applied.revision,
+                printable(&applied.applied_by)
             );
         }
         OrchestratorCommand::Revisions { name, json } => {
@@ -369,9 +407,9 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
                 println!(
                     "revision {}  by {}  at {}  modes: {}",
                     r.revision,
-                    r.applied_by,
+                    printable(&r.applied_by),
                     r.applied_at,
-                    r.modes.join(", ")
+                    printable(&r.modes.join(", "))
                 );
             }
         }

@@ -9,6 +9,8 @@ use std::sync::atomic::AtomicBool;
 
 use quarry_core::{IndexOptions, Library, SearchMode, SearchRequest};
 
+use crate::terminal::{printable, TextStream};
+
 /// Where the demo corpus is: `QUARRY_DEMO_DIR`, next to the executable
 /// (`../share/quarry/demo`), or the source tree's `seeds/demo`.
 fn demo_corpus() -> Option<PathBuf> {
@@ -99,22 +101,25 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
     let options =
         quarry_core::orchestrator::ChatOptions::new(quarry_core::Principal::administrator());
     let mut stdout = std::io::stdout();
+    let mut answer = TextStream::default();
     let streamed = library.chat(question, &options, &mut |e| {
         use std::io::Write;
         match e {
             quarry_core::orchestrator::TurnEvent::Token(t) => {
-                let _ = stdout.write_all(t.as_bytes());
+                let _ = stdout.write_all(answer.push(t).as_bytes());
                 let _ = stdout.flush();
             }
-            quarry_core::orchestrator::TurnEvent::Notice(n) => eprintln!("notice: {n}"),
+            quarry_core::orchestrator::TurnEvent::Notice(n) => {
+                eprintln!("notice: {}", printable(n))
+            }
             _ => {}
         }
     });
     match streamed {
         Ok(result) => {
-            println!();
+            println!("{}", answer.finish());
             for c in &result.citations {
-                println!("[{}] {}", c.n, c.locator);
+                println!("[{}] {}", c.n, printable(&c.locator));
             }
             println!(
                 "({} · {} passage(s) admitted · {} ms)",

@@ -4,6 +4,7 @@
 mod audit_cmd;
 mod bench;
 mod bench_cold;
+mod bench_hostile;
 mod bench_mcp;
 mod chat_cmd;
 mod demo;
@@ -14,6 +15,7 @@ mod models_cmd;
 mod output;
 mod pipeline_cmd;
 mod principal_arg;
+mod terminal;
 mod tools_cmd;
 
 use std::path::PathBuf;
@@ -356,12 +358,16 @@ fn main() -> ExitCode {
     with_passive_openmp();
     #[cfg(unix)]
     end_quietly_on_a_closed_pipe();
+    // Colour only a terminal: a log file or a pipe gets plain text. File names in log lines
+    // are escaped like every other output (`terminal::LogWriter`).
+    let colour = terminal::colour(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(terminal::LogWriter { colour })
+        .with_ansi(colour)
         .init();
     quarry_core::init_failpoints_from_env();
     let cli = Cli::parse();
@@ -369,9 +375,14 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             match err.downcast_ref::<quarry_core::Error>() {
-                // `{err:#}` keeps any context added on the way up (e.g. the file at fault).
-                Some(e) => eprintln!("error[{}]: {err:#}", e.code()),
-                None => eprintln!("error: {err:#}"),
+                // `{err:#}` keeps any context added on the way up (e.g. the file at fault),
+                // whose name may carry control characters.
+                Some(e) => eprintln!(
+                    "error[{}]: {}",
+                    e.code(),
+                    terminal::printable(&format!("{err:#}"))
+                ),
+                None => eprintln!("error: {}", terminal::printable(&format!("{err:#}"))),
             }
             ExitCode::from(2)
         }
@@ -404,7 +415,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let c = library.create_collection(&name, &sensitivity, &language)?;
             println!(
                 "created collection {} ({}, {})",
-                c.name, c.sensitivity, c.language
+                terminal::printable(&c.name),
+                terminal::printable(&c.sensitivity),
+                terminal::printable(&c.language)
             );
         }
         Command::Collection(CollectionCommand::List { json }) => {
@@ -412,7 +425,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Collection(CollectionCommand::Remove { name }) => {
             library.remove_collection(&name)?;
-            println!("removed collection {name}");
+            println!("removed collection {}", terminal::printable(&name));
         }
         Command::Source(SourceCommand::Add {
             path,
@@ -428,8 +441,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "added source {} ({}) to collection {}; run `quarry index` to index it",
                 s.id,
-                s.root.display(),
-                s.collection
+                terminal::printable_path(&s.root),
+                terminal::printable(&s.collection)
             );
         }
         Command::Source(SourceCommand::List { json }) => {
@@ -438,7 +451,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Source(SourceCommand::Remove { source }) => {
             let s = library.find_source(&source)?;
             library.remove_source(s.id)?;
-            println!("removed source {} ({})", s.id, s.root.display());
+            println!(
+                "removed source {} ({})",
+                s.id,
+                terminal::printable_path(&s.root)
+            );
         }
         Command::Index(args) => index(&mut library, &args)?,
         Command::Search(args) => {
@@ -529,8 +546,9 @@ fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
             Ok(_) => {}
             // Full text is committed: say what is missing and carry on.
             Err(e) => eprintln!(
-                "warning[{}]: chunks were not embedded, so vector search will not see them: {e}",
-                e.code()
+                "warning[{}]: chunks were not embedded, so vector search will not see them: {}",
+                e.code(),
+                terminal::printable(&e.to_string())
             ),
         }
     }

@@ -11,6 +11,8 @@ use quarry_core::models::{
 };
 use quarry_core::Library;
 
+use crate::terminal::{printable, printable_path};
+
 #[derive(Subcommand)]
 pub enum ModelsCommand {
     /// The catalogue and what is installed
@@ -59,15 +61,15 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
             if *json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("models folder: {}", models.install_dir().display());
+                println!("models folder: {}", printable_path(models.install_dir()));
                 match models.runtime_library() {
-                    Ok(path) => println!("runtime      onnxruntime at {}", path.display()),
-                    Err(e) => println!("runtime      not ready: {e}"),
+                    Ok(path) => println!("runtime      onnxruntime at {}", printable_path(&path)),
+                    Err(e) => println!("runtime      not ready: {}", printable(&e.to_string())),
                 }
                 for r in rows {
                     println!(
                         "{:<36} {:<9} {:<10} {}{}",
-                        r.id,
+                        printable(&r.id),
                         match r.kind {
                             ModelKind::Embedding => "embedding",
                             ModelKind::Reranker => "reranker",
@@ -78,11 +80,16 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                         } else {
                             "-"
                         },
-                        r.description,
+                        printable(&r.description),
                         if r.default { " [default]" } else { "" }
                     );
                     if let Some(provenance) = &r.provenance {
-                        println!("{:<36} licence {}; {provenance}", "", r.license);
+                        println!(
+                            "{:<36} licence {}; {}",
+                            "",
+                            printable(&r.license),
+                            printable(provenance)
+                        );
                     }
                 }
             }
@@ -135,7 +142,11 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
             let kind = ModelKind::parse(kind).expect("clap checked the value");
             std::fs::create_dir_all(models.install_dir())?;
             let model = models.import(folder, id.as_deref(), kind)?;
-            println!("installed {} at {}", model.id, model.dir.display());
+            println!(
+                "installed {} at {}",
+                printable(&model.id),
+                printable_path(&model.dir)
+            );
         }
         ModelsCommand::Remove { .. } | ModelsCommand::Use { .. } => return Ok(false),
     }

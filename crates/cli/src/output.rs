@@ -1,6 +1,6 @@
 //! Printing: human tables and JSON, and the indexing progress bars.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::Mutex;
 
 use anyhow::Result;
@@ -10,6 +10,8 @@ use quarry_core::{
     SearchResults, Source, StatusReport, WatchEvent,
 };
 use serde::Serialize;
+
+use crate::terminal::{colour, flatten, one_line, printable, printable_path};
 
 fn json<T: Serialize>(value: &T) -> Result<()> {
     let mut out = std::io::stdout().lock();
@@ -26,7 +28,12 @@ pub fn collections(list: &[Collection], as_json: bool) -> Result<()> {
         println!("no collections");
     }
     for c in list {
-        println!("{:<24} {:<14} {}", c.name, c.sensitivity, c.language);
+        println!(
+            "{:<24} {:<14} {}",
+            printable(&c.name),
+            printable(&c.sensitivity),
+            printable(&c.language)
+        );
     }
     Ok(())
 }
@@ -42,10 +49,10 @@ pub fn sources(list: &[Source], as_json: bool) -> Result<()> {
         println!(
             "{:>3}  {:<16} {:>7} indexed {:>5} not indexed  {}{}",
             s.id,
-            s.collection,
+            printable(&s.collection),
             s.documents_indexed,
             s.documents_not_indexed,
-            s.root.display(),
+            printable_path(&s.root),
             if s.status == quarry_core::store::SourceStatus::Missing {
                 "  [folder missing]"
             } else {
@@ -56,7 +63,8 @@ pub fn sources(list: &[Source], as_json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Snippet with matches in bold on a terminal, `**marked**` otherwise.
+/// Snippet with matches in bold on a terminal, `**marked**` otherwise; on one line, with the
+/// document's own control characters escaped (only the bold is ours).
 fn highlight(text: &str, ranges: &[(usize, usize)], tty: bool) -> String {
     let (open, close) = if tty {
         ("\x1b[1m", "\x1b[0m")
@@ -66,16 +74,16 @@ fn highlight(text: &str, ranges: &[(usize, usize)], tty: bool) -> String {
     let mut out = String::new();
     let mut at = 0;
     for &(s, e) in ranges {
-        if s < at || e > text.len() {
+        let (Some(before), Some(matched)) = (text.get(at..s), text.get(s..e)) else {
             continue;
-        }
-        out.push_str(&text[at..s]);
+        };
+        out.push_str(&flatten(before));
         out.push_str(open);
-        out.push_str(&text[s..e]);
+        out.push_str(&flatten(matched));
         out.push_str(close);
         at = e;
     }
-    out.push_str(&text[at..]);
+    out.push_str(&flatten(&text[at..]));
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -84,15 +92,19 @@ pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()>
         return json(results);
     }
     for issue in &results.readiness {
-        eprintln!("warning[{}]: {}", issue.component, issue.message);
+        eprintln!(
+            "warning[{}]: {}",
+            issue.component,
+            printable(&issue.message)
+        );
     }
-    let tty = std::io::stdout().is_terminal();
+    let tty = colour(&std::io::stdout());
     if results.hits.is_empty() {
         println!("no results ({:.1} ms)", results.took_us as f64 / 1000.0);
         return Ok(());
     }
     for hit in &results.hits {
-        let mut location = hit.path.display().to_string();
+        let mut location = printable_path(&hit.path);
         if let Some(page) = hit.location.page {
             location.push_str(&format!(" p.{page}"));
         }
@@ -102,13 +114,13 @@ pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()>
         println!(
             "{:>2}. {}  [{}, score {:.2}]",
             hit.rank,
-            hit.title.as_deref().unwrap_or("(untitled)"),
-            hit.collection,
+            printable(hit.title.as_deref().unwrap_or("(untitled)")),
+            printable(&hit.collection),
             hit.score
         );
         println!("    {location}");
         if !hit.heading_path.is_empty() {
-            println!("    § {}", hit.heading_path);
+            println!("    § {}", printable(&hit.heading_path));
         }
         println!(
             "    {}",
@@ -151,7 +163,7 @@ pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()>
                 t.stage,
                 t.candidates,
                 t.took_us as f64 / 1000.0,
-                t.detail
+                printable(&t.detail)
             );
         }
     }
@@ -168,7 +180,7 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
         return json(report);
     }
     let s = &report.stats;
-    println!("library      {}", report.data_dir.display());
+    println!("library      {}", printable_path(&report.data_dir));
     println!("collections  {}   sources {}", s.collections, s.sources);
     println!(
         "documents    {} indexed, {} skipped, {} failed, {} with warnings",
@@ -193,18 +205,23 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
             String::new()
         }
     );
+    println!("{}", crate::audit_cmd::describe(&report.audit));
     for e in &report.embeddings {
         println!(
             "vectors      {}: {}/{} chunks with {}{}",
-            e.collection,
+            printable(&e.collection),
             e.embedded,
             e.total,
-            e.pending_model
-                .as_deref()
-                .or(e.model.as_deref())
-                .unwrap_or("no model"),
+            printable(
+                e.pending_model
+                    .as_deref()
+                    .or(e.model.as_deref())
+                    .unwrap_or("no model")
+            ),
             match (&e.pending_model, &e.model) {
-                (Some(_), Some(old)) => format!(" (switching; {old} serves meanwhile)"),
+                (Some(_), Some(old)) => {
+                    format!(" (switching; {} serves meanwhile)", printable(old))
+                }
                 _ => String::new(),
             }
         );
@@ -214,15 +231,20 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
             println!(
                 "source {}     {}: {}",
                 source.id,
-                source.root.display(),
-                err
+                printable_path(&source.root),
+                printable(err)
             );
         }
     }
     if !s.not_indexed_by_reason.is_empty() {
         println!("not indexed:");
         for r in &s.not_indexed_by_reason {
-            println!("  {:>6}  {} ({})", r.count, r.reason, r.status);
+            println!(
+                "  {:>6}  {} ({})",
+                r.count,
+                printable(&r.reason),
+                printable(&r.status)
+            );
         }
     }
     if !report.problems.is_empty() {
@@ -237,7 +259,12 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
                 quarry_core::DocumentStatus::Indexed => "warning".to_string(),
                 _ => d.reason.clone().unwrap_or_default(),
             };
-            println!("  {}: {} — {}", label, d.path.display(), what);
+            println!(
+                "  {}: {} — {}",
+                printable(&label),
+                printable_path(&d.path),
+                printable(what)
+            );
         }
     }
     Ok(())
@@ -248,29 +275,32 @@ pub fn document(view: &DocumentView, as_json: bool) -> Result<()> {
         return json(view);
     }
     let d = &view.document;
-    println!("path      {}", d.path.display());
-    println!("title     {}", d.title.as_deref().unwrap_or("-"));
+    println!("path      {}", printable_path(&d.path));
+    println!("title     {}", printable(d.title.as_deref().unwrap_or("-")));
     println!(
         "status    {:?}{}",
         d.status,
         d.reason
             .as_ref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!(" ({})", printable(r)))
             .unwrap_or_default()
     );
     if let Some(e) = &d.last_error {
-        println!("error     {e}");
+        println!("error     {}", printable(e));
     }
     if let Some(w) = &d.warning {
-        println!("warning   {w}");
+        println!("warning   {}", printable(w));
     }
     println!(
         "format    {}   size {} bytes   chunks {}",
-        d.format.as_deref().unwrap_or("-"),
+        printable(d.format.as_deref().unwrap_or("-")),
         d.size.unwrap_or(0),
         d.chunk_count
     );
-    println!("hash      {}", d.content_hash.as_deref().unwrap_or("-"));
+    println!(
+        "hash      {}",
+        printable(d.content_hash.as_deref().unwrap_or("-"))
+    );
     for c in &view.chunks {
         let lines = match (c.location.line_start, c.location.line_end) {
             (Some(a), Some(b)) => format!("lines {a}-{b}"),
@@ -283,13 +313,13 @@ pub fn document(view: &DocumentView, as_json: bool) -> Result<()> {
             .unwrap_or_default();
         println!(
             "--- chunk {} (#{}, {} tokens) {page}{lines} {}",
-            c.ordinal, c.id, c.token_count, c.heading_path
+            c.ordinal,
+            c.id,
+            c.token_count,
+            printable(&c.heading_path)
         );
         let preview: String = c.text.chars().take(240).collect();
-        println!(
-            "{}",
-            preview.split_whitespace().collect::<Vec<_>>().join(" ")
-        );
+        println!("{}", one_line(&preview));
     }
     Ok(())
 }
@@ -396,7 +426,7 @@ impl ProgressReporter {
             }
             IndexEvent::SourceMissing { root, .. } => bar.println(format!(
                 "source folder missing: {} (documents kept)",
-                root.display()
+                printable_path(root)
             )),
             _ => {}
         }
@@ -421,7 +451,9 @@ impl ProgressReporter {
         bar.set_position(p.embedded.max(0) as u64);
         bar.set_message(format!(
             "embedded in {} with {}, {:.1}/s",
-            p.collection, p.model, p.chunks_per_sec
+            printable(&p.collection),
+            printable(&p.model),
+            p.chunks_per_sec
         ));
     }
 
@@ -431,22 +463,27 @@ impl ProgressReporter {
             return;
         }
         match event {
-            WatchEvent::Watching { root, .. } => eprintln!("watching {}", root.display()),
-            WatchEvent::Degraded { reason, .. } => eprintln!("warning: {reason}"),
+            WatchEvent::Watching { root, .. } => eprintln!("watching {}", printable_path(root)),
+            WatchEvent::Degraded { reason, .. } => eprintln!("warning: {}", printable(reason)),
             WatchEvent::Changed { paths } => {
                 for p in paths {
-                    eprintln!("changed {}", p.display());
+                    eprintln!("changed {}", printable_path(p));
                 }
             }
             WatchEvent::Index(IndexEvent::FileFailed { path, message, .. }) => {
-                eprintln!("failed {}: {message}", path.display())
+                eprintln!("failed {}: {}", printable_path(path), printable(message))
             }
             WatchEvent::Embedding(p) if p.done && p.embedded_this_run > 0 => eprintln!(
                 "embedded {} chunk(s) of {} with {}",
-                p.embedded_this_run, p.collection, p.model
+                p.embedded_this_run,
+                printable(&p.collection),
+                printable(&p.model)
             ),
             WatchEvent::EmbeddingUnavailable { code, message } => {
-                eprintln!("warning[{code}]: vectors are not being filled in: {message}")
+                eprintln!(
+                    "warning[{code}]: vectors are not being filled in: {}",
+                    printable(message)
+                )
             }
             WatchEvent::Embedding(_) | WatchEvent::Index(_) => {}
         }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::output::print_json;
 use crate::principal_arg::AsPrincipal;
+use crate::terminal::{one_line, printable, printable_path};
 
 #[derive(Subcommand)]
 pub enum PipelineCommand {
@@ -141,7 +142,11 @@ fn print_problems(problems: &[quarry_core::pipeline::ReadinessProblem]) {
             Severity::Blocking => "blocking",
             Severity::Degraded => "degraded",
         };
-        println!("{label}: {}: {}", p.component, p.message);
+        println!(
+            "{label}: {}: {}",
+            printable(&p.component),
+            printable(&p.message)
+        );
     }
 }
 
@@ -186,7 +191,9 @@ pub fn run_pipeline(command: PipelineCommand, library: &Library) -> Result<bool>
             for p in &blocking {
                 eprintln!(
                     "warning: version {} cannot run: {}: {}",
-                    saved.version, p.component, p.message
+                    saved.version,
+                    printable(&p.component),
+                    printable(&p.message)
                 );
             }
             Ok(true)
@@ -251,7 +258,8 @@ fn list(library: &Library, json: bool) -> Result<()> {
     for name in names {
         let view = library.pipeline(&name)?;
         println!(
-            "{name}  (saved version {}{})",
+            "{}  (saved version {}{})",
+            printable(&name),
             view.saved
                 .as_ref()
                 .map_or("none".into(), |s| s.version.to_string()),
@@ -274,7 +282,11 @@ fn show(library: &Library, name: &str, json: bool) -> Result<()> {
     }
     match &view.saved {
         Some(s) => print_definition(
-            &format!("saved version {} (by {})", s.version, s.saved_by),
+            &format!(
+                "saved version {} (by {})",
+                s.version,
+                printable(&s.saved_by)
+            ),
             &s.pipeline,
         ),
         None => println!("never saved"),
@@ -288,23 +300,23 @@ fn show(library: &Library, name: &str, json: bool) -> Result<()> {
 
 fn print_definition(label: &str, p: &PipelineDefinition) {
     println!("{label}:");
-    println!("  query:      {}", p.query_tools.join(" → "));
+    println!("  query:      {}", printable(&p.query_tools.join(" → ")));
     println!(
         "  retrieval:  {} (default){}",
-        p.retrieval.as_deref().unwrap_or("NONE"),
+        printable(p.retrieval.as_deref().unwrap_or("NONE")),
         if p.retrieval_capabilities.is_empty() {
             String::new()
         } else {
-            format!(" + {}", p.retrieval_capabilities.join(", "))
+            format!(" + {}", printable(&p.retrieval_capabilities.join(", ")))
         }
     );
-    println!("  chunk:      {}", p.chunk_tools.join(" → "));
+    println!("  chunk:      {}", printable(&p.chunk_tools.join(" → ")));
     println!(
         "  collections: {}",
         if p.collections.is_empty() {
             "all the caller may read".into()
         } else {
-            p.collections.join(", ")
+            printable(&p.collections.join(", ")).into_owned()
         }
     );
     println!(
@@ -316,14 +328,14 @@ fn print_definition(label: &str, p: &PipelineDefinition) {
 pub fn print_run(run: &PipelineRun, trace: bool) {
     println!(
         "pipeline {} ({}) as {}: {:.1} ms",
-        run.pipeline,
+        printable(&run.pipeline),
         run.version
             .map_or("draft".into(), |v| format!("version {v}")),
-        run.principal,
+        printable(&run.principal),
         run.took_us as f64 / 1000.0
     );
     for p in &run.readiness {
-        println!("  note: {}", p.message);
+        println!("  note: {}", printable(&p.message));
     }
     for stage in &run.stages {
         print_stage(stage, trace);
@@ -335,9 +347,9 @@ pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
     println!(
         "[{}] {} {:.1} ms: {}",
         stage.stage,
-        stage.tool.as_deref().unwrap_or("-"),
+        printable(stage.tool.as_deref().unwrap_or("-")),
         stage.took_us as f64 / 1000.0,
-        stage.detail
+        printable(&stage.detail)
     );
     if !trace {
         return;
@@ -347,7 +359,7 @@ pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
             println!(
                 "    {:.2}  {}",
                 q["weight"].as_f64().unwrap_or(0.0),
-                q["query"].as_str().unwrap_or("")
+                printable(q["query"].as_str().unwrap_or(""))
             );
         }
     }
@@ -357,7 +369,7 @@ pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
             s.stage,
             s.candidates,
             s.took_us as f64 / 1000.0,
-            s.detail
+            printable(&s.detail)
         );
     }
     if stage.stage == "retrieval" {
@@ -381,23 +393,23 @@ pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
                 scores["rerank"]
                     .as_f64()
                     .map_or("-".into(), |v| format!("{v:.3}")),
-                c["path"].as_str().unwrap_or("")
+                printable(c["path"].as_str().unwrap_or(""))
             );
         }
     }
     for call in &stage.ctx_calls {
         println!(
             "    ctx.{} {:.1} ms{}",
-            call.operation,
+            printable(&call.operation),
             call.took_us as f64 / 1000.0,
             call.error
                 .as_ref()
-                .map(|e| format!(": refused: {e}"))
+                .map(|e| format!(": refused: {}", printable(e)))
                 .unwrap_or_default()
         );
     }
     for log in &stage.logs {
-        println!("    log: {}", log.trim_end());
+        println!("    log: {}", printable(log.trim_end()));
     }
 }
 
@@ -413,21 +425,14 @@ pub fn print_evidence(ledger: &quarry_core::evidence::EvidenceLedger) {
                 .map(|p| format!(" p.{p}"))
                 .unwrap_or_default(),
         };
-        let snippet: String = e
-            .text
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .chars()
-            .take(120)
-            .collect();
+        let snippet: String = one_line(&e.text).chars().take(120).collect();
         println!(
             "  {:>2}. {}{}  {}  [{}]\n      {}",
             i + 1,
-            e.path.display(),
+            printable_path(&e.path),
             lines,
             e.score.map(|s| format!("{s:.4}")).unwrap_or_default(),
-            e.title.as_deref().unwrap_or(""),
+            printable(e.title.as_deref().unwrap_or("")),
             snippet
         );
     }
@@ -440,7 +445,9 @@ pub fn print_evidence(ledger: &quarry_core::evidence::EvidenceLedger) {
     for r in &ledger.rejected {
         println!(
             "  refused {}… from {}: {}",
-            r.reference, r.returned_by, r.reason
+            printable(&r.reference),
+            printable(&r.returned_by),
+            printable(&r.reason)
         );
     }
 }

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use quarry_core::pipeline::{TestInput, ToolTestReport};
-use quarry_core::tools::{Limits, ToolDefinition, ToolType};
+use quarry_core::tools::{Limits, SaveOptions, ToolDefinition, ToolType};
 use quarry_core::Library;
 use serde_json::Value;
 
 use crate::output::print_json;
 use crate::pipeline_cmd::{print_evidence, print_stage, read_history};
 use crate::principal_arg::AsPrincipal;
+use crate::terminal::{printable, printable_text};
 
 #[derive(Subcommand)]
 pub enum ToolsCommand {
@@ -58,6 +59,10 @@ pub enum ToolsCommand {
         /// Replace tools that already exist (types stay fixed)
         #[arg(long)]
         replace: bool,
+        /// Accept egress origins on this machine or its networks (loopback, private,
+        /// link-local, cloud metadata hosts); recorded in the audit log
+        #[arg(long)]
+        allow_private_egress: bool,
     },
     /// Export tools to a file (or stdout)
     Export {
@@ -120,9 +125,13 @@ pub struct ToolFields {
     /// On edit: the --settings JSON replaces the saved settings instead of merging into them
     #[arg(long, requires = "settings")]
     replace: bool,
-    /// Allowed origin for ctx.http_get (repeatable)
+    /// Allowed origin for ctx.http_get (repeatable; at most 64)
     #[arg(long)]
     egress: Vec<String>,
+    /// Accept egress origins on this machine or its networks (loopback, private, link-local,
+    /// cloud metadata hosts); recorded in the audit log
+    #[arg(long)]
+    allow_private_egress: bool,
     #[arg(long)]
     timeout_ms: Option<u64>,
     #[arg(long)]
@@ -165,6 +174,12 @@ fn json_arg(flag: &str, text: &str) -> Result<Value> {
 }
 
 impl ToolFields {
+    fn save_options(&self) -> SaveOptions {
+        SaveOptions {
+            allow_private_egress: self.allow_private_egress,
+        }
+    }
+
     /// Applies the flags over `base` (a new tool when `None`).
     fn apply(&self, base: Option<ToolDefinition>) -> Result<ToolDefinition> {
         let mut tool = match (&self.file, base) {
@@ -243,7 +258,7 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
         } => list(library, tool_type.as_deref(), search.as_deref(), json),
         ToolsCommand::Show { slug, json } => show(library, &slug, json),
         ToolsCommand::Create(fields) => {
-            let tool = library.create_tool(fields.apply(None)?)?;
+            let tool = library.create_tool_with(fields.apply(None)?, fields.save_options())?;
             println!("created {} tool {}", tool.tool_type.as_str(), tool.slug);
             Ok(())
         }
@@ -283,7 +298,18 @@ pub fn run_tools(command: ToolsCommand, library: &Library) -> Result<()> {
             println!("restored {slug} to version {version} (saved as version {now})");
             Ok(())
         }
-        ToolsCommand::Import { files, replace } => import(library, &files, replace),
+        ToolsCommand::Import {
+            files,
+            replace,
+            allow_private_egress,
+        } => import(
+            library,
+            &files,
+            replace,
+            SaveOptions {
+                allow_private_egress,
+            },
+        ),
         ToolsCommand::Export { slugs, all, output } => export(library, slugs, all, output),
         ToolsCommand::Test {
             slug,
@@ -348,8 +374,8 @@ fn list(
         println!(
             "{:<10} {:<28} {}{}",
             tool.tool_type.as_str(),
-            tool.slug,
-            tool.name,
+            printable(&tool.slug),
+            printable(&tool.name),
             if tool.seeded { "  (seeded)" } else { "" }
         );
     }
@@ -364,19 +390,23 @@ fn show(library: &Library, slug: &str, json: bool) -> Result<()> {
     }
     println!(
         "{} ({} tool): {}",
-        tool.slug,
+        printable(&tool.slug),
         tool.tool_type.as_str(),
-        tool.name
+        printable(&tool.name)
     );
     if !tool.description.is_empty() {
-        println!("  {}", tool.description);
+        println!("  {}", printable(&tool.description));
     }
-    println!("settings: {}", serde_json::to_string(&tool.settings)?);
+    // JSON escapes C0 controls but not C1 or bidirectional ones.
+    println!(
+        "settings: {}",
+        printable(&serde_json::to_string(&tool.settings)?)
+    );
     if let Some(l) = tool.limits {
         println!("limits: {} ms, {} MB", l.timeout_ms, l.memory_mb);
     }
     if let Some(e) = &tool.egress {
-        println!("egress: {}", list_or_none(e));
+        println!("egress: {}", printable(&list_or_none(e)));
     }
     if let Some(d) = &tool.derived {
         print_derived(d)?;
@@ -389,13 +419,13 @@ fn show(library: &Library, slug: &str, json: bool) -> Result<()> {
             [] => println!("direct evidence tool: can be one"),
             problems => println!(
                 "direct evidence tool: cannot be one: {}",
-                problems.join("; ")
+                printable(&problems.join("; "))
             ),
         }
     }
     let users = library.pipelines_using_tool(slug)?;
     if !users.is_empty() {
-        println!("used by pipeline(s): {}", users.join(", "));
+        println!("used by pipeline(s): {}", printable(&users.join(", ")));
     }
     Ok(())
 }
@@ -410,18 +440,21 @@ fn list_or_none(items: &[String]) -> String {
 
 /// What saving a code tool derived from its source.
 fn print_derived(d: &quarry_core::tools::Derived) -> Result<()> {
-    println!("evidence manifest: {}", list_or_none(&d.manifest));
-    println!("source hash: {}", d.source_hash);
+    println!(
+        "evidence manifest: {}",
+        printable(&list_or_none(&d.manifest))
+    );
+    println!("source hash: {}", printable(&d.source_hash));
     println!(
         "settings schema: {}",
-        serde_json::to_string(&d.settings_schema)?
+        printable(&serde_json::to_string(&d.settings_schema)?)
     );
     if let Some(i) = &d.input_schema {
-        println!("input schema: {}", serde_json::to_string(i)?);
+        println!("input schema: {}", printable(&serde_json::to_string(i)?));
     }
     println!(
         "output schema: {}",
-        serde_json::to_string(&d.output_schema)?
+        printable(&serde_json::to_string(&d.output_schema)?)
     );
     Ok(())
 }
@@ -433,7 +466,8 @@ fn edit(library: &Library, fields: ToolFields) -> Result<()> {
         (None, None) => bail!("give the slug of the tool to edit"),
     };
     let current = library.tool(&slug)?;
-    let tool = library.update_tool(&slug, fields.apply(Some(current))?)?;
+    let tool =
+        library.update_tool_with(&slug, fields.apply(Some(current))?, fields.save_options())?;
     println!(
         "saved {}; pipelines pick it up when they are saved again",
         tool.slug
@@ -441,16 +475,20 @@ fn edit(library: &Library, fields: ToolFields) -> Result<()> {
     Ok(())
 }
 
-fn import(library: &Library, files: &[PathBuf], replace: bool) -> Result<()> {
+fn import(library: &Library, files: &[PathBuf], replace: bool, options: SaveOptions) -> Result<()> {
     if files.is_empty() {
         bail!("give one or more export files");
     }
     for file in files {
         let bytes =
             std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-        let tools = library.import_tools(&bytes, file, replace)?;
+        let tools = library.import_tools_with(&bytes, file, replace, options)?;
         for t in tools {
-            println!("imported {} tool {}", t.tool_type.as_str(), t.slug);
+            println!(
+                "imported {} tool {}",
+                t.tool_type.as_str(),
+                printable(&t.slug)
+            );
         }
     }
     Ok(())
@@ -483,20 +521,23 @@ fn export(library: &Library, slugs: Vec<String>, all: bool, output: Option<PathB
 fn print_test(report: &ToolTestReport) -> Result<()> {
     println!(
         "tested {} ({} tool) as {}{} in {:.1} ms",
-        report.tool,
+        printable(&report.tool),
         report.tool_type.as_str(),
-        report.principal,
+        printable(&report.principal),
         report
             .pipeline
             .as_ref()
-            .map(|p| format!(", pipeline context `{p}`"))
+            .map(|p| format!(", pipeline context `{}`", printable(p)))
             .unwrap_or_default(),
         report.took_us as f64 / 1000.0
     );
     for stage in &report.stages {
         print_stage(stage, true);
     }
-    println!("output: {}", serde_json::to_string_pretty(&report.output)?);
+    println!(
+        "output: {}",
+        printable_text(&serde_json::to_string_pretty(&report.output)?)
+    );
     print_evidence(&report.evidence);
     Ok(())
 }

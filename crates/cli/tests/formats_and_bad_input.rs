@@ -345,3 +345,67 @@ fn bad_requests_name_what_is_wrong() {
         "{err}"
     );
 }
+
+/// Issue 38: each of these files crashed (stack overflow), hung or blew up the memory of
+/// `quarry index` once. `quarry bench hostile` writes them beside an ordinary note and
+/// indexes the folder; every one must be recorded with its reason, and the rest searchable.
+#[test]
+fn hostile_files_are_recorded_and_the_rest_is_searchable() {
+    let env = TestEnv::new();
+    let dir = env.docs().join("hostile");
+    let out = env.ok(&["bench", "hostile", dir.to_str().unwrap()]);
+    let outcome = |file: &str| -> Vec<String> {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(file))
+            .unwrap_or_else(|| panic!("{file} not reported:\n{out}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(str::to_string)
+            .collect()
+    };
+    for file in [
+        "deep-tags.html",
+        "deep-chapter.epub",
+        "long-header.csv",
+        "long-keys.json",
+        "repeated-chapter.epub",
+    ] {
+        assert_eq!(outcome(file)[0], "indexed", "{file}:\n{out}");
+    }
+    for file in ["long-keys.jsonl", "many-paragraphs.docx"] {
+        let words = outcome(file);
+        assert_eq!(words[0], "indexed", "{file}:\n{out}");
+        assert!(
+            words.join(" ").contains("yields at most"),
+            "{file} does not say its text was capped:\n{out}"
+        );
+    }
+    assert_eq!(
+        outcome("nested-arrays.pdf")[..2],
+        ["failed", "too_deeply_nested"]
+    );
+    assert_eq!(
+        outcome("stream-bomb.pdf")[..2],
+        ["failed", "too_large_inflated"]
+    );
+    assert_eq!(
+        outcome("named-pipe.txt")[..2],
+        ["skipped", "not_regular_file"]
+    );
+    assert!(out.contains("okapi.md found    yes"), "{out}");
+    // The deep file's words are found.
+    let hits = env.search_paths("deepest words forty thousand");
+    assert!(
+        hits.first().is_some_and(|p| p.ends_with("deep-tags.html")),
+        "{hits:?}"
+    );
+    // Printed, not asserted: the closing note's figure comes from a release build.
+    eprintln!(
+        "{}",
+        out.lines()
+            .filter(|l| l.starts_with("peak RSS") || l.starts_with("wall time"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

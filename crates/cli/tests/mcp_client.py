@@ -22,6 +22,7 @@ import subprocess
 import sys
 
 import httpx
+from jsonschema import Draft202012Validator
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
@@ -63,6 +64,10 @@ async def exercise(session):
     assert paging["properties"]["sources"]["type"] == "array", paging
     assert tools["knowledge_search"].annotations.readOnlyHint is True
     ok(f"tools listed with their input schemas: {sorted(tools)}")
+    # Strict clients validate the tool list: `"enum": null` once made it invalid (issue 38).
+    for tool in tools.values():
+        Draft202012Validator.check_schema(tool.inputSchema)
+    ok("every advertised input schema is valid JSON Schema (draft 2020-12)")
 
     failed, text = await call(session, "knowledge_search", {"query": QUESTION})
     assert not failed, text
@@ -139,15 +144,28 @@ async def exercise(session):
             # The same words as for a document that does not exist: nothing is disclosed.
             assert str(e) == f"no indexed document at `quarry://doc/{doc}`", e
     ok("a document outside the key's scope reads as one that does not exist")
+    # Resources are the documents the session cited, as the instructions say: not a way
+    # around retrieval to any document in scope (issue 38).
+    note = os.path.join(os.environ["NOTES_DIR"], "uncited.md")
+    with open(note, "w") as f:
+        f.write("# Rhubarb\n\nForce rhubarb under an upturned bucket in February.\n")
+    quarry("index")
+    uncited = json.loads(quarry("doc", "show", note, "--json"))["document"]["id"]
+    try:
+        await session.read_resource(f"quarry://doc/{uncited}")
+        raise AssertionError(f"quarry://doc/{uncited} was readable without being cited")
+    except McpError as e:
+        assert str(e) == f"no indexed document at `quarry://doc/{uncited}`", e
+    ok("a document in scope but not cited in the session reads as one that does not exist")
     return {"source_ref": source_ref}
 
 
 def quarry(*args):
-    subprocess.run(
+    return subprocess.run(
         [os.environ["QUARRY_BIN"], "--data-dir", os.environ["QUARRY_DATA_DIR"], *args],
         check=True,
         capture_output=True,
-    )
+    ).stdout
 
 
 async def stale_reference_is_refused(session):
@@ -214,22 +232,6 @@ async def over_http():
             assert "belongs to another run or conversation" in text, text
             ok("another session's reference is refused")
 
-    for key, expected in [(None, "Bearer"), (os.environ["REVOKED_KEY"], "revoked")]:
-        async with http_session(key) as (read, write, _):
-            async with ClientSession(read, write, client_info=CLIENT) as session:
-                await session.initialize()
-                try:
-                    await session.list_tools()
-                    raise AssertionError(f"tools listed without a valid key ({key})")
-                except McpError as e:
-                    assert expected in str(e), e
-                try:
-                    await session.call_tool("knowledge_search", {"query": QUESTION})
-                    raise AssertionError(f"a tool ran without a valid key ({key})")
-                except McpError as e:
-                    assert expected in str(e), e
-    ok("a missing or revoked key gets an MCP error, never data")
-
     initialize = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -246,6 +248,17 @@ async def over_http():
         "Content-Type": "application/json",
     }
     async with httpx.AsyncClient() as web:
+        # Without a valid key, `initialize` opens no session (issue 38): the refusal comes
+        # before the SDK, as HTTP 401 with a JSON-RPC error.
+        for key, expected in [(None, "Bearer"), (os.environ["REVOKED_KEY"], "revoked")]:
+            keyless = {k: v for k, v in headers.items() if k != "Authorization"}
+            if key:
+                keyless["Authorization"] = f"Bearer {key}"
+            refused = await web.post(url, json=initialize, headers=keyless)
+            assert refused.status_code == 401, (refused.status_code, refused.text)
+            assert "mcp-session-id" not in refused.headers, refused.headers
+            assert expected in refused.json()["error"]["message"], refused.text
+        ok("a missing or revoked key opens no session and gets an error, never data")
         same = await web.post(url, json=initialize, headers=headers)
         assert same.status_code == 200, same.text
         foreign = await web.post(

@@ -984,7 +984,7 @@ fn keyed_library() -> KeyedLibrary {
     KeyedLibrary { env, alice, secret }
 }
 
-/// A service key with ceiling `restricted`; returns its secret.
+/// A service key with ceiling `restricted` that acts for alice; returns its secret.
 fn service_key(env: &TestEnv) -> String {
     let svc = ok_json(
         env,
@@ -996,6 +996,8 @@ fn service_key(env: &TestEnv) -> String {
             "service",
             "--ceiling",
             "restricted",
+            "--acts-for",
+            "alice",
         ],
     );
     svc["secret"].as_str().unwrap().to_string()

@@ -186,7 +186,8 @@ impl Library {
     }
 
     /// Calls a tool for an outside agent (one turn of its session), and writes an audit record
-    /// naming the tool and the client, a refused or failed call too.
+    /// naming the tool and the client (bounded by [`orchestrator::client_label`]), a refused or
+    /// failed call too.
     pub fn agent_call(
         &self,
         principal: &Principal,
@@ -226,7 +227,10 @@ impl Library {
             (Err(e), _) | (Ok(_), Some(e)) => Err(e),
             (Ok(_), None) => Ok(()),
         };
-        let context = format!("client {client}, session {session}");
+        let context = format!(
+            "client {}, session {session}",
+            orchestrator::client_label(client)
+        );
         let detail = match &result {
             Ok(call) if call.is_error => format!("{context}, turn {}", call.turn),
             Ok(call) => format!(
@@ -259,8 +263,8 @@ impl Library {
         orchestrator::cited_documents(&self.engine_context(&key), principal, session)
     }
 
-    /// A whole document for an outside agent, within the caller's scope (audited as
-    /// `mcp.read`).
+    /// A whole document cited in the session, within the caller's scope (audited as
+    /// `mcp.read`; see [`orchestrator::read_document`]).
     pub fn agent_document(
         &self,
         principal: &Principal,
@@ -279,7 +283,10 @@ impl Library {
             &format!("quarry://doc/{document}"),
             &json!({ "document": document }),
             result.as_ref().map(|_| ()),
-            Some(&format!("client {client}, session {session}")),
+            Some(&format!(
+                "client {}, session {session}",
+                orchestrator::client_label(client)
+            )),
             started.elapsed().as_millis() as i64,
         )?;
         result

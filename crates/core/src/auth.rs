@@ -4,8 +4,9 @@
 //! Quarry on this machine), personal API keys (a user's own), and service keys that act for a
 //! named user. Each has a [`Scope`]: the collections it may read and a sensitivity ceiling.
 //! A service key acting for a user gets the intersection of its own scope and that user's, so
-//! it can never see more than the person it acts for. Every retrieval, fetch and `ctx`
-//! operation is filtered by the caller's scope.
+//! it can never see more than the person it acts for, and only for the users it was created
+//! for ([`ApiKey::acts_for`]; [`ANY_USER`] when the administrator chose every user). Every
+//! retrieval, fetch and `ctx` operation is filtered by the caller's scope.
 //!
 //! Keys are random, shown once at creation, and stored only as a SHA-256 hash with a short
 //! public prefix for lookup.
@@ -133,6 +134,9 @@ impl Principal {
     }
 }
 
+/// What a service key's `acts_for` lists when it may act for every user.
+pub const ANY_USER: &str = "*";
+
 /// An API key as listed (never the secret).
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
@@ -153,6 +157,29 @@ pub struct ApiKey {
     pub created_at: i64,
     /// Unix seconds, when revoked.
     pub revoked_at: Option<i64>,
+    /// For a service key, the users it may act for (`["*"]`: every user; `None`: a key made
+    /// before keys named them, which acts for every user too). `None` for a personal key.
+    pub acts_for: Option<Vec<String>>,
+}
+
+impl ApiKey {
+    /// Whether this service key may act for `user`.
+    pub fn may_act_for(&self, user: &str) -> bool {
+        self.kind == PrincipalKind::Service
+            && self
+                .acts_for
+                .as_ref()
+                .is_none_or(|users| users.iter().any(|u| u == user || u == ANY_USER))
+    }
+
+    /// Whether this is a service key that may act for every user.
+    pub fn acts_for_anyone(&self) -> bool {
+        self.kind == PrincipalKind::Service
+            && self
+                .acts_for
+                .as_ref()
+                .is_none_or(|users| users.iter().any(|u| u == ANY_USER))
+    }
 }
 
 /// A new key: the record and the secret, which is shown this once.
@@ -177,6 +204,9 @@ pub struct NewKey {
     pub user: Option<String>,
     /// What it may read.
     pub scope: Scope,
+    /// For a service key (required): the users it may act for, or `["*"]` for every user.
+    #[serde(default)]
+    pub acts_for: Option<Vec<String>>,
 }
 
 fn key_from_row(r: ApiKeyRow) -> ApiKey {
@@ -199,7 +229,57 @@ fn key_from_row(r: ApiKeyRow) -> ApiKey {
         },
         created_at: r.created_at,
         revoked_at: r.revoked_at,
+        // An unreadable list lets it act for nobody, never for everyone.
+        acts_for: r
+            .acts_for
+            .map(|users| serde_json::from_str(&users).unwrap_or_default()),
     }
+}
+
+/// The users a new key may act for, checked: a service key names at least one (or `*` alone),
+/// a personal key none.
+fn checked_acts_for(new: &NewKey) -> Result<Option<Vec<String>>> {
+    let invalid = |reason: &str| Error::InvalidSetting {
+        field: "acts_for".into(),
+        reason: reason.into(),
+    };
+    let named: Vec<String> = new
+        .acts_for
+        .iter()
+        .flatten()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if new.kind != PrincipalKind::Service {
+        if named.is_empty() {
+            return Ok(None);
+        }
+        return Err(invalid("only a service key acts for other users"));
+    }
+    if named.is_empty() {
+        return Err(invalid(
+            "name the users a service key may act for (`*`: every user with a personal key)",
+        ));
+    }
+    if named.iter().any(|u| u == ANY_USER) && named.len() > 1 {
+        return Err(invalid("`*` (every user) stands alone"));
+    }
+    if let Some(bad) = named
+        .iter()
+        .find(|u| u.chars().count() > 64 || u.chars().any(|c| c.is_control() || c == ','))
+    {
+        return Err(invalid(&format!(
+            "`{}` is not a user name (at most 64 characters, no commas or control characters)",
+            bad.chars().take(64).collect::<String>()
+        )));
+    }
+    let mut users = Vec::new();
+    for user in named {
+        if !users.contains(&user) {
+            users.push(user);
+        }
+    }
+    Ok(Some(users))
 }
 
 fn hash_secret(secret: &str) -> String {
@@ -233,6 +313,8 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
         });
     }
     validate_sensitivity("ceiling", &new.scope.sensitivity_ceiling)?;
+    let acts_for = checked_acts_for(new)?
+        .map(|users| serde_json::to_string(&users).expect("strings serialize"));
     if let Some(names) = &new.scope.collections {
         for name in names {
             if store.collection_by_name(name)?.is_none() {
@@ -270,6 +352,7 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
         collections: collections.as_deref(),
         sensitivity_ceiling: &new.scope.sensitivity_ceiling,
         created_at: now_unix(),
+        acts_for: acts_for.as_deref(),
     })?;
     let key = key_by_name(store, &new.name)?;
     Ok(CreatedKey { key, secret })
@@ -322,6 +405,12 @@ pub fn authenticate(store: &Store, secret: &str, acting_for: Option<&str>) -> Re
                     key.name
                 ))
             })?;
+            if !key.may_act_for(user) {
+                return Err(Error::Unauthorized(format!(
+                    "service key `{}` may not act for `{user}`",
+                    key.name
+                )));
+            }
             Ok(Principal {
                 kind: PrincipalKind::Service,
                 id: format!("key:{}@{user}", key.id),
@@ -407,5 +496,61 @@ mod tests {
         assert_eq!(s, scope(Some(&["b"]), "public"));
         let s = scope(None, "internal").intersect(&scope(Some(&["x"]), "restricted"));
         assert_eq!(s, scope(Some(&["x"]), "internal"));
+    }
+
+    fn key(
+        store: &Store,
+        name: &str,
+        kind: PrincipalKind,
+        acts_for: Option<&[&str]>,
+    ) -> Result<CreatedKey> {
+        create_key(
+            store,
+            &NewKey {
+                name: name.into(),
+                kind,
+                user: None,
+                scope: scope(None, "internal"),
+                acts_for: acts_for.map(|u| u.iter().map(|s| s.to_string()).collect()),
+            },
+        )
+    }
+
+    /// Issue 38: a service key acted for anyone named in `X-Quarry-User`.
+    #[test]
+    fn a_service_key_acts_only_for_the_users_it_was_created_for() {
+        let (_dir, store) = crate::store::test_support::temp_store();
+        for user in ["alice", "bob"] {
+            key(&store, user, PrincipalKind::Personal, None).unwrap();
+        }
+        let bot = key(&store, "bot", PrincipalKind::Service, Some(&["alice"])).unwrap();
+        assert_eq!(bot.key.acts_for, Some(vec!["alice".to_string()]));
+        assert!(!bot.key.acts_for_anyone());
+        let alice = authenticate(&store, &bot.secret, Some("alice")).unwrap();
+        assert_eq!(alice.label, "bot for alice");
+        let err = authenticate(&store, &bot.secret, Some("bob")).unwrap_err();
+        assert!(err.to_string().contains("may not act for `bob`"), "{err}");
+
+        let anyone = key(&store, "anyone", PrincipalKind::Service, Some(&["*"])).unwrap();
+        assert!(anyone.key.acts_for_anyone());
+        authenticate(&store, &anyone.secret, Some("bob")).unwrap();
+
+        for (name, kind, acts_for) in [
+            ("unnamed", PrincipalKind::Service, None),
+            ("empty", PrincipalKind::Service, Some(&[" "][..])),
+            (
+                "star-and-more",
+                PrincipalKind::Service,
+                Some(&["*", "bob"][..]),
+            ),
+            ("comma", PrincipalKind::Service, Some(&["a,b"][..])),
+            ("personal", PrincipalKind::Personal, Some(&["bob"][..])),
+        ] {
+            let err = key(&store, name, kind, acts_for).unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidSetting { field, .. } if field == "acts_for"),
+                "{name}: {err}"
+            );
+        }
     }
 }

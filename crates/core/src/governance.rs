@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::audit::{self, AuditFacets, AuditQuery, AuditRecord};
+use crate::audit::{self, AuditFacets, AuditQuery, AuditRecord, AuditSummary, Retention};
 use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
@@ -24,7 +24,9 @@ use crate::pipeline::{
 use crate::pipeline::{TestInput, ToolTestReport};
 use crate::retrieve::{RerankSettings, SearchRequest, SearchResults};
 use crate::store::{SharedSignIndex, VectorTable};
-use crate::tools::{self, Executor, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion};
+use crate::tools::{
+    self, Executor, SaveOptions, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion,
+};
 use crate::Library;
 
 impl Retrieval for Library {
@@ -88,14 +90,79 @@ impl Library {
         tools::get(self.store(), slug)
     }
 
-    /// Creates a tool.
+    /// Creates a tool. Egress to this machine or its networks is refused (see
+    /// [`Library::create_tool_with`]).
     pub fn create_tool(&self, tool: ToolDefinition) -> Result<ToolDefinition> {
-        tools::create(self.store(), &self.executor, tool)
+        self.create_tool_with(tool, SaveOptions::default())
     }
 
-    /// Replaces a tool's definition (its type stays fixed).
+    /// Creates a tool with what the administrator confirmed (egress to this machine or its
+    /// networks, audited as `tool.private_egress`).
+    pub fn create_tool_with(
+        &self,
+        tool: ToolDefinition,
+        options: SaveOptions,
+    ) -> Result<ToolDefinition> {
+        let saved = tools::create(self.store(), &self.executor, tool, options)?;
+        self.audit_private_egress(&saved, &[], options)?;
+        Ok(saved)
+    }
+
+    /// Replaces a tool's definition (its type stays fixed). An egress origin on this machine or
+    /// its networks is kept if the tool had it, and refused if new (see
+    /// [`Library::update_tool_with`]).
     pub fn update_tool(&self, slug: &str, tool: ToolDefinition) -> Result<ToolDefinition> {
-        tools::update(self.store(), &self.executor, slug, tool)
+        self.update_tool_with(slug, tool, SaveOptions::default())
+    }
+
+    /// Replaces a tool's definition with what the administrator confirmed (new egress to this
+    /// machine or its networks, audited as `tool.private_egress`).
+    pub fn update_tool_with(
+        &self,
+        slug: &str,
+        tool: ToolDefinition,
+        options: SaveOptions,
+    ) -> Result<ToolDefinition> {
+        let before = self
+            .tool(slug)
+            .ok()
+            .and_then(|t| t.egress)
+            .unwrap_or_default();
+        let saved = tools::update(self.store(), &self.executor, slug, tool, options)?;
+        self.audit_private_egress(&saved, &before, options)?;
+        Ok(saved)
+    }
+
+    /// Records a confirmed save's new origins on this machine or its networks.
+    fn audit_private_egress(
+        &self,
+        tool: &ToolDefinition,
+        before: &[String],
+        options: SaveOptions,
+    ) -> Result<()> {
+        if !options.allow_private_egress {
+            return Ok(());
+        }
+        let added: Vec<String> = tools::private_origins(tool.egress.as_deref().unwrap_or_default())
+            .into_iter()
+            .filter(|o| !before.iter().any(|b| b.eq_ignore_ascii_case(o)))
+            .collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        audit::record(
+            self.store(),
+            &Principal::administrator().label,
+            "tool.private_egress",
+            &tool.slug,
+            &json!({ "egress": added }),
+            Ok(()),
+            Some(&format!(
+                "egress to this machine or its networks confirmed: {}",
+                added.join(", ")
+            )),
+            0,
+        )
     }
 
     /// Copies a tool under a new slug.
@@ -127,9 +194,15 @@ impl Library {
     }
 
     /// Checks an unsaved definition as saving would, without storing it (the code editor's
-    /// live check).
+    /// live check): egress origins the saved tool has pass, new ones on this machine or its
+    /// networks are a problem.
     pub fn check_tool(&self, tool: ToolDefinition) -> Result<ToolCheck> {
-        tools::check(tool, &self.executor)
+        let confirmed = self
+            .tool(&tool.slug)
+            .ok()
+            .and_then(|t| t.egress)
+            .unwrap_or_default();
+        tools::check(tool, &self.executor, &confirmed, SaveOptions::default())
     }
 
     /// Deletes a tool no pipeline uses.
@@ -142,14 +215,32 @@ impl Library {
         tools::export(self.store(), slugs)
     }
 
-    /// Imports an export file, all or nothing.
+    /// Imports an export file, all or nothing. Egress to this machine or its networks is
+    /// refused (see [`Library::import_tools_with`]).
     pub fn import_tools(
         &self,
         bytes: &[u8],
         path: &Path,
         replace: bool,
     ) -> Result<Vec<ToolDefinition>> {
-        tools::import(self.store(), &self.executor, bytes, path, replace)
+        self.import_tools_with(bytes, path, replace, SaveOptions::default())
+    }
+
+    /// Imports an export file with what the administrator confirmed (egress to this machine or
+    /// its networks, audited as `tool.private_egress` per tool).
+    pub fn import_tools_with(
+        &self,
+        bytes: &[u8],
+        path: &Path,
+        replace: bool,
+        options: SaveOptions,
+    ) -> Result<Vec<ToolDefinition>> {
+        let imported = tools::import(self.store(), &self.executor, bytes, path, replace, options)?;
+        // The import is the confirmation: every such origin it carries is recorded.
+        for tool in &imported {
+            self.audit_private_egress(tool, &[], options)?;
+        }
+        Ok(imported)
     }
 
     /// Tests a tool as `principal` (in a pipeline's context, and a conversation whose
@@ -407,24 +498,34 @@ impl Library {
     }
 
     /// The principal a key secret stands for (a service key must name the user it acts for).
-    /// A refused key is audited (by its public prefix, never the secret).
+    /// A refused key is audited (by its public prefix, never the secret), as one record per
+    /// minute however often it is presented.
     pub fn authenticate(&self, secret: &str, acting_for: Option<&str>) -> Result<Principal> {
+        self.authenticate_from(secret, acting_for, None)
+    }
+
+    /// [`Library::authenticate`] for a key presented by `source` (a server's client, such as
+    /// `127.0.0.1 over MCP HTTP`), which a refusal's audit record names.
+    pub fn authenticate_from(
+        &self,
+        secret: &str,
+        acting_for: Option<&str>,
+        source: Option<&str>,
+    ) -> Result<Principal> {
         let started = Instant::now();
         let result = auth::authenticate(self.store(), secret, acting_for);
         if let Err(e) = &result {
             let prefix: String = secret.chars().take(11).collect();
-            audit::record(
+            audit::record_refused_sign_in(
                 self.store(),
-                "unknown",
-                "auth",
+                source,
                 if prefix.starts_with("qk_") {
                     &prefix
                 } else {
                     "(not a Quarry key)"
                 },
                 &json!({"acting_for": acting_for}),
-                Err(e),
-                None,
+                e,
                 started.elapsed().as_millis() as i64,
             )?;
         }
@@ -439,5 +540,15 @@ impl Library {
     /// The principals, actions and targets on record, to filter the audit by.
     pub fn audit_facets(&self) -> Result<AuditFacets> {
         audit::facets(self.store())
+    }
+
+    /// The audit log's size and what it keeps.
+    pub fn audit_summary(&self) -> Result<AuditSummary> {
+        audit::summary(self.store())
+    }
+
+    /// Sets what the audit log keeps and prunes it now; returns how many records went.
+    pub fn set_audit_retention(&self, retention: &Retention) -> Result<u64> {
+        audit::set_retention(self.store(), retention)
     }
 }

@@ -64,6 +64,8 @@ pub struct StatusReport {
     pub embeddings: Vec<EmbeddingCoverage>,
     /// Bytes on disk (database + full text).
     pub disk_bytes: u64,
+    /// The audit log's size and what it keeps.
+    pub audit: crate::audit::AuditSummary,
 }
 
 /// A document with its chunks.
@@ -406,6 +408,7 @@ impl Library {
             fulltext_applied_seq: self.fulltext.applied_seq()?,
             embeddings: self.store.embedding_coverage()?,
             disk_bytes: dir_size(&self.data_dir),
+            audit: crate::audit::summary(&self.store)?,
         })
     }
 

@@ -445,6 +445,7 @@ fn another_callers_conversation_is_not_found() {
                 collections: None,
                 sensitivity_ceiling: "internal".into(),
             },
+            acts_for: None,
         })
         .unwrap();
     let bob = f.library.authenticate(&key.secret, None).unwrap();

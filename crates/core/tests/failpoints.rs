@@ -58,6 +58,102 @@ fn a_file_deleted_between_walk_and_read_is_recorded_and_healed() {
     assert!(library.verify().unwrap().is_consistent());
 }
 
+/// Indexes on a thread of its own and fails, rather than hangs, when that takes a minute.
+fn index_within_a_minute(library: Library) -> (Library, quarry_core::IndexProgress) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut library = library;
+        let progress = library
+            .writer()
+            .unwrap()
+            .index_all(&IndexOptions::default(), &|_| {})
+            .unwrap();
+        let _ = tx.send((library, progress));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("indexing hung (a read that blocks for good?)")
+}
+
+#[test]
+fn a_file_swapped_for_a_link_after_the_walk_is_not_read_through_it() {
+    let _scenario = FailScenario::setup();
+    let (_data, docs, mut library) = library_with(&[
+        ("stays.md", "The gecko climbs."),
+        ("swapped.md", "The tern migrates over the estuary."),
+    ]);
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+    // Outside every source: a file only the indexing user may read.
+    let private = tempfile::tempdir().unwrap();
+    let secret = private.path().join("secret.txt");
+    std::fs::write(&secret, "The vault combination is marzipan.").unwrap();
+    let swapped = docs.path().join("swapped.md");
+    std::fs::write(&swapped, "The tern migrates over the estuary, twice.").unwrap();
+    let (target, link) = (secret.clone(), swapped.clone());
+    fail::cfg_callback("index_after_walk", move || {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+    })
+    .unwrap();
+    let (library, _) = index_within_a_minute(library);
+    fail::remove("index_after_walk");
+    assert!(
+        library
+            .search(&SearchRequest::new("marzipan vault"))
+            .unwrap()
+            .hits
+            .is_empty(),
+        "the linked file was indexed"
+    );
+    let doc = library.document(&swapped).unwrap();
+    assert_eq!(doc.document.status, DocumentStatus::Failed);
+    assert_eq!(doc.document.reason.as_deref(), Some("replaced"));
+    // What was indexed of the file before stays searchable.
+    assert_eq!(
+        library
+            .search(&SearchRequest::new("estuary"))
+            .unwrap()
+            .hits
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_file_swapped_for_a_named_pipe_after_the_walk_does_not_hang_indexing() {
+    let _scenario = FailScenario::setup();
+    let (_data, docs, library) = library_with(&[
+        ("stays.md", "The gecko climbs."),
+        ("piped.md", "The tern migrates."),
+    ]);
+    let piped = docs.path().join("piped.md");
+    let fifo = piped.clone();
+    fail::cfg_callback("index_after_walk", move || {
+        let _ = std::fs::remove_file(&fifo);
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    })
+    .unwrap();
+    let (library, progress) = index_within_a_minute(library);
+    fail::remove("index_after_walk");
+    assert_eq!(progress.files_indexed, 1);
+    let doc = library.document(&piped).unwrap().document;
+    assert_eq!(doc.status, DocumentStatus::Skipped);
+    assert_eq!(doc.reason.as_deref(), Some("not_regular_file"));
+    assert_eq!(
+        library
+            .search(&SearchRequest::new("gecko"))
+            .unwrap()
+            .hits
+            .len(),
+        1
+    );
+}
+
 #[test]
 fn a_failed_fulltext_commit_is_replayed_from_the_outbox() {
     let _scenario = FailScenario::setup();

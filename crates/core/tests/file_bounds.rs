@@ -42,6 +42,28 @@ fn found(library: &Library, query: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether every `quarry-extract` thread of this process has ended within `wait`.
+fn extraction_threads_end_within(wait: Duration) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        let running = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|name| name.trim() == "quarry-extract")
+            })
+            .count();
+        if running == 0 {
+            return true;
+        }
+        if started.elapsed() > wait {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A folder of one short note (about the okapi) and `tides.txt`, `paragraphs` long.
 fn note_beside_tides(paragraphs: usize) -> (Fixture, std::path::PathBuf) {
     let mut f = Fixture::new();
@@ -92,6 +114,12 @@ fn a_file_past_the_time_budget_is_left_out_and_the_rest_is_indexed() {
         .unwrap_or_default()
         .contains("longer than 0.25 s"));
     assert_eq!(found(&f.library, "okapi Congo"), ["good.md"]);
+    // The extraction left behind stops itself at its next look at the clock, instead of
+    // chunking the whole file for nobody (under `--watch` such threads piled up).
+    assert!(
+        extraction_threads_end_within(Duration::from_secs(5)),
+        "an abandoned extraction thread is still running"
+    );
 
     // With the default budget the same file is indexed on the next scan.
     let mut options = IndexOptions::default();

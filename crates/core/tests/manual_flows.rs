@@ -63,6 +63,7 @@ fn caller(
                 collections,
                 sensitivity_ceiling: ceiling.into(),
             },
+            acts_for: None,
         })
         .unwrap();
     library.authenticate(&created.secret, None).unwrap()

@@ -179,6 +179,36 @@ fn a_source_allowed_to_follow_links_still_never_reaches_another_source_or_the_li
 }
 
 #[test]
+fn links_into_proc_and_sys_are_never_followed_even_when_links_may_leave_the_folder() {
+    let mut fixture = Fixture::new();
+    let public = fixture.add_collection(
+        "pub",
+        "public",
+        "pub",
+        &[("notes.md", "# Notes\n\nZebras graze in the public park.")],
+    );
+    // The indexing process's own environment (keys, tokens) and the kernel's state.
+    symlink("/proc/self/environ", public.join("environ.txt")).unwrap();
+    symlink("/proc/self", public.join("self")).unwrap();
+    symlink("/sys/kernel", public.join("kernel")).unwrap();
+    let source = fixture.library.sources().unwrap()[0].id;
+    fixture
+        .library
+        .set_source_follow_links(source, true)
+        .unwrap();
+    fixture.reindex();
+    let library = &fixture.library;
+    for link in ["environ.txt", "self", "kernel"] {
+        let document = library.document(&public.join(link)).unwrap().document;
+        assert_eq!(document.status, DocumentStatus::Skipped, "{link}");
+        let message = document.last_error.unwrap_or_default();
+        assert!(message.contains("pseudo-filesystem"), "{link}: {message}");
+    }
+    assert!(found(library, &Principal::administrator(), "PATH").is_empty());
+    assert_eq!(found(library, &public_reader(), "zebras"), ["notes.md"]);
+}
+
+#[test]
 fn a_watched_source_with_a_link_to_the_library_does_not_index_itself_in_a_loop() {
     let Linked { fixture, public } = linked();
     let data = fixture.data.path().to_path_buf();

@@ -301,7 +301,11 @@ fn egress_goes_only_to_allowlisted_origins_through_the_host() {
     let source = "from quarry import BaseModel\nclass Inputs(BaseModel):\n    url: str\nclass Output(BaseModel):\n    value: str = ''\nasync def run(input, ctx):\n    r = await ctx.http_get(input['url'])\n    return {'value': r['body']}\n";
     let mut tool = code_tool("fetcher", ToolType::Action, source);
     tool.egress = Some(vec![allowed.clone()]);
-    let tool = f.library.create_tool(tool).unwrap();
+    // The test server is on loopback: the administrator confirms it (issue 38).
+    let confirmed = quarry_core::tools::SaveOptions {
+        allow_private_egress: true,
+    };
+    let tool = f.library.create_tool_with(tool, confirmed).unwrap();
     let out = call(
         &f.library,
         &s,
@@ -874,6 +878,7 @@ fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
                 collections: Some(vec!["c0".into(), "c1".into(), "c2".into(), "c4".into()]),
                 sensitivity_ceiling: "internal".into(),
             },
+            acts_for: None,
         })
         .unwrap();
     // A second key of alice's: one restricted collection. Her keys' ceilings are not pooled:
@@ -887,6 +892,7 @@ fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
                 collections: Some(vec!["c3".into()]),
                 sensitivity_ceiling: "restricted".into(),
             },
+            acts_for: None,
         })
         .unwrap();
     let service = library
@@ -898,6 +904,7 @@ fn keys_are_hashed_scoped_and_service_keys_never_exceed_their_user() {
                 collections: None,
                 sensitivity_ceiling: "restricted".into(),
             },
+            acts_for: Some(vec!["alice".into()]),
         })
         .unwrap();
     drop(library);
@@ -1420,6 +1427,7 @@ fn unconfined_library(admin_allowed: bool) -> (Fixture, Library, Principal) {
                 collections: None,
                 sensitivity_ceiling: "restricted".into(),
             },
+            acts_for: None,
         })
         .unwrap();
     let library = f.reopen(LibraryOptions {

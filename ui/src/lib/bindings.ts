@@ -198,6 +198,11 @@ export type ApiKey = {
 	created_at: number,
 	/**  Unix seconds, when revoked. */
 	revoked_at: number | null,
+	/**
+	 *  For a service key, the users it may act for (`["*"]`: every user; `None`: a key made
+	 *  before keys named them, which acts for every user too). `None` for a personal key.
+	 */
+	acts_for: string[] | null,
 };
 
 /**  Everything the Status view shows. */
@@ -293,6 +298,11 @@ export type AuditRecord = {
 	detail: string | null,
 	/**  Duration. */
 	duration_ms: number,
+	/**
+	 *  How many times it happened: a refused sign-in repeated from one source with one key
+	 *  prefix within a minute is one record that counts up (1 for everything else).
+	 */
+	count: number,
 };
 
 /**  Where answers come from. */
@@ -1022,6 +1032,8 @@ export type NewKey = {
 	user: string | null,
 	/**  What it may read. */
 	scope: Scope,
+	/**  For a service key (required): the users it may act for, or `["*"]` for every user. */
+	acts_for?: string[] | null,
 };
 
 /**

@@ -4,15 +4,17 @@
 //! references the tools return.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use quarry_core::llm::ToolSpec;
+use quarry_core::orchestrator::client_label;
 use quarry_core::{DocumentId, Library, Principal};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    Implementation, InitializeRequestParams, InitializeResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -21,7 +23,7 @@ use serde_json::Value;
 /// The URI scheme of documents read as resources.
 const DOCUMENT_URI: &str = "quarry://doc/";
 /// JSON-RPC's range for server-defined errors: the caller is not authenticated.
-const UNAUTHORIZED: ErrorCode = ErrorCode(-32001);
+pub const UNAUTHORIZED: ErrorCode = ErrorCode(-32001);
 /// The header naming the user a service key acts for, over HTTP.
 pub const USER_HEADER: &str = "x-quarry-user";
 
@@ -52,7 +54,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn library(&self) -> std::sync::MutexGuard<'_, Library> {
+    pub fn library(&self) -> std::sync::MutexGuard<'_, Library> {
         // A panicked request leaves nothing half-written in the handle (SQLite rolls back).
         self.library.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -74,6 +76,8 @@ pub struct QuarryMcp {
     shared: Arc<Shared>,
     /// This MCP session's engine session for each principal that used it.
     sessions: Arc<Mutex<HashMap<String, String>>>,
+    /// The client's name from its `initialize`, bounded once there (`client_label`).
+    client: Arc<OnceLock<String>>,
 }
 
 /// An authenticated request: who asks, in which engine session, from which client.
@@ -88,6 +92,7 @@ impl QuarryMcp {
         QuarryMcp {
             shared,
             sessions: Arc::default(),
+            client: Arc::default(),
         }
     }
 
@@ -100,7 +105,7 @@ impl QuarryMcp {
         work: impl FnOnce(&Library, &Caller) -> Result<T, ErrorData> + Send + 'static,
     ) -> Result<T, ErrorData> {
         let credentials = self.credentials(context)?;
-        let client = client_name(context);
+        let client = self.client_name(context);
         let parts = context.extensions.get::<::http::request::Parts>();
         // Without an MCP session (stateless HTTP) there is nothing per-session to hang state
         // on: such requests share one engine session per caller for the server's life.
@@ -157,29 +162,51 @@ impl QuarryMcp {
             Identity::Administrator => Ok(None),
             Identity::Key { secret, user } => Ok(Some((secret.clone(), user.clone()))),
             Identity::BearerPerRequest => {
-                let parts = context.extensions.get::<::http::request::Parts>();
-                let header = |name: &str| {
-                    parts
-                        .and_then(|p| p.headers.get(name))
-                        .and_then(|v| v.to_str().ok())
-                };
-                let secret = header("authorization")
-                    .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("bearer ")))
-                    .map(str::trim)
-                    .ok_or_else(|| {
-                        ErrorData::new(
-                            UNAUTHORIZED,
-                            "unauthorized: send a Quarry API key as `Authorization: Bearer KEY`",
-                            None,
-                        )
-                    })?;
-                Ok(Some((
-                    secret.to_string(),
-                    header(USER_HEADER).map(str::to_string),
-                )))
+                let headers = context
+                    .extensions
+                    .get::<::http::request::Parts>()
+                    .map(|p| &p.headers);
+                let secret = headers
+                    .and_then(bearer)
+                    .ok_or_else(|| ErrorData::new(UNAUTHORIZED, NO_KEY, None))?;
+                Ok(Some((secret, headers.and_then(acting_for))))
             }
         }
     }
+
+    /// The client's name: as bounded at its `initialize`, else (a request without a session)
+    /// from the peer information the SDK keeps, bounded now.
+    fn client_name(&self, context: &RequestContext<RoleServer>) -> String {
+        match self.client.get() {
+            Some(name) => name.clone(),
+            None => {
+                let info = context.peer.peer_info();
+                client_label(info.as_ref().map_or("", |i| i.client_info.name.as_str()))
+            }
+        }
+    }
+}
+
+/// What a request without a key is told.
+pub const NO_KEY: &str = "unauthorized: send a Quarry API key as `Authorization: Bearer KEY`";
+
+/// The key in a request's `Authorization: Bearer KEY` header.
+pub fn bearer(headers: &::http::HeaderMap) -> Option<String> {
+    headers
+        .get(::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("bearer ")))
+        .map(str::trim)
+        .filter(|secret| !secret.is_empty())
+        .map(str::to_string)
+}
+
+/// The user a service key acts for, from the request's `X-Quarry-User` header.
+pub fn acting_for(headers: &::http::HeaderMap) -> Option<String> {
+    headers
+        .get(USER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// An engine error as an MCP error, keeping its code.
@@ -190,16 +217,6 @@ fn engine_error(error: quarry_core::Error) -> ErrorData {
         quarry_core::ErrorKind::InvalidInput => ErrorData::invalid_params(error.to_string(), data),
         _ => ErrorData::internal_error(error.to_string(), data),
     }
-}
-
-/// The client's name from its `initialize`, for the trace and the audit log.
-fn client_name(context: &RequestContext<RoleServer>) -> String {
-    context
-        .peer
-        .peer_info()
-        .map(|info| info.client_info.name.clone())
-        .filter(|name| !name.trim().is_empty())
-        .unwrap_or_else(|| "unnamed client".into())
 }
 
 /// An engine tool as an MCP tool: its input schema is what the engine validates against.
@@ -232,6 +249,18 @@ impl ServerHandler for QuarryMcp {
              back in this session (fetch tools unlock once run_pipeline has returned evidence). \
              Cited documents are readable as quarry://doc/ID resources.",
         )
+    }
+
+    /// The SDK's own `initialize`, keeping the client's name bounded once for every later
+    /// call of the session (the trace and the audit log record it on each).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let _ = self.client.set(client_label(&request.client_info.name));
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(

@@ -3,14 +3,19 @@
 //!
 //! - `handler`: the MCP methods (tools and resources) over the engine's outside-agent
 //!   sessions (`Library::agent_*`), each request authenticated;
-//! - `http`: Streamable HTTP on a loopback address, with Host and Origin checks.
+//! - `http`: Streamable HTTP on a loopback address, with Host and Origin checks, capped and
+//!   timed-out connections;
+//! - `gate`: in front of the SDK over HTTP: keys before sessions, refused keys throttled,
+//!   sessions capped, `clientInfo` bounded.
 //!
 //! stdout is the protocol on stdio: logs go to stderr (the CLI's subscriber), never stdout.
 
+mod gate;
 mod handler;
 mod http;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -43,11 +48,45 @@ pub struct McpArgs {
     /// stdio; every request then carries its key as `Authorization: Bearer KEY`
     #[arg(long, value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// Over HTTP: most connections open at once [default: 256, at most half the open-file limit]
+    #[arg(long, hide = true)]
+    max_connections: Option<usize>,
+    /// Over HTTP: seconds a connection may wait for a request before it is closed
+    #[arg(long, hide = true, default_value_t = 30.0)]
+    idle_timeout: f64,
+    /// Over HTTP: most MCP sessions open at once
+    #[arg(long, hide = true, default_value_t = 128)]
+    max_sessions: usize,
+    /// Over HTTP: most MCP sessions per key (one more closes the key's oldest)
+    #[arg(long, hide = true, default_value_t = 16)]
+    max_sessions_per_key: usize,
+    /// Over HTTP: refused keys a client may present per minute before it is answered 429
+    #[arg(long, hide = true, default_value_t = 10)]
+    failed_sign_ins_per_minute: u32,
+}
+
+impl McpArgs {
+    /// The HTTP server's limits from the (hidden) flags.
+    fn limits(&self) -> Result<http::Limits> {
+        let defaults = http::Limits::default();
+        if !(self.idle_timeout.is_finite() && self.idle_timeout > 0.0) {
+            bail!("--idle-timeout takes a positive number of seconds");
+        }
+        Ok(http::Limits {
+            max_connections: self.max_connections.unwrap_or(defaults.max_connections),
+            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            max_sessions: self.max_sessions.max(1),
+            max_sessions_per_key: self.max_sessions_per_key.max(1),
+            failed_sign_ins_per_minute: self.failed_sign_ins_per_minute.max(1),
+            ..defaults
+        })
+    }
 }
 
 /// Runs the server until the client leaves (stdio) or the process is stopped (HTTP).
 pub fn run(args: McpArgs, library: Library) -> Result<()> {
     let identity = identity(&args, &library)?;
+    let limits = args.limits()?;
     // Fails before serving when the configuration or mode does not exist.
     library
         .orchestrator_revision(args.config.as_deref().unwrap_or(DEFAULT_CONFIG), None)?
@@ -60,7 +99,7 @@ pub fn run(args: McpArgs, library: Library) -> Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         match args.http {
-            Some(address) => http::serve(shared, address).await,
+            Some(address) => http::serve(shared, address, limits).await,
             None => serve_stdio(shared).await,
         }
     })

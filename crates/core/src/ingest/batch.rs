@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use rusqlite::Transaction;
 
 use super::options::IndexOptions;
-use super::outcome::{extract_outcome, IndexedFile, NotIndexedFile, Outcome};
+use super::outcome::{
+    extract_outcome, not_indexed, read_checked, IndexedFile, NotIndexedFile, Outcome,
+};
 use super::progress::{IndexEvent, IndexProgress};
 use super::run::Run;
 use super::walk::FileStat;
@@ -105,13 +107,13 @@ impl<'o> BatchWriter<'o> {
         outcome: Outcome,
         progress: &mut IndexProgress,
     ) -> Result<Option<Outcome>> {
-        let (stat, hash, from) = match outcome {
-            Outcome::Renamed { stat, hash, from } => (stat, hash, from),
+        let (stat, from) = match outcome {
+            Outcome::Renamed { stat, from } => (stat, from),
             other => return Ok(Some(other)),
         };
         let Some(&id) = from.iter().find(|id| !self.claimed.contains(id)) else {
             // Another copy already took that document: index this one normally.
-            return Ok(Some(self.read_again(stat, hash)));
+            return Ok(Some(self.read_again(stat)));
         };
         let old_path = writes::document_path(tx, id)?;
         writes::move_document(tx, id, &old_path, &facts(&stat))?;
@@ -121,15 +123,14 @@ impl<'o> BatchWriter<'o> {
         Ok(None)
     }
 
-    fn read_again(&self, stat: FileStat, hash: String) -> Outcome {
-        match std::fs::read(&stat.path) {
-            Ok(bytes) => extract_outcome(stat, hash, bytes, self.options),
-            Err(e) => Outcome::not_indexed(
-                stat,
-                DocumentStatus::Failed,
-                "unreadable",
-                format!("cannot read: {e}"),
-            ),
+    /// Reads a file again, as the walk saw it (see `outcome::read_checked`).
+    fn read_again(&self, stat: FileStat) -> Outcome {
+        match read_checked(&stat, self.options.max_file_size) {
+            Ok(bytes) => {
+                let hash = blake3::hash(&bytes).to_hex().to_string();
+                extract_outcome(stat, hash, bytes, self.options)
+            }
+            Err(n) => not_indexed(stat, n),
         }
     }
 

@@ -12,7 +12,7 @@
 //! Tokens are counted with [`count_tokens`], an estimate of WordPiece tokens (MiniLM-style
 //! models) that needs no model: the real tokenizer would cost more than the extraction.
 
-use super::extract::{Block, BlockKind, LineIndex};
+use super::extract::{Block, BlockKind, Budget, LineIndex, NotIndexed};
 use crate::store::{ChunkLocation, NewChunk};
 
 /// Chunk sizes, in estimated model tokens.
@@ -102,7 +102,14 @@ struct Piece {
 }
 
 /// Cuts blocks into chunks.
-pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewChunk> {
+/// Checks the budget's deadline every this many blocks.
+const CHECK_EVERY: usize = 256;
+
+pub(crate) fn chunk_blocks(
+    blocks: &[Block],
+    options: &ChunkOptions,
+    budget: &Budget,
+) -> Result<Vec<NewChunk>, NotIndexed> {
     let max = options.max_tokens.max(16);
     let overlap = options.overlap_tokens.min(max / 2);
     let mut headings: Vec<(u8, String)> = Vec::new();
@@ -114,7 +121,10 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
     let mut chunk_heading = String::new();
     let mut chunk_has_text = false;
 
-    for block in blocks {
+    for (i, block) in blocks.iter().enumerate() {
+        if i % CHECK_EVERY == 0 {
+            budget.check()?;
+        }
         let tokens = count_tokens(&block.text);
         if tokens == 0 {
             continue;
@@ -182,7 +192,7 @@ pub(crate) fn chunk_blocks(blocks: &[Block], options: &ChunkOptions) -> Vec<NewC
         });
     }
     emit(&mut chunks, &mut current, &chunk_heading);
-    chunks
+    Ok(chunks)
 }
 
 fn emit(chunks: &mut Vec<NewChunk>, current: &mut Vec<Piece>, heading_path: &str) {
@@ -290,7 +300,7 @@ mod tests {
             block(BlockKind::Heading(2), "Use", 9),
             block(BlockKind::Text, "Open it.", 11),
         ];
-        let chunks = chunk_blocks(&blocks, &ChunkOptions::default());
+        let chunks = chunk_blocks(&blocks, &ChunkOptions::default(), &Budget::unbounded()).unwrap();
         assert_eq!(chunks.len(), 3);
         assert_eq!(chunks[0].heading_path, "Guide");
         assert_eq!(chunks[1].heading_path, "Guide › Install");
@@ -321,7 +331,7 @@ mod tests {
             min_section_tokens: 12,
             ..Default::default()
         };
-        let chunks = chunk_blocks(&blocks, &options);
+        let chunks = chunk_blocks(&blocks, &options, &Budget::unbounded()).unwrap();
         let paths: Vec<&str> = chunks.iter().map(|c| c.heading_path.as_str()).collect();
         // The book's name has nothing under it: it joins Profiles, which the chunk is named by;
         // Dev is too short alone and joins too; Release fills its own; Test ends the page.
@@ -330,7 +340,12 @@ mod tests {
         assert!(chunks[0].text.contains("Dev\n\nThe dev profile"));
         assert_eq!(chunks[0].location.line_start, Some(1));
         // Every heading starting a chunk (the default) gives one chunk a section.
-        assert_eq!(chunk_blocks(&blocks, &ChunkOptions::default()).len(), 5);
+        assert_eq!(
+            chunk_blocks(&blocks, &ChunkOptions::default(), &Budget::unbounded())
+                .unwrap()
+                .len(),
+            5
+        );
     }
 
     #[test]
@@ -342,7 +357,12 @@ mod tests {
             overlap_tokens: 20,
             ..Default::default()
         };
-        let chunks = chunk_blocks(&[block(BlockKind::Text, &text, 1)], &options);
+        let chunks = chunk_blocks(
+            &[block(BlockKind::Text, &text, 1)],
+            &options,
+            &Budget::unbounded(),
+        )
+        .unwrap();
         assert!(chunks.len() >= 6, "{}", chunks.len());
         for c in &chunks {
             assert!(c.token_count as usize <= 100);
@@ -361,7 +381,12 @@ mod tests {
             overlap_tokens: 10,
             ..Default::default()
         };
-        let chunks = chunk_blocks(&[block(BlockKind::Code, &text.join("\n"), 10)], &options);
+        let chunks = chunk_blocks(
+            &[block(BlockKind::Code, &text.join("\n"), 10)],
+            &options,
+            &Budget::unbounded(),
+        )
+        .unwrap();
         assert!(chunks.len() > 5);
         for c in &chunks {
             let first: u32 = c.text.lines().next().unwrap()[4..].parse().unwrap();
@@ -387,7 +412,7 @@ mod tests {
             overlap_tokens: 8,
             ..Default::default()
         };
-        let chunks = chunk_blocks(&blocks, &options);
+        let chunks = chunk_blocks(&blocks, &options, &Budget::unbounded()).unwrap();
         assert!(chunks.len() > 5);
         for c in &chunks {
             assert!(c.token_count <= 40);

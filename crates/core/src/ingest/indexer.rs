@@ -279,6 +279,7 @@ fn plan(
                     size: 0,
                     mtime_ns: 0,
                     inode: None,
+                    device: None,
                 };
                 let row = Outcome::not_indexed(stat, DocumentStatus::Failed, reason, message);
                 plan.rows.push(row);

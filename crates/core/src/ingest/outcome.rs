@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::Path;
 
 use super::chunk::chunk_blocks;
-use super::extract::{extract, NotIndexed};
+use super::extract::{extract, timeout, Budget, NotIndexed};
 use super::options::IndexOptions;
 use super::walk::FileStat;
 use crate::ids::DocumentId;
@@ -19,7 +19,6 @@ pub(super) enum Outcome {
     /// Same content as a document whose file is gone: a rename.
     Renamed {
         stat: FileStat,
-        hash: String,
         from: Vec<DocumentId>,
     },
     /// New content.
@@ -72,7 +71,7 @@ pub(super) fn process_file(
     removed_by_hash: &HashMap<String, Vec<DocumentId>>,
     options: &IndexOptions,
 ) -> Outcome {
-    let bytes = match read_limited(&stat.path, options.max_file_size) {
+    let bytes = match read_checked(&stat, options.max_file_size) {
         Ok(b) => b,
         Err(n) => return not_indexed(stat, n),
     };
@@ -92,7 +91,6 @@ pub(super) fn process_file(
         if let Some(from) = removed_by_hash.get(&hash) {
             return Outcome::Renamed {
                 stat,
-                hash,
                 from: from.clone(),
             };
         }
@@ -100,7 +98,7 @@ pub(super) fn process_file(
     extract_outcome(stat, hash, bytes, options)
 }
 
-fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
+pub(super) fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
     match n {
         NotIndexed::Skipped { reason, message } => {
             Outcome::not_indexed(stat, DocumentStatus::Skipped, reason, message)
@@ -113,8 +111,9 @@ fn not_indexed(stat: FileStat, n: NotIndexed) -> Outcome {
 
 /// Extracts and chunks content already read and hashed, within the per-file bounds: at most
 /// `max_chunks_per_file` chunks (the head of the file; the document says what was left out),
-/// and at most `file_time_budget` (a file that takes longer is left out with reason `timeout`,
-/// so one pathological file never holds up the rest of a folder).
+/// text in proportion to the file's size (see `extract::Budget`), and at most
+/// `file_time_budget` (a file that takes longer is left out with reason `timeout`, so one
+/// pathological file never holds up the rest of a folder, and its extraction stops itself).
 pub(super) fn extract_outcome(
     stat: FileStat,
     hash: String,
@@ -123,28 +122,18 @@ pub(super) fn extract_outcome(
 ) -> Outcome {
     let path = stat.path.clone();
     let (limits, chunking, cap) = (options.limits, options.chunk, options.max_chunks_per_file);
+    let budget = Budget::new(bytes.len() as u64, options.file_time_budget);
     let work = move || {
-        let extracted = extract(&path, &bytes, &limits)?;
-        let mut chunks = chunk_blocks(&extracted.blocks, &chunking);
+        let extracted = extract(&path, &bytes, &limits, &budget)?;
+        let mut chunks = chunk_blocks(&extracted.blocks, &chunking, &budget)?;
         let produced = chunks.len();
         chunks.truncate(cap);
         Ok::<_, NotIndexed>((extracted, chunks, produced))
     };
-    let budget = options.file_time_budget;
-    let (mut extracted, chunks, produced) = match within(budget, work) {
+    let (mut extracted, chunks, produced) = match within(options.file_time_budget, work) {
         Some(Ok(done)) => done,
         Some(Err(n)) => return not_indexed(stat, n),
-        None => {
-            return Outcome::not_indexed(
-                stat,
-                DocumentStatus::Failed,
-                "timeout",
-                format!(
-                    "extracting and chunking took longer than {} s, so the file was left out and the rest of the folder indexed",
-                    budget.as_secs_f64()
-                ),
-            )
-        }
+        None => return not_indexed(stat, timeout(options.file_time_budget)),
     };
     if produced > chunks.len() {
         let capped = format!(
@@ -181,9 +170,14 @@ pub(super) fn extract_outcome(
     })
 }
 
+/// Stack of an extraction thread. No extractor of ours recurses over input nesting, and the
+/// parsers we do not own are kept from it (`pdf_scan`), so this is headroom, not a bound: a
+/// stack overflow aborts the process and cannot be caught.
+const EXTRACT_STACK: usize = 64 << 20;
+
 /// Runs `work` on a thread of its own and waits at most `budget` for it; `None` when it took
-/// longer. The thread then finishes on its own (Rust cannot stop it) and its answer is dropped;
-/// what it holds is bounded by the file size limit.
+/// longer. The work checks the same deadline in its loops (`extract::Budget`), so it stops
+/// soon after and its answer is dropped.
 fn within<T: Send + 'static>(
     budget: std::time::Duration,
     work: impl FnOnce() -> T + Send + 'static,
@@ -191,6 +185,7 @@ fn within<T: Send + 'static>(
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new()
         .name("quarry-extract".into())
+        .stack_size(EXTRACT_STACK)
         .spawn(move || {
             let _ = tx.send(work());
         });
@@ -210,8 +205,14 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Reads a file, refusing to read past `max` bytes (it may have grown since the walk).
-fn read_limited(path: &Path, max: u64) -> std::result::Result<Vec<u8>, NotIndexed> {
+/// Reads the file the walk saw, refusing to read past `max` bytes (it may have grown since).
+///
+/// Between the walk and the read, whoever can write into the folder can swap the file for a
+/// symbolic link to any file this user can read (which would then be indexed and searchable
+/// for every key on the collection), or for a named pipe (which would block the read for
+/// good). So the file is opened without blocking, and read only if the opened descriptor is
+/// still a regular file, the one (device and inode) the walk saw.
+pub(super) fn read_checked(stat: &FileStat, max: u64) -> std::result::Result<Vec<u8>, NotIndexed> {
     let io_failure = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::NotFound => {
             NotIndexed::failed("vanished", "the file was deleted before it could be read")
@@ -221,7 +222,20 @@ fn read_limited(path: &Path, max: u64) -> std::result::Result<Vec<u8>, NotIndexe
         }
         _ => NotIndexed::failed("unreadable", format!("cannot read: {e}")),
     };
-    let file = std::fs::File::open(path).map_err(io_failure)?;
+    let file = open_nonblocking(&stat.path).map_err(io_failure)?;
+    let opened = file.metadata().map_err(io_failure)?;
+    if !opened.is_file() {
+        return Err(NotIndexed::skipped(
+            "not_regular_file",
+            "not a regular file (FIFO, socket or device): it was replaced after the folder was walked",
+        ));
+    }
+    if !same_file(stat, &opened) {
+        return Err(NotIndexed::failed(
+            "replaced",
+            "the file was replaced (by a link or another file) between the walk and the read, so it was not read; the next scan reads it again",
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(max + 1)
         .read_to_end(&mut bytes)
@@ -233,4 +247,33 @@ fn read_limited(path: &Path, max: u64) -> std::result::Result<Vec<u8>, NotIndexe
         ));
     }
     Ok(bytes)
+}
+
+/// Opens for reading without blocking: a named pipe put in the file's place opens at once
+/// (and is then refused) instead of waiting for a writer.
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// Whether the opened file is the one the walk saw (where the platform says which that is).
+#[cfg(unix)]
+fn same_file(stat: &FileStat, opened: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    stat.inode.is_none_or(|inode| inode == opened.ino() as i64)
+        && stat.device.is_none_or(|device| device == opened.dev())
+}
+
+#[cfg(not(unix))]
+fn same_file(_stat: &FileStat, _opened: &std::fs::Metadata) -> bool {
+    true
 }

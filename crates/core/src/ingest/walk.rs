@@ -50,6 +50,9 @@ pub(crate) struct FileStat {
     /// The inode number where the platform has one: a file renamed over another keeps its
     /// own size and mtime, which may equal the old file's, but never its inode.
     pub inode: Option<i64>,
+    /// The device the file is on, with `inode` what the read checks it still opens (see
+    /// `outcome::read_checked`): a file swapped for a link after the walk is not read.
+    pub device: Option<u64>,
 }
 
 impl FileStat {
@@ -65,6 +68,7 @@ impl FileStat {
             size: meta.len(),
             mtime_ns,
             inode: inode(meta),
+            device: device(meta),
         }
     }
 }
@@ -119,6 +123,62 @@ fn inode(_meta: &std::fs::Metadata) -> Option<i64> {
     None
 }
 
+#[cfg(unix)]
+fn device(meta: &std::fs::Metadata) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.dev())
+}
+
+#[cfg(not(unix))]
+fn device(_meta: &std::fs::Metadata) -> Option<u64> {
+    None
+}
+
+/// Whether `path` is in a kernel pseudo-filesystem (`/proc`, `/sys`, debugfs…): its files are
+/// views of the running system (another process's memory and environment, the kernel's
+/// state), never documents, so no link leads there, whatever a source allows.
+pub(crate) fn is_pseudo_filesystem(path: &Path) -> bool {
+    const PSEUDO_ROOTS: &[&str] = &["/proc", "/sys", "/dev"];
+    PSEUDO_ROOTS.iter().any(|root| path.starts_with(root)) || pseudo_filesystem_type(path)
+}
+
+/// The filesystem's magic number says it is a pseudo-filesystem (wherever it is mounted).
+#[cfg(target_os = "linux")]
+fn pseudo_filesystem_type(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    // From linux/magic.h: proc, sysfs, debugfs, tracefs, securityfs, cgroup, cgroup2, bpf,
+    // devpts, configfs, pstore, efivarfs.
+    const PSEUDO_MAGIC: &[i64] = &[
+        0x9fa0,
+        0x6265_6572,
+        0x6462_6720,
+        0x7472_6163,
+        0x7363_6673,
+        0x0027_e0eb,
+        0x6367_7270,
+        0xcafe_4a11,
+        0x1cd1,
+        0x6265_6570,
+        0x6165_676c,
+        0xde5e_81e4,
+    ];
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a zeroed statfs the call fills in.
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut fs) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    PSEUDO_MAGIC.contains(&(fs.f_type as i64))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pseudo_filesystem_type(_path: &Path) -> bool {
+    false
+}
+
 /// Where a source's symbolic links may lead. A link is a way around a collection's boundary:
 /// a link in a public folder to a file of a restricted one would publish it, and a link to the
 /// library's data directory would index the library itself (and, watched, re-index it on every
@@ -139,6 +199,12 @@ impl LinkBounds {
     /// walk, which reports it).
     fn refusal(&self, link: &Path) -> Option<String> {
         let target = std::fs::canonicalize(link).ok()?;
+        if is_pseudo_filesystem(&target) {
+            return Some(format!(
+                "symbolic link to {}, in a kernel pseudo-filesystem (/proc, /sys…), which is never read through a link",
+                target.display()
+            ));
+        }
         if target.starts_with(&self.root) {
             return None;
         }
@@ -305,6 +371,7 @@ fn link_stat(path: &Path) -> FileStat {
             size: 0,
             mtime_ns: 0,
             inode: None,
+            device: None,
         })
 }
 

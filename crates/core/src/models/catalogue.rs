@@ -129,6 +129,24 @@ impl Models {
 
     /// The installed model `id` (not yet verified: [`InstalledModel::verify`] does that).
     pub fn find(&self, id: &str) -> Result<InstalledModel> {
+        let model = self.locate(id)?;
+        // A folder imported under a catalogue id (before imports refused them, or placed by
+        // hand) would stand in for the pinned model everywhere that id is asked for.
+        if spec(id).is_some() && model.origin.starts_with("import:") {
+            return Err(Error::ModelFileBad {
+                path: model.dir.join(RECORD_FILE),
+                problem: format!(
+                    "the record of an import ({}), not of the catalogue model `{id}` pinned by sha256",
+                    model.origin
+                ),
+                fix: fix_command(id),
+            });
+        }
+        Ok(model)
+    }
+
+    /// The installed folder for `id` as its record describes it, whatever it holds.
+    fn locate(&self, id: &str) -> Result<InstalledModel> {
         for dir in &self.dirs {
             let folder = dir.join(id);
             if folder.join(RECORD_FILE).is_file() {

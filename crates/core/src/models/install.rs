@@ -276,7 +276,7 @@ impl Models {
 }
 
 /// The id an import installs under: the one given, else `name` lowercased; checked to be a
-/// usable folder name.
+/// usable folder name that no catalogue model and no device name claims.
 fn import_id(source: &Path, id: Option<&str>, name: Option<&std::ffi::OsStr>) -> Result<String> {
     let invalid = |reason: String| Error::InvalidModel {
         path: source.to_path_buf(),
@@ -288,17 +288,67 @@ fn import_id(source: &Path, id: Option<&str>, name: Option<&std::ffi::OsStr>) ->
             .map(|n| n.to_string_lossy().to_lowercase())
             .ok_or_else(|| invalid("cannot name it; pass --id".into()))?,
     };
-    if id.is_empty()
-        || !id
+    check_import_id(&id).map_err(invalid)?;
+    Ok(id)
+}
+
+/// Longest id an import may take (a folder name on every platform).
+const MAX_IMPORT_ID: usize = 128;
+
+/// Windows device names: a folder called `con` or `nul.onnx` cannot be created or opened
+/// there (the name reaches the device), whatever the case and extension.
+const DEVICE_NAMES: &[&str] = &["con", "prn", "aux", "nul"];
+
+/// Why `id` cannot name an imported model, if it cannot. An import under a catalogue id would
+/// replace the sha256-pinned model in its folder, and everything that asks for that id (the
+/// default chat model, a collection's embedder) would load the import instead (issue 38), so
+/// catalogue ids (and the runtime's) are refused, in any case, since macOS and Windows
+/// folders ignore case.
+fn check_import_id(id: &str) -> std::result::Result<(), String> {
+    let usable = !id.is_empty()
+        && id.len() <= MAX_IMPORT_ID
+        && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        || id.starts_with('.')
-    {
-        return Err(invalid(format!(
-            "`{id}` is not a usable id (letters, digits, `-`, `_`, `.`)"
-        )));
+        && !id.starts_with('.')
+        // Windows drops a trailing dot: `qwen.` would be the folder `qwen`.
+        && !id.ends_with('.');
+    if !usable {
+        return Err(format!(
+            "`{id}` is not a usable id (1 to {MAX_IMPORT_ID} letters, digits, `-`, `_`, `.`, \
+             not starting or ending with `.`)"
+        ));
     }
-    Ok(id)
+    let lower = id.to_ascii_lowercase();
+    if lower == super::RUNTIME_ID || lower == manifest().runtime.install_dir.to_ascii_lowercase() {
+        return Err(format!(
+            "`{id}` is where the ONNX Runtime library is installed; import under another id \
+             (--id)"
+        ));
+    }
+    if let Some(model) = manifest()
+        .models
+        .iter()
+        .find(|m| m.id.eq_ignore_ascii_case(id))
+    {
+        return Err(format!(
+            "`{id}` is the id of the catalogue model `{}`, which is pinned by sha256 and \
+             installed with `quarry models fetch {}`; import under another id (--id)",
+            model.id, model.id
+        ));
+    }
+    let stem = lower.split('.').next().unwrap_or_default();
+    let numbered = |prefix: &str| {
+        stem.strip_prefix(prefix)
+            .is_some_and(|n| n.len() == 1 && n.as_bytes()[0].is_ascii_digit())
+    };
+    if DEVICE_NAMES.contains(&stem) || numbered("com") || numbered("lpt") {
+        return Err(format!(
+            "`{id}` is a reserved device name on Windows (`{stem}`); import under another id \
+             (--id)"
+        ));
+    }
+    Ok(())
 }
 
 /// Where files come from: the hub and the credentials for it, and the package index pip
@@ -734,6 +784,118 @@ mod tests {
             .find_kind("tiny-chat", ModelKind::Embedding)
             .unwrap_err();
         assert!(err.to_string().contains("is a chat model"), "{err}");
+    }
+
+    /// Issue 38: `models import --id <a catalogue id>` replaced the sha256-pinned model, and
+    /// chat loaded the import; device names made folders Windows cannot open.
+    #[test]
+    fn imports_refuse_catalogue_ids_and_reserved_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = Models::at(vec![dir.path().join("models")]);
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        let gguf = dir.path().join("mine.gguf");
+        std::fs::write(&gguf, b"GGUF\x03\x00\x00\x00 header only").unwrap();
+        let chat = crate::models::default_llm_model();
+        for id in [chat.to_string(), chat.to_uppercase()] {
+            let err = models.import(&gguf, Some(&id), ModelKind::Llm).unwrap_err();
+            assert_eq!(err.code(), "invalid_model");
+            let message = err.to_string();
+            assert!(message.contains(&format!("`{id}`")), "{message}");
+            assert!(message.contains("catalogue model"), "{message}");
+            assert!(
+                message.contains(&format!("quarry models fetch {chat}")),
+                "{message}"
+            );
+        }
+        assert!(
+            !models.install_dir().join(chat).exists(),
+            "nothing was installed under the catalogue id"
+        );
+        let embedder = crate::models::default_embedding_model();
+        let folder = dir.path().join(embedder);
+        std::fs::create_dir_all(&folder).unwrap();
+        // Named by the folder, as `quarry models import DIR` without --id names it.
+        let err = models
+            .import(&folder, None, ModelKind::Embedding)
+            .unwrap_err();
+        assert!(err.to_string().contains("catalogue model"), "{err}");
+        let err = models
+            .import(&gguf, Some(crate::models::RUNTIME_ID), ModelKind::Llm)
+            .unwrap_err();
+        assert!(err.to_string().contains("ONNX Runtime"), "{err}");
+
+        for id in [
+            "con",
+            "CON",
+            "prn",
+            "aux",
+            "Nul",
+            "nul.gguf",
+            "com1",
+            "COM9",
+            "com0",
+            "lpt1",
+            "LPT9.onnx",
+            "con.tar.gz",
+        ] {
+            let err = models.import(&gguf, Some(id), ModelKind::Llm).unwrap_err();
+            assert!(
+                err.to_string().contains("reserved device name"),
+                "{id}: {err}"
+            );
+        }
+        // The name alone, from the file: `NUL.gguf` would install as `nul`.
+        let nul = dir.path().join("NUL.gguf");
+        std::fs::copy(&gguf, &nul).unwrap();
+        let err = models.import(&nul, None, ModelKind::Llm).unwrap_err();
+        assert!(err.to_string().contains("reserved device name"), "{err}");
+        let long = "a".repeat(MAX_IMPORT_ID + 1);
+        for id in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a\\b",
+            "../up",
+            "x.",
+            ".hidden",
+            "a b",
+            long.as_str(),
+        ] {
+            let err = models.import(&gguf, Some(id), ModelKind::Llm).unwrap_err();
+            assert!(err.to_string().contains("not a usable id"), "{id:?}: {err}");
+        }
+        // Names that only look alike are fine.
+        for id in ["console", "com10", "lpt", "nully", "my-chat.v2"] {
+            let model = models.import(&gguf, Some(id), ModelKind::Llm).unwrap();
+            assert_eq!(model.id, id);
+        }
+    }
+
+    /// A folder imported under a catalogue id before imports refused them is not loaded as
+    /// that model; the error says how to put the pinned model back.
+    #[test]
+    fn an_import_already_under_a_catalogue_id_is_not_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = Models::at(vec![dir.path().join("models")]);
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        let gguf = dir.path().join("mine.gguf");
+        std::fs::write(&gguf, b"GGUF\x03\x00\x00\x00 header only").unwrap();
+        let imported = models
+            .import(&gguf, Some("stand-in"), ModelKind::Llm)
+            .unwrap();
+        let chat = crate::models::default_llm_model();
+        let shadow = models.install_dir().join(chat);
+        std::fs::rename(&imported.dir, &shadow).unwrap();
+        let err = models.find(chat).unwrap_err();
+        assert_eq!(err.code(), "model_file_bad");
+        let message = err.to_string();
+        assert!(message.contains("import:"), "{message}");
+        assert!(
+            message.contains(&format!("quarry models fetch {chat}")),
+            "{message}"
+        );
+        assert!(models.find_kind(chat, ModelKind::Llm).is_err());
     }
 
     #[test]

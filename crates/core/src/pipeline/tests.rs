@@ -261,7 +261,13 @@ fn a_blocking_problem_stops_the_run_before_it_searches() {
 #[test]
 fn the_tool_tester_lists_refused_references_with_their_reason() {
     let f = Fixture::new();
-    tools::create(&f.stub.store, &f.stub.executor, retrieval_tool("lex")).unwrap();
+    tools::create(
+        &f.stub.store,
+        &f.stub.executor,
+        retrieval_tool("lex"),
+        tools::SaveOptions::default(),
+    )
+    .unwrap();
     // The stub ignores scopes, as a retrieval bug would: the tester must still refuse what
     // the caller may not read, and say so.
     let stub = f.stub(&[f.notes[0], f.secret, f.notes[2]]);

@@ -1,4 +1,5 @@
-//! The audit log: one row per tool test, pipeline run, key change and configuration change.
+//! The audit log: one row per tool test, pipeline run, key change and configuration change;
+//! refused sign-ins repeated within a minute share one row and count up.
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,9 @@ pub struct AuditRecord {
     pub detail: Option<String>,
     /// Duration.
     pub duration_ms: i64,
+    /// How many times it happened: a refused sign-in repeated from one source with one key
+    /// prefix within a minute is one record that counts up (1 for everything else).
+    pub count: i64,
 }
 
 /// Which audit records to list: every filter that is set must match.
@@ -79,6 +83,19 @@ pub struct AuditFacets {
     pub targets: Vec<String>,
 }
 
+/// How big the audit log is.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct AuditLogSize {
+    /// Rows.
+    pub records: u64,
+    /// What the rows stand for, counts included.
+    pub events: u64,
+    /// The oldest row's time (Unix milliseconds), when there is one.
+    pub oldest_at_ms: Option<i64>,
+    /// About how many bytes the rows' text takes (before SQLite's own overhead).
+    pub approx_bytes: u64,
+}
+
 /// An audit record about to be appended.
 #[derive(Debug, Clone)]
 pub(crate) struct NewAuditRecord<'a> {
@@ -93,8 +110,8 @@ pub(crate) struct NewAuditRecord<'a> {
 }
 
 impl Store {
-    /// Appends a record to the audit log.
-    pub(crate) fn append_audit(&self, record: &NewAuditRecord<'_>) -> Result<()> {
+    /// Appends a record to the audit log; returns its id.
+    pub(crate) fn append_audit(&self, record: &NewAuditRecord<'_>) -> Result<i64> {
         self.conn.execute(
             "INSERT INTO audit_log(at_ms, principal, action, target, input_hash, outcome, detail, duration_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -109,7 +126,70 @@ impl Store {
                 record.duration_ms
             ],
         )?;
-        Ok(())
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Counts one more of the newest record with this action, target, outcome and detail
+    /// written at or after `since_ms`; `false` when there is none (append one then).
+    pub(crate) fn count_again_in_audit(
+        &self,
+        record: &NewAuditRecord<'_>,
+        since_ms: i64,
+    ) -> Result<bool> {
+        let changed = self.conn.execute(
+            "UPDATE audit_log SET count = count + 1 WHERE id = (
+                 SELECT id FROM audit_log
+                 WHERE action = ?1 AND target = ?2 AND at_ms >= ?3 AND outcome = ?4
+                   AND detail IS ?5
+                 ORDER BY id DESC LIMIT 1)",
+            params![
+                record.action,
+                record.target,
+                since_ms,
+                record.outcome,
+                record.detail
+            ],
+        )?;
+        Ok(changed > 0)
+    }
+
+    /// Deletes the records older than `before_ms` and all but the newest `keep` rows; returns
+    /// how many went.
+    pub(crate) fn prune_audit(&self, before_ms: Option<i64>, keep: Option<u64>) -> Result<u64> {
+        let mut deleted = 0;
+        if let Some(before_ms) = before_ms {
+            deleted += self
+                .conn
+                .execute("DELETE FROM audit_log WHERE at_ms < ?1", [before_ms])?;
+        }
+        if let Some(keep) = keep {
+            deleted += self.conn.execute(
+                "DELETE FROM audit_log WHERE id <= (
+                     SELECT id FROM audit_log ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+                [i64::try_from(keep).unwrap_or(i64::MAX)],
+            )?;
+        }
+        Ok(deleted as u64)
+    }
+
+    /// The audit log's size.
+    pub(crate) fn audit_log_size(&self) -> Result<AuditLogSize> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(count), 0), MIN(at_ms),
+                    COALESCE(SUM(length(principal) + length(action) + length(target)
+                        + length(input_hash) + length(outcome) + COALESCE(length(detail), 0)
+                        + 32), 0)
+             FROM audit_log",
+            [],
+            |r| {
+                Ok(AuditLogSize {
+                    records: r.get::<_, i64>(0)? as u64,
+                    events: r.get::<_, i64>(1)? as u64,
+                    oldest_at_ms: r.get(2)?,
+                    approx_bytes: r.get::<_, i64>(3)? as u64,
+                })
+            },
+        )?)
     }
 
     /// The newest audit records `query` selects, newest first.
@@ -117,7 +197,8 @@ impl Store {
         query.check()?;
         let limit = if query.limit == 0 { 100 } else { query.limit };
         let mut stmt = self.conn.prepare(
-            "SELECT id, at_ms, principal, action, target, input_hash, outcome, detail, duration_ms
+            "SELECT id, at_ms, principal, action, target, input_hash, outcome, detail, duration_ms,
+                    count
              FROM audit_log
              WHERE (?2 IS NULL OR principal = ?2) AND (?3 IS NULL OR action = ?3)
                AND (?4 IS NULL OR target = ?4)
@@ -143,6 +224,7 @@ impl Store {
                 outcome: r.get(6)?,
                 detail: r.get(7)?,
                 duration_ms: r.get(8)?,
+                count: r.get(9)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -171,9 +253,20 @@ mod tests {
     use crate::store::test_support::temp_store;
 
     fn append(store: &Store, principal: &str, action: &str, target: &str, outcome: &str) {
+        append_at(store, 1, principal, action, target, outcome);
+    }
+
+    fn append_at(
+        store: &Store,
+        at_ms: i64,
+        principal: &str,
+        action: &str,
+        target: &str,
+        outcome: &str,
+    ) {
         store
             .append_audit(&NewAuditRecord {
-                at_ms: 1,
+                at_ms,
                 principal,
                 action,
                 target,
@@ -238,5 +331,50 @@ mod tests {
             matches!(&err, Error::InvalidSetting { field, .. } if field == "outcome"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_repeat_within_the_window_counts_up_and_pruning_keeps_the_newest() {
+        let (_dir, store) = temp_store();
+        let refused = |at_ms| NewAuditRecord {
+            at_ms,
+            principal: "unknown",
+            action: "auth",
+            target: "qk_1",
+            input_hash: "sha256:0",
+            outcome: "error: unauthorized",
+            detail: Some("from 127.0.0.1: unknown API key"),
+            duration_ms: 0,
+        };
+        assert!(!store.count_again_in_audit(&refused(10), 0).unwrap());
+        store.append_audit(&refused(10)).unwrap();
+        assert!(store.count_again_in_audit(&refused(20), 5).unwrap());
+        assert!(store.count_again_in_audit(&refused(30), 10).unwrap());
+        // Outside the window, or another source: a row of its own.
+        assert!(!store.count_again_in_audit(&refused(90), 11).unwrap());
+        let other = NewAuditRecord {
+            detail: Some("from 127.0.0.2: unknown API key"),
+            ..refused(40)
+        };
+        assert!(!store.count_again_in_audit(&other, 0).unwrap());
+        let records = store.audit_records(&AuditQuery::default()).unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].count, 3);
+        let size = store.audit_log_size().unwrap();
+        assert_eq!((size.records, size.events), (1, 3));
+
+        for at_ms in 100..110 {
+            append_at(&store, at_ms, "alice", "tool.test", "lex", "ok");
+        }
+        assert_eq!(store.prune_audit(Some(100), None).unwrap(), 1);
+        assert_eq!(store.prune_audit(None, Some(4)).unwrap(), 6);
+        let left: Vec<i64> = store
+            .audit_records(&AuditQuery::default())
+            .unwrap()
+            .iter()
+            .map(|r| r.at_ms)
+            .collect();
+        assert_eq!(left, [109, 108, 107, 106]);
+        assert_eq!(store.audit_log_size().unwrap().oldest_at_ms, Some(106));
     }
 }

@@ -6,7 +6,7 @@ use super::Store;
 use crate::error::Result;
 
 /// The columns [`ApiKeyRow::from_row`] reads, in order.
-const KEY_COLUMNS: &str = "id, name, kind, user_name, key_prefix, collections, sensitivity_ceiling, created_at, revoked_at";
+const KEY_COLUMNS: &str = "id, name, kind, user_name, key_prefix, collections, sensitivity_ceiling, created_at, revoked_at, acts_for";
 
 /// An `api_keys` row as stored (never the hash); [`crate::auth`] turns it into an
 /// [`crate::auth::ApiKey`].
@@ -23,6 +23,9 @@ pub(crate) struct ApiKeyRow {
     pub sensitivity_ceiling: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// For a service key, the users it may act for as a JSON list; `None`: a key made before
+    /// keys named them, which acts for every user.
+    pub acts_for: Option<String>,
 }
 
 impl ApiKeyRow {
@@ -37,6 +40,7 @@ impl ApiKeyRow {
             sensitivity_ceiling: r.get(6)?,
             created_at: r.get(7)?,
             revoked_at: r.get(8)?,
+            acts_for: r.get(9)?,
         })
     }
 }
@@ -55,6 +59,8 @@ pub(crate) struct NewApiKeyRow<'a> {
     pub collections: Option<&'a str>,
     pub sensitivity_ceiling: &'a str,
     pub created_at: i64,
+    /// For a service key, the users it may act for as a JSON list.
+    pub acts_for: Option<&'a str>,
 }
 
 impl Store {
@@ -71,7 +77,8 @@ impl Store {
     pub(crate) fn insert_api_key(&self, key: &NewApiKeyRow<'_>) -> Result<()> {
         self.conn.execute(
             "INSERT INTO api_keys(name, kind, user_name, key_prefix, key_hash, collections,
-                 sensitivity_ceiling, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 sensitivity_ceiling, created_at, acts_for)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 key.name,
                 key.kind,
@@ -80,7 +87,8 @@ impl Store {
                 key.hash,
                 key.collections,
                 key.sensitivity_ceiling,
-                key.created_at
+                key.created_at,
+                key.acts_for
             ],
         )?;
         Ok(())
@@ -123,7 +131,7 @@ impl Store {
             .query_row(
                 &format!("SELECT {KEY_COLUMNS}, key_hash FROM api_keys WHERE key_prefix = ?1"),
                 [prefix],
-                |r| Ok((ApiKeyRow::from_row(r)?, r.get::<_, String>(9)?)),
+                |r| Ok((ApiKeyRow::from_row(r)?, r.get::<_, String>(10)?)),
             )
             .optional()?)
     }

@@ -246,6 +246,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX revision_texts_by_document ON revision_texts(document_id);
     ALTER TABLE chunks ADD COLUMN reader_start INTEGER;
     ALTER TABLE chunks ADD COLUMN reader_end INTEGER;",
+    // Issue 38. A service key names the users it may act for (NULL on keys made before: every
+    // user). Refused sign-ins repeated within a minute are one audit row with a count, found
+    // by action, target and time; the log is pruned by age and row count (`audit::Retention`).
+    "ALTER TABLE api_keys ADD COLUMN acts_for TEXT;
+    ALTER TABLE audit_log ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+    CREATE INDEX audit_log_by_action ON audit_log(action, target, at_ms);
+    CREATE INDEX audit_log_by_time ON audit_log(at_ms);",
 ];
 
 /// The schema version this build writes.

@@ -26,7 +26,7 @@ pub(crate) mod writes;
 pub(crate) mod test_support;
 
 pub(crate) use audit::NewAuditRecord;
-pub use audit::{AuditFacets, AuditQuery, AuditRecord};
+pub use audit::{AuditFacets, AuditLogSize, AuditQuery, AuditRecord};
 pub use conversations::Conversation;
 pub(crate) use conversations::{
     chat_evidence_for_chunk, insert_chat_evidence, mark_conversation_qualified,

@@ -12,6 +12,7 @@
 
 #[cfg(target_os = "linux")]
 mod confine;
+mod egress;
 mod executor;
 pub mod schema;
 mod seeds;
@@ -25,6 +26,8 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::retrieve::RetrievalSettings;
 use crate::store::Store;
+pub(crate) use egress::private_origins;
+pub use egress::{SaveOptions, MAX_EGRESS_ORIGINS};
 pub use executor::{
     python_command, CallError, CallOutcome, Confinement, Executor, NetworkIsolation,
     UNCONFINED_SETTING,
@@ -372,31 +375,18 @@ pub fn validate_slug(slug: &str) -> Result<()> {
     }
 }
 
-fn validate_origin(tool: &str, origin: &str) -> Result<()> {
-    let rest = origin
-        .strip_prefix("https://")
-        .or_else(|| origin.strip_prefix("http://"));
-    let ok = rest.is_some_and(|r| {
-        !r.is_empty() && !r.contains(['/', '?', '#', '@', ' ']) && !r.ends_with(':')
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            tool,
-            "egress",
-            format!(
-                "`{origin}` is not an origin like `https://example.com` or `http://127.0.0.1:8080`"
-            ),
-        ))
-    }
-}
-
 /// Validates a definition and derives what its source implies. The result is what gets stored.
-pub fn prepare(tool: ToolDefinition, executor: &Executor) -> Result<ToolDefinition> {
+/// `confirmed`: egress origins saved before (the tool's current definition, the version being
+/// restored), which need no new confirmation; `options`: what the administrator confirmed.
+pub fn prepare(
+    tool: ToolDefinition,
+    executor: &Executor,
+    confirmed: &[String],
+    options: SaveOptions,
+) -> Result<ToolDefinition> {
     validate_common(&tool)?;
     if tool.tool_type.is_code() {
-        prepare_code(tool, executor)
+        prepare_code(tool, executor, confirmed, options)
     } else {
         prepare_retrieval(tool)
     }
@@ -456,7 +446,12 @@ fn prepare_retrieval(mut tool: ToolDefinition) -> Result<ToolDefinition> {
 }
 
 /// A code tool: source, limits and egress checked, then its shapes derived by a worker.
-fn prepare_code(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDefinition> {
+fn prepare_code(
+    mut tool: ToolDefinition,
+    executor: &Executor,
+    confirmed: &[String],
+    options: SaveOptions,
+) -> Result<ToolDefinition> {
     let slug = tool.slug.clone();
     let source = tool
         .source
@@ -481,9 +476,7 @@ fn prepare_code(mut tool: ToolDefinition, executor: &Executor) -> Result<ToolDef
     }
     tool.limits = Some(limits);
     let egress = tool.egress.clone().unwrap_or_default();
-    for origin in &egress {
-        validate_origin(&slug, origin)?;
-    }
+    egress::validate_egress(&slug, &egress, confirmed, options)?;
     tool.egress = Some(egress);
 
     let derived = derive(&slug, tool.tool_type, &source, executor)?;
@@ -605,13 +598,28 @@ pub fn restore(
         .into_iter()
         .find(|v| v.version == version)
         .ok_or_else(|| invalid(slug, "version", format!("{slug} has no version {version}")))?;
-    update(store, executor, slug, old.tool)
+    // Its origins were accepted when that version was saved.
+    let confirmed = old.tool.egress.clone().unwrap_or_default();
+    update_confirmed(
+        store,
+        executor,
+        slug,
+        old.tool,
+        &confirmed,
+        SaveOptions::default(),
+    )
 }
 
 /// Checks an unsaved definition exactly as saving would (the same derivation), without
-/// storing it; a problem comes back located at its field, line and column.
-pub fn check(tool: ToolDefinition, executor: &Executor) -> Result<ToolCheck> {
-    match prepare(tool, executor) {
+/// storing it; a problem comes back located at its field, line and column. `confirmed` and
+/// `options` as for [`prepare`].
+pub fn check(
+    tool: ToolDefinition,
+    executor: &Executor,
+    confirmed: &[String],
+    options: SaveOptions,
+) -> Result<ToolCheck> {
+    match prepare(tool, executor, confirmed, options) {
         Ok(tool) => Ok(ToolCheck {
             tool: Some(tool),
             problem: None,
@@ -664,8 +672,24 @@ fn insert(tx: &rusqlite::Transaction<'_>, tool: &ToolDefinition, seeded: bool) -
 }
 
 /// Creates a tool (validated and derived first).
-pub fn create(store: &Store, executor: &Executor, tool: ToolDefinition) -> Result<ToolDefinition> {
-    let tool = prepare(tool, executor)?;
+pub fn create(
+    store: &Store,
+    executor: &Executor,
+    tool: ToolDefinition,
+    options: SaveOptions,
+) -> Result<ToolDefinition> {
+    create_confirmed(store, executor, tool, &[], options)
+}
+
+/// [`create`], with egress origins accepted before (a duplicate's original's).
+fn create_confirmed(
+    store: &Store,
+    executor: &Executor,
+    tool: ToolDefinition,
+    confirmed: &[String],
+    options: SaveOptions,
+) -> Result<ToolDefinition> {
+    let tool = prepare(tool, executor, confirmed, options)?;
     if !store.insert_tool(
         &tool.slug,
         tool.tool_type.as_str(),
@@ -684,6 +708,20 @@ pub fn update(
     executor: &Executor,
     slug: &str,
     tool: ToolDefinition,
+    options: SaveOptions,
+) -> Result<ToolDefinition> {
+    update_confirmed(store, executor, slug, tool, &[], options)
+}
+
+/// [`update`], with egress origins accepted before besides the current definition's (a
+/// restored version's).
+fn update_confirmed(
+    store: &Store,
+    executor: &Executor,
+    slug: &str,
+    tool: ToolDefinition,
+    confirmed: &[String],
+    options: SaveOptions,
 ) -> Result<ToolDefinition> {
     let current = get(store, slug)?;
     if tool.slug != slug {
@@ -704,7 +742,9 @@ pub fn update(
             ),
         ));
     }
-    let tool = prepare(tool, executor)?;
+    let mut confirmed = confirmed.to_vec();
+    confirmed.extend(current.egress.unwrap_or_default());
+    let tool = prepare(tool, executor, &confirmed, options)?;
     // Guarded by the type: a tool deleted and re-created meanwhile is not overwritten.
     let updated = store.update_tool(slug, tool.tool_type.as_str(), &canonical(&tool))?;
     if !updated {
@@ -747,7 +787,9 @@ pub fn duplicate(
     }
     tool.slug = new_slug.into();
     tool.name = new_name.map_or_else(|| format!("{} (copy)", tool.name), String::from);
-    create(store, executor, tool)
+    // The copy may keep the origins the original was saved with.
+    let confirmed = tool.egress.clone().unwrap_or_default();
+    create_confirmed(store, executor, tool, &confirmed, SaveOptions::default())
 }
 
 /// The export file for some tools (pretty, deterministic, ending in a newline).
@@ -765,13 +807,15 @@ pub fn export(store: &Store, slugs: &[String]) -> Result<String> {
 }
 
 /// Imports an export file: every tool is checked before any is written, and all are written
-/// in one transaction. An existing slug is refused unless `replace` (which keeps types fixed).
+/// in one transaction. An existing slug is refused unless `replace` (which keeps types fixed;
+/// a replaced tool keeps the egress origins it was saved with).
 pub fn import(
     store: &Store,
     executor: &Executor,
     bytes: &[u8],
     path: &Path,
     replace: bool,
+    options: SaveOptions,
 ) -> Result<Vec<ToolDefinition>> {
     let bad = |reason: String| Error::InvalidToolFile {
         path: path.to_path_buf(),
@@ -804,7 +848,12 @@ pub fn import(
         {
             return Err(bad(format!("tools[{i}]: `{}` appears twice", tool.slug)));
         }
-        let tool = prepare(tool, executor).map_err(|e| bad(format!("tools[{i}]: {e}")))?;
+        let confirmed = match get(store, &tool.slug) {
+            Ok(existing) if replace => existing.egress.unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let tool = prepare(tool, executor, &confirmed, options)
+            .map_err(|e| bad(format!("tools[{i}]: {e}")))?;
         prepared.push(tool);
     }
     let tx = store.write()?;

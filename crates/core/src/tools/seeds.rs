@@ -4,7 +4,7 @@
 
 use rusqlite::Transaction;
 
-use super::{insert, prepare, Executor, ToolDefinition};
+use super::{insert, prepare, Executor, SaveOptions, ToolDefinition};
 use crate::error::{Error, Result};
 
 macro_rules! seed {
@@ -69,7 +69,7 @@ pub(crate) fn seeded_definitions(executor: &Executor) -> Result<Vec<ToolDefiniti
             let mut tool: ToolDefinition = serde_json::from_str(json)
                 .map_err(|e| Error::Internal(format!("seed `{slug}` is unreadable: {e}")))?;
             tool.source = source.map(String::from);
-            match prepare(tool.clone(), executor) {
+            match prepare(tool.clone(), executor, &[], SaveOptions::default()) {
                 Ok(tool) => Ok(tool),
                 Err(Error::PythonUnavailable { reason }) => {
                     tracing::warn!(tool = slug, %reason, "seeded without its derived shapes");

@@ -1,9 +1,23 @@
 //! Structured data: CSV/TSV rows and JSON values as `key: value` text.
+//!
+//! The label (a column's header, a value's key path) is repeated beside every value, so a
+//! label a stranger wrote decides how much text each cell becomes: labels are cut to
+//! [`MAX_LABEL`] bytes, and output is counted against the file's [`Budget`] as it is made.
 
-use super::{Block, BlockKind, Extracted, NotIndexed};
+use super::{Block, BlockKind, Budget, Extracted, NotIndexed};
+
+/// Longest label repeated beside a value. A 200 KB header repeated into every cell of a
+/// 210 KB CSV peaked at 3.5 GB before labels were cut.
+const MAX_LABEL: usize = 120;
+/// How many records pass between two looks at the clock.
+const CHECK_EVERY: usize = 256;
 
 /// Each record becomes `header: value; header: value`, with its line.
-pub(crate) fn extract_csv(text: &str, delimiter: u8) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract_csv(
+    text: &str,
+    delimiter: u8,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
     let mut reader = csv::ReaderBuilder::new()
         .delimiter(delimiter)
         .flexible(true)
@@ -13,15 +27,20 @@ pub(crate) fn extract_csv(text: &str, delimiter: u8) -> Result<Extracted, NotInd
         .headers()
         .map_err(|e| NotIndexed::failed("parse_error", format!("malformed CSV header: {e}")))?
         .iter()
-        .map(|h| h.trim().to_string())
+        .map(|h| bounded_label(h.trim()))
         .collect();
     let mut blocks = Vec::new();
     if !headers.iter().all(|h| h.is_empty()) {
         let mut header = Block::new(BlockKind::Text, headers.join(" | "));
         header.lines = Some((1, 1));
-        blocks.push(header);
+        if budget.admit(header.text.len()) {
+            blocks.push(header);
+        }
     }
-    for record in reader.records() {
+    for (i, record) in reader.records().enumerate() {
+        if i % CHECK_EVERY == 0 {
+            budget.check()?;
+        }
         let record =
             record.map_err(|e| NotIndexed::failed("parse_error", format!("malformed CSV: {e}")))?;
         let fields: Vec<String> = record
@@ -37,6 +56,9 @@ pub(crate) fn extract_csv(text: &str, delimiter: u8) -> Result<Extracted, NotInd
             continue;
         }
         let mut block = Block::new(BlockKind::Text, fields.join("; "));
+        if !budget.admit(block.text.len()) {
+            break;
+        }
         if let Some(pos) = record.position() {
             let line = pos.line() as u32;
             block.lines = Some((line, line));
@@ -55,10 +77,17 @@ pub(crate) fn extract_csv(text: &str, delimiter: u8) -> Result<Extracted, NotInd
 
 /// JSON flattened to `path.to.key: value` lines, one block per top-level entry. With
 /// `lines`, each line is its own value (JSON Lines).
-pub(crate) fn extract_json(text: &str, lines: bool) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract_json(
+    text: &str,
+    lines: bool,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
     let mut blocks = Vec::new();
     if lines {
         for (i, line) in text.lines().enumerate() {
+            if i % CHECK_EVERY == 0 {
+                budget.check()?;
+            }
             if line.trim().is_empty() {
                 continue;
             }
@@ -68,17 +97,25 @@ pub(crate) fn extract_json(text: &str, lines: bool) -> Result<Extracted, NotInde
                     format!("malformed JSON on line {}: {e}", i + 1),
                 )
             })?;
-            let mut out = Vec::new();
-            flatten("", &value, &mut out);
-            let mut block = Block::new(BlockKind::Text, out.join("\n"));
-            block.lines = Some((i as u32 + 1, i as u32 + 1));
-            blocks.push(block);
+            let mut out = Flattened::new(budget);
+            out.value("", &value);
+            let full = out.full;
+            if !out.text.is_empty() {
+                let mut block = Block::new(BlockKind::Text, out.text);
+                block.lines = Some((i as u32 + 1, i as u32 + 1));
+                blocks.push(block);
+            }
+            if full {
+                break;
+            }
         }
     } else {
         let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| NotIndexed::failed("parse_error", format!("malformed JSON: {e}")))?;
         let entries: Vec<(String, &serde_json::Value)> = match &value {
-            serde_json::Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            serde_json::Value::Object(map) => {
+                map.iter().map(|(k, v)| (bounded_label(k), v)).collect()
+            }
             serde_json::Value::Array(items) => items
                 .iter()
                 .enumerate()
@@ -86,11 +123,18 @@ pub(crate) fn extract_json(text: &str, lines: bool) -> Result<Extracted, NotInde
                 .collect(),
             other => vec![(String::new(), other)],
         };
-        for (key, v) in entries {
-            let mut out = Vec::new();
-            flatten(&key, v, &mut out);
-            if !out.is_empty() {
-                blocks.push(Block::new(BlockKind::Text, out.join("\n")));
+        for (i, (key, v)) in entries.into_iter().enumerate() {
+            if i % CHECK_EVERY == 0 {
+                budget.check()?;
+            }
+            let mut out = Flattened::new(budget);
+            out.value(&key, v);
+            let full = out.full;
+            if !out.text.is_empty() {
+                blocks.push(Block::new(BlockKind::Text, out.text));
+            }
+            if full {
+                break;
             }
         }
     }
@@ -103,30 +147,94 @@ pub(crate) fn extract_json(text: &str, lines: bool) -> Result<Extracted, NotInde
     })
 }
 
-fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<String>) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            for (k, v) in map {
-                let key = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(&key, v, out);
-            }
+/// One entry's `path: value` lines, counted against the budget as they are written.
+struct Flattened<'b> {
+    text: String,
+    budget: &'b Budget,
+    /// The budget is spent: nothing more is written, and the caller stops.
+    full: bool,
+}
+
+impl<'b> Flattened<'b> {
+    fn new(budget: &'b Budget) -> Self {
+        Flattened {
+            text: String::new(),
+            budget,
+            full: false,
         }
-        Value::Array(items) => {
-            for (i, v) in items.iter().enumerate() {
-                flatten(&format!("{prefix}[{i}]"), v, out);
-            }
-        }
-        Value::Null => {}
-        Value::String(s) if prefix.is_empty() => out.push(s.clone()),
-        Value::String(s) => out.push(format!("{prefix}: {s}")),
-        other if prefix.is_empty() => out.push(other.to_string()),
-        other => out.push(format!("{prefix}: {other}")),
     }
+
+    /// Walks `value` with a stack of its own (serde_json already refuses nesting past 128).
+    fn value(&mut self, prefix: &str, value: &serde_json::Value) {
+        use serde_json::Value;
+        let mut stack = vec![(prefix.to_string(), value)];
+        while let Some((path, value)) = stack.pop() {
+            if self.full {
+                return;
+            }
+            match value {
+                Value::Object(map) => stack.extend(map.iter().rev().map(|(k, v)| {
+                    let key = bounded_label(k);
+                    let path = if path.is_empty() {
+                        key
+                    } else {
+                        bounded_path(format!("{path}.{key}"))
+                    };
+                    (path, v)
+                })),
+                Value::Array(items) => stack.extend(
+                    items
+                        .iter()
+                        .enumerate()
+                        .rev()
+                        .map(|(i, v)| (bounded_path(format!("{path}[{i}]")), v)),
+                ),
+                Value::Null => {}
+                Value::String(s) => self.line(&path, s),
+                other => self.line(&path, &other.to_string()),
+            }
+        }
+    }
+
+    fn line(&mut self, path: &str, value: &str) {
+        let len = path.len() + value.len() + 3;
+        if !self.budget.admit(len) {
+            self.full = true;
+            return;
+        }
+        if !self.text.is_empty() {
+            self.text.push('\n');
+        }
+        if !path.is_empty() {
+            self.text.push_str(path);
+            self.text.push_str(": ");
+        }
+        self.text.push_str(value);
+    }
+}
+
+/// A label cut to [`MAX_LABEL`] bytes (at a character boundary), marked with an ellipsis.
+fn bounded_label(label: &str) -> String {
+    if label.len() <= MAX_LABEL {
+        return label.to_string();
+    }
+    let mut end = MAX_LABEL;
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &label[..end])
+}
+
+/// A key path kept to its last [`MAX_LABEL`] bytes: the keys nearest the value say most.
+fn bounded_path(path: String) -> String {
+    if path.len() <= 2 * MAX_LABEL {
+        return path;
+    }
+    let mut start = path.len() - MAX_LABEL;
+    while !path.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &path[start..])
 }
 
 #[cfg(test)]
@@ -135,7 +243,7 @@ mod tests {
 
     #[test]
     fn csv_rows_are_labelled() {
-        let e = extract_csv("name,city\nAda,London\nAlan,\n", b',').unwrap();
+        let e = extract_csv("name,city\nAda,London\nAlan,\n", b',', &Budget::unbounded()).unwrap();
         let texts: Vec<_> = e.blocks.iter().map(|b| b.text.as_str()).collect();
         assert_eq!(
             texts,
@@ -146,9 +254,14 @@ mod tests {
 
     #[test]
     fn json_is_flattened() {
-        let e = extract_json(r#"{"a": {"b": [1, "x"]}, "c": null}"#, false).unwrap();
+        let e = extract_json(
+            r#"{"a": {"b": [1, "x"]}, "c": null}"#,
+            false,
+            &Budget::unbounded(),
+        )
+        .unwrap();
         assert_eq!(e.blocks[0].text, "a.b[0]: 1\na.b[1]: x");
-        let err = extract_json("{\"a\": ", false).unwrap_err();
+        let err = extract_json("{\"a\": ", false, &Budget::unbounded()).unwrap_err();
         assert!(matches!(
             err,
             NotIndexed::Failed {
@@ -156,5 +269,46 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_long_header_is_cut_before_it_is_repeated_into_every_cell() {
+        let header = "h".repeat(200_000);
+        let csv = format!("{header}\n{}", "x\n".repeat(5_000));
+        let budget = Budget::new(csv.len() as u64, std::time::Duration::from_secs(60));
+        let e = extract_csv(&csv, b',', &budget).unwrap();
+        let total: usize = e.blocks.iter().map(|b| b.text.len()).sum();
+        assert!(total < 4 * csv.len(), "{total} bytes from {}", csv.len());
+        assert_eq!(e.blocks.len(), 5_001);
+        assert_eq!(e.blocks[1].text, format!("{}…: x", "h".repeat(MAX_LABEL)));
+    }
+
+    #[test]
+    fn long_key_paths_are_cut_and_output_stops_at_the_budget() {
+        let key = "k".repeat(2_000);
+        let leaves: Vec<String> = (0..500).map(|i| format!("\"{key}{i}\": {i}")).collect();
+        let json = format!("{{\"{key}\": {{\"{key}\": {{{}}}}}}}", leaves.join(","));
+        let budget = Budget::new(json.len() as u64, std::time::Duration::from_secs(60));
+        let e = extract_json(&json, false, &budget).unwrap();
+        let total: usize = e.blocks.iter().map(|b| b.text.len()).sum();
+        // Unbounded, each of the 500 values repeated its 6 KB path: three times the file.
+        assert!(total < json.len() / 4, "{total} bytes from {}", json.len());
+        let first = e.blocks[0].text.lines().next().unwrap();
+        assert!(
+            first.starts_with('…') && first.len() < 3 * MAX_LABEL,
+            "{first}"
+        );
+
+        // Lines that expand past the allowance stop the file there, and it says so.
+        let line = format!(
+            "{{\"{}\": [{}]}}",
+            "a".repeat(100),
+            "1,".repeat(20_000) + "1"
+        );
+        let jsonl = format!("{line}\n").repeat(10);
+        let budget = Budget::new(jsonl.len() as u64 / 40, std::time::Duration::from_secs(60));
+        let e = extract_json(&jsonl, true, &budget).unwrap();
+        assert!(e.blocks.len() < 10);
+        assert!(budget.cap_note(jsonl.len() as u64).is_some());
     }
 }

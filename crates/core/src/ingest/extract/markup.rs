@@ -3,11 +3,18 @@
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 use scraper::{Html, Node};
 
-use super::{Block, BlockKind, Extracted, LineIndex, NotIndexed};
+use super::{Block, BlockKind, Budget, Extracted, LineIndex, NotIndexed};
+
+/// How many parser events or nodes pass between two looks at the clock.
+const CHECK_EVERY: usize = 1024;
 
 /// Markdown: headings, paragraphs, list items, table rows and code blocks, each with its lines
 /// and byte range in the file.
-pub(crate) fn extract_markdown(text: &str, offset: usize) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract_markdown(
+    text: &str,
+    offset: usize,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
     let lines = LineIndex::new(text);
     let options = Options::ENABLE_TABLES
         | Options::ENABLE_STRIKETHROUGH
@@ -42,7 +49,13 @@ pub(crate) fn extract_markdown(text: &str, offset: usize) -> Result<Extracted, N
         *range = None;
     };
 
-    for (event, span) in Parser::new_ext(text, options).into_offset_iter() {
+    for (i, (event, span)) in Parser::new_ext(text, options)
+        .into_offset_iter()
+        .enumerate()
+    {
+        if i % CHECK_EVERY == 0 {
+            budget.check()?;
+        }
         let extend = |range: &mut Option<(usize, usize)>| {
             *range = Some(match *range {
                 Some((s, e)) => (s.min(span.start), e.max(span.end)),
@@ -197,46 +210,144 @@ impl HtmlWalker<'_> {
         self.blocks.push(block);
     }
 
-    fn walk(&mut self, node: ego_tree::NodeRef<'_, Node>) {
-        match node.value() {
-            Node::Text(t) => self.buf.push_str(t),
-            Node::Element(el) => {
-                let name = el.name();
-                if SKIPPED.contains(&name) {
-                    return;
+    /// Walks the tree in document order with a stack of its own, not the thread's: a file of
+    /// 40,000 nested tags overflowed the thread's stack when this walk recursed.
+    fn walk(
+        &mut self,
+        root: ego_tree::NodeRef<'_, Node>,
+        budget: &Budget,
+    ) -> Result<(), NotIndexed> {
+        let mut stack = vec![Step::Enter(root)];
+        let mut visited = 0usize;
+        while let Some(step) = stack.pop() {
+            let node = match step {
+                Step::Enter(node) => node,
+                Step::Close(kind) => {
+                    self.flush(kind);
+                    continue;
                 }
-                if let Some(level) = name
-                    .strip_prefix('h')
-                    .and_then(|n| n.parse::<u8>().ok())
-                    .filter(|l| (1..=6).contains(l))
-                {
-                    self.flush(BlockKind::Text);
-                    self.children(node);
-                    self.flush(BlockKind::Heading(level));
-                } else if name == "pre" {
-                    self.flush(BlockKind::Text);
-                    self.children(node);
-                    self.flush(BlockKind::Code);
-                } else if BLOCK_LEVEL.contains(&name) {
-                    self.flush(BlockKind::Text);
-                    self.children(node);
-                    self.flush(BlockKind::Text);
-                } else {
-                    if name == "td" || name == "th" {
-                        self.buf.push(' ');
-                    }
-                    self.children(node);
-                }
+            };
+            visited += 1;
+            if visited % CHECK_EVERY == 0 {
+                budget.check()?;
             }
-            _ => self.children(node),
+            match node.value() {
+                Node::Text(t) => self.buf.push_str(t),
+                Node::Element(el) => {
+                    let name = el.name();
+                    if SKIPPED.contains(&name) {
+                        continue;
+                    }
+                    let close = if let Some(level) = name
+                        .strip_prefix('h')
+                        .and_then(|n| n.parse::<u8>().ok())
+                        .filter(|l| (1..=6).contains(l))
+                    {
+                        Some(BlockKind::Heading(level))
+                    } else if name == "pre" {
+                        Some(BlockKind::Code)
+                    } else if BLOCK_LEVEL.contains(&name) {
+                        Some(BlockKind::Text)
+                    } else {
+                        None
+                    };
+                    match close {
+                        Some(kind) => {
+                            self.flush(BlockKind::Text);
+                            stack.push(Step::Close(kind));
+                        }
+                        None if name == "td" || name == "th" => self.buf.push(' '),
+                        None => {}
+                    }
+                    stack.extend(node.children().rev().map(Step::Enter));
+                }
+                _ => stack.extend(node.children().rev().map(Step::Enter)),
+            }
         }
+        Ok(())
     }
+}
 
-    fn children(&mut self, node: ego_tree::NodeRef<'_, Node>) {
-        for child in node.children() {
-            self.walk(child);
+/// One step of the HTML walk: a node to enter, or the end of a block element to flush.
+enum Step<'a> {
+    Enter(ego_tree::NodeRef<'a, Node>),
+    Close(BlockKind),
+}
+
+/// Deepest element nesting an HTML file may have. html5ever looks through the open elements
+/// for every tag it opens, and it cannot be stopped mid-parse: past this, parsing time grows
+/// with the square of the depth. Real pages nest under a hundred deep.
+const MAX_HTML_NESTING: usize = 50_000;
+
+/// Refuses HTML nested past [`MAX_HTML_NESTING`], by a look at its tags: elements that have
+/// no end tag, or whose end tag may be left out, are not counted, nor are `<x/>` tags inside
+/// SVG and MathML (elsewhere HTML ignores the slash, and so does this count).
+fn refuse_deep_nesting(text: &str) -> Result<(), NotIndexed> {
+    const UNCOUNTED: &[&str] = &[
+        "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+        "source", "track", "wbr", "p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup",
+        "tbody", "thead", "tfoot", "colgroup", "rb", "rt", "rp", "html", "head", "body",
+    ];
+    let bytes = text.as_bytes();
+    let (mut depth, mut deepest, mut foreign) = (0usize, 0usize, 0usize);
+    let mut at = 0;
+    let skip_past = |from: usize, end: &[u8]| {
+        bytes[from..]
+            .windows(end.len())
+            .position(|w| w.eq_ignore_ascii_case(end))
+            .map_or(bytes.len(), |i| from + i + end.len())
+    };
+    while let Some(found) = bytes[at..].iter().position(|&b| b == b'<') {
+        let start = at + found + 1;
+        if bytes[start..].starts_with(b"!--") {
+            at = skip_past(start, b"-->");
+            continue;
+        }
+        let closing = bytes.get(start) == Some(&b'/');
+        let name_start = start + usize::from(closing);
+        let name_len = bytes[name_start..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric())
+            .count();
+        at = name_start + name_len;
+        if name_len == 0 {
+            continue;
+        }
+        let name = text[name_start..at].to_ascii_lowercase();
+        if !closing && (name == "script" || name == "style") {
+            // Their text is not markup: `i<n` in a script is no tag.
+            at = skip_past(at, format!("</{name}").as_bytes());
+            continue;
+        }
+        if UNCOUNTED.contains(&name.as_str()) {
+            continue;
+        }
+        let tag_end = bytes[at..bytes.len().min(at + 4096)]
+            .iter()
+            .position(|&b| b == b'>');
+        let self_closing =
+            foreign > 0 && tag_end.is_some_and(|end| end > 0 && bytes[at + end - 1] == b'/');
+        if name == "svg" || name == "math" {
+            foreign = if closing {
+                foreign.saturating_sub(1)
+            } else {
+                foreign + 1
+            };
+        }
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else if !self_closing {
+            depth += 1;
+            deepest = deepest.max(depth);
+            if deepest > MAX_HTML_NESTING {
+                return Err(NotIndexed::failed(
+                    "too_deeply_nested",
+                    format!("elements nested more than {MAX_HTML_NESTING} deep (near byte {start}): a crafted file, so it was not parsed"),
+                ));
+            }
         }
     }
+    Ok(())
 }
 
 fn collapse_whitespace(s: &str) -> String {
@@ -245,8 +356,12 @@ fn collapse_whitespace(s: &str) -> String {
 
 /// HTML: text of the body in document order, split at block elements, with headings kept as
 /// structure and `<pre>` as code. Lines are located approximately (see [`HtmlWalker::flush`]).
-pub(crate) fn extract_html(text: &str, offset: usize) -> Result<Extracted, NotIndexed> {
-    let mut extracted = html_blocks(text, true);
+pub(crate) fn extract_html(
+    text: &str,
+    offset: usize,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
+    let mut extracted = html_blocks(text, true, budget)?;
     for b in &mut extracted.blocks {
         b.bytes = b.bytes.map(|(s, e)| (s + offset as u64, e + offset as u64));
     }
@@ -254,7 +369,12 @@ pub(crate) fn extract_html(text: &str, offset: usize) -> Result<Extracted, NotIn
 }
 
 /// HTML to blocks; `with_lines` locates blocks in the source (off for EPUB chapters).
-pub(crate) fn html_blocks(text: &str, with_lines: bool) -> Extracted {
+pub(crate) fn html_blocks(
+    text: &str,
+    with_lines: bool,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
+    refuse_deep_nesting(text)?;
     let document = Html::parse_document(text);
     let title = document
         .select(&scraper::Selector::parse("title").expect("a valid selector"))
@@ -268,7 +388,7 @@ pub(crate) fn html_blocks(text: &str, with_lines: bool) -> Extracted {
         buf: String::new(),
         blocks: Vec::new(),
     };
-    walker.walk(document.tree.root());
+    walker.walk(document.tree.root(), budget)?;
     walker.flush(BlockKind::Text);
     let title = title.or_else(|| {
         walker
@@ -277,13 +397,13 @@ pub(crate) fn html_blocks(text: &str, with_lines: bool) -> Extracted {
             .find(|b| b.kind == BlockKind::Heading(1))
             .map(|b| b.text.clone())
     });
-    Extracted {
+    Ok(Extracted {
         title,
         format: "html",
         blocks: walker.blocks,
         warning: None,
         reader_text: String::new(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -293,7 +413,7 @@ mod tests {
     #[test]
     fn markdown_keeps_structure_and_lines() {
         let md = "---\ntitle: Front\n---\n# Top\n\nSome *text* here.\n\n## Sub\n\n```rust\nfn main() {}\n```\n\n- one\n- two\n";
-        let e = extract_markdown(md, 0).unwrap();
+        let e = extract_markdown(md, 0, &Budget::unbounded()).unwrap();
         assert_eq!(e.title.as_deref(), Some("Front"));
         let kinds: Vec<_> = e.blocks.iter().map(|b| (b.kind, b.text.as_str())).collect();
         assert_eq!(
@@ -315,12 +435,67 @@ mod tests {
     #[test]
     fn html_skips_chrome_and_finds_lines() {
         let html = "<html><head><title>T</title><script>x()</script></head>\n<body><nav>menu</nav>\n<h1>Hello</h1>\n<p>First   para</p>\n<pre>let x = 1;\nlet y;</pre></body></html>";
-        let e = extract_html(html, 0).unwrap();
+        let e = extract_html(html, 0, &Budget::unbounded()).unwrap();
         assert_eq!(e.title.as_deref(), Some("T"));
         let texts: Vec<_> = e.blocks.iter().map(|b| b.text.as_str()).collect();
         assert_eq!(texts, vec!["Hello", "First para", "let x = 1;\nlet y;"]);
         assert_eq!(e.blocks[0].kind, BlockKind::Heading(1));
         assert_eq!(e.blocks[2].kind, BlockKind::Code);
         assert_eq!(e.blocks[0].lines, Some((3, 3)));
+    }
+
+    #[test]
+    fn html_nested_far_past_the_thread_stack_is_walked_without_recursion() {
+        let depth = 20_000;
+        let html = format!(
+            "<html><body>{}deep text{}</body></html>",
+            "<div><span>".repeat(depth),
+            "</span></div>".repeat(depth)
+        );
+        // 256 KiB of stack: the recursive walk overflowed 8 MiB on this file.
+        let extracted = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || extract_html(&html, 0, &Budget::unbounded()))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert_eq!(extracted.blocks.len(), 1);
+        assert_eq!(extracted.blocks[0].text, "deep text");
+    }
+
+    #[test]
+    fn an_html_walk_past_its_deadline_stops() {
+        let html = "<p>one</p>".repeat(10_000);
+        let budget = Budget::new(1, std::time::Duration::ZERO);
+        assert!(matches!(
+            extract_html(&html, 0, &budget),
+            Err(NotIndexed::Failed {
+                reason: "timeout",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn html_nested_past_the_parser_limit_is_refused_and_ordinary_pages_are_not() {
+        let deep = "<div>".repeat(MAX_HTML_NESTING + 1);
+        assert!(matches!(
+            extract_html(&deep, 0, &Budget::unbounded()),
+            Err(NotIndexed::Failed {
+                reason: "too_deeply_nested",
+                ..
+            })
+        ));
+        // Unclosed paragraphs and list items, void elements, scripts and comments do not nest.
+        let page = format!(
+            "<html><body><script>for (i=0;i<n;i++) {{}}{}</script><!-- <div><div> -->{}{}<div>end</div>",
+            "if (a<b) {}".repeat(60_000),
+            "<p>para<br><img src=x>".repeat(60_000),
+            "<li><svg><path d=\"M0\"/></svg>".repeat(60_000)
+        );
+        assert!(refuse_deep_nesting(&page).is_ok());
+        // `<div/>` opens a div in HTML: a million of them nest a million deep.
+        assert!(refuse_deep_nesting(&"<div/>".repeat(MAX_HTML_NESTING + 1)).is_err());
     }
 }

@@ -2,17 +2,22 @@
 //!
 //! Each format has one function returning [`Extracted`]: an ordered list of [`Block`]s
 //! (headings, text, code) with where each came from. Extractors never panic the indexer: a
-//! panic inside a third-party parser is caught and recorded as that file's failure.
+//! panic inside a third-party parser is caught and recorded as that file's failure. No
+//! extractor recurses over the input's nesting (a stack overflow cannot be caught), and every
+//! one works within the file's [`Budget`] of time and output.
 
+mod budget;
 mod data;
 mod markup;
 mod office;
 mod pdf;
+mod pdf_scan;
 mod reader;
 mod text;
 
 use std::path::Path;
 
+pub(crate) use budget::{timeout, Budget};
 pub(crate) use text::decode_text;
 
 /// What a block is, for the chunker's structure rules.
@@ -110,6 +115,9 @@ pub(crate) struct ExtractLimits {
     pub max_inflated_member: u64,
     /// Most bytes all members of one container may inflate to.
     pub max_inflated_total: u64,
+    /// Most bytes per byte of the container all its members may inflate to (above a floor of
+    /// 16 MiB): real documents inflate some 3 to 30 times, a crafted one thousands of times.
+    pub max_inflation_ratio: u64,
 }
 
 impl Default for ExtractLimits {
@@ -117,7 +125,18 @@ impl Default for ExtractLimits {
         ExtractLimits {
             max_inflated_member: 64 << 20,
             max_inflated_total: 256 << 20,
+            max_inflation_ratio: 256,
         }
+    }
+}
+
+impl ExtractLimits {
+    /// Most bytes all members of a container of `size` bytes may inflate to.
+    pub(crate) fn inflated_total_for(&self, size: usize) -> u64 {
+        (size as u64)
+            .saturating_mul(self.max_inflation_ratio)
+            .max(16 << 20)
+            .min(self.max_inflated_total)
     }
 }
 
@@ -176,19 +195,37 @@ pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
     bytes[..bytes.len().min(8192)].contains(&0)
 }
 
-/// Extracts a file's content. Never panics: a parser panic becomes a `Failed` outcome.
+/// Extracts a file's content within its budget. Never panics: a parser panic becomes a
+/// `Failed` outcome. Text past the budget's allowance is left out, and the warning says so.
 pub(crate) fn extract(
     path: &Path,
     bytes: &[u8],
     limits: &ExtractLimits,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
+    let mut extracted = extract_format(path, bytes, limits, budget)?;
+    if let Some(note) = budget.cap_note(bytes.len() as u64) {
+        extracted.warning = Some(match extracted.warning.take() {
+            Some(w) => format!("{w}; {note}"),
+            None => note,
+        });
+    }
+    Ok(extracted)
+}
+
+fn extract_format(
+    path: &Path,
+    bytes: &[u8],
+    limits: &ExtractLimits,
+    budget: &Budget,
 ) -> Result<Extracted, NotIndexed> {
     let format = format_of(path);
     let run = || -> Result<Extracted, NotIndexed> {
         match format {
-            Format::Pdf => pdf::extract(bytes).map(reader::joined),
-            Format::Docx => office::extract_docx(bytes, limits).map(reader::joined),
-            Format::Odt => office::extract_odt(bytes, limits).map(reader::joined),
-            Format::Epub => office::extract_epub(bytes, limits).map(reader::joined),
+            Format::Pdf => pdf::extract(bytes, budget).map(reader::joined),
+            Format::Docx => office::extract_docx(bytes, limits, budget).map(reader::joined),
+            Format::Odt => office::extract_odt(bytes, limits, budget).map(reader::joined),
+            Format::Epub => office::extract_epub(bytes, limits, budget).map(reader::joined),
             _ => {
                 if looks_binary(bytes) {
                     return Err(NotIndexed::skipped(
@@ -198,12 +235,14 @@ pub(crate) fn extract(
                 }
                 let decoded = decode_text(bytes);
                 let mut extracted = match format {
-                    Format::Markdown => markup::extract_markdown(&decoded.text, decoded.offset),
-                    Format::Html => markup::extract_html(&decoded.text, decoded.offset),
-                    Format::Csv => data::extract_csv(&decoded.text, b','),
-                    Format::Tsv => data::extract_csv(&decoded.text, b'\t'),
-                    Format::Json => data::extract_json(&decoded.text, false),
-                    Format::JsonLines => data::extract_json(&decoded.text, true),
+                    Format::Markdown => {
+                        markup::extract_markdown(&decoded.text, decoded.offset, budget)
+                    }
+                    Format::Html => markup::extract_html(&decoded.text, decoded.offset, budget),
+                    Format::Csv => data::extract_csv(&decoded.text, b',', budget),
+                    Format::Tsv => data::extract_csv(&decoded.text, b'\t', budget),
+                    Format::Json => data::extract_json(&decoded.text, false, budget),
+                    Format::JsonLines => data::extract_json(&decoded.text, true, budget),
                     Format::Code => Ok(text::extract_plain(
                         &decoded.text,
                         decoded.offset,

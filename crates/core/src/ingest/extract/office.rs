@@ -1,7 +1,9 @@
 //! Zip containers: DOCX (WordprocessingML), ODT (OpenDocument) and EPUB.
 //!
 //! Every member is read through a hard byte limit, since the sizes a zip declares can lie:
-//! a zip bomb fails with `too_large_inflated` instead of exhausting memory.
+//! a zip bomb fails with `too_large_inflated` instead of exhausting memory. All members of a
+//! container together inflate to at most a multiple of its own size, and the text taken from
+//! them counts against the file's budget.
 
 use std::io::{Cursor, Read};
 
@@ -10,11 +12,16 @@ use quick_xml::Reader;
 use zip::ZipArchive;
 
 use super::markup::html_blocks;
-use super::{Block, BlockKind, ExtractLimits, Extracted, NotIndexed};
+use super::{Block, BlockKind, Budget, ExtractLimits, Extracted, NotIndexed};
+
+/// How many XML events pass between two looks at the clock.
+const CHECK_EVERY: usize = 4096;
 
 struct Container<'a> {
     archive: ZipArchive<Cursor<&'a [u8]>>,
     limits: ExtractLimits,
+    /// Most bytes all members may inflate to, for this container's size.
+    max_total: u64,
     inflated: u64,
 }
 
@@ -26,6 +33,7 @@ impl<'a> Container<'a> {
         Ok(Container {
             archive,
             limits: *limits,
+            max_total: limits.inflated_total_for(bytes.len()),
             inflated: 0,
         })
     }
@@ -44,7 +52,7 @@ impl<'a> Container<'a> {
         let budget = self
             .limits
             .max_inflated_member
-            .min(self.limits.max_inflated_total.saturating_sub(self.inflated));
+            .min(self.max_total.saturating_sub(self.inflated));
         let mut bytes = Vec::new();
         (&mut member)
             .take(budget + 1)
@@ -56,7 +64,7 @@ impl<'a> Container<'a> {
             return Err(NotIndexed::failed(
                 "too_large_inflated",
                 format!(
-                    "`{name}` inflates past the {} MiB limit (zip bomb?)",
+                    "`{name}` inflates past the {} MiB this container may inflate to (zip bomb?)",
                     budget >> 20
                 ),
             ));
@@ -121,7 +129,11 @@ fn body_and_title(
 }
 
 /// DOCX: paragraphs of `word/document.xml`; `Heading N` / `Title` styles become headings.
-pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract_docx(
+    bytes: &[u8],
+    limits: &ExtractLimits,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
     let (xml, title) = body_and_title(
         bytes,
         limits,
@@ -135,7 +147,10 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
     let mut level: Option<u8> = None;
     let mut in_text = false;
     let mut offset = 0u64;
-    loop {
+    for events in 0usize.. {
+        if events % CHECK_EVERY == 0 {
+            budget.check()?;
+        }
         let event = reader
             .read_event()
             .map_err(|e| xml_error("word/document.xml", e))?;
@@ -169,12 +184,12 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
             }
             Event::End(e) => match e.local_name().as_ref() {
                 b"t" => in_text = false,
-                b"p" => push_block(
-                    &mut blocks,
-                    &mut buf,
-                    level.map(BlockKind::Heading),
-                    &mut offset,
-                ),
+                b"p" => {
+                    let kind = level.map(BlockKind::Heading);
+                    if !push_block(&mut blocks, &mut buf, kind, &mut offset, budget) {
+                        break;
+                    }
+                }
                 _ => {}
             },
             Event::Eof => break,
@@ -190,25 +205,36 @@ pub(crate) fn extract_docx(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
     })
 }
 
+/// Ends the paragraph in `buf`; false once the file's text allowance is spent.
 fn push_block(
     blocks: &mut Vec<Block>,
     buf: &mut String,
     kind: Option<BlockKind>,
     offset: &mut u64,
-) {
+    budget: &Budget,
+) -> bool {
     let text = buf.trim();
+    let mut admitted = true;
     if !text.is_empty() {
-        let mut block = Block::new(kind.unwrap_or(BlockKind::Text), text.to_string());
-        let len = block.text.len() as u64;
-        block.bytes = Some((*offset, *offset + len));
-        *offset += len + 1;
-        blocks.push(block);
+        admitted = budget.admit(text.len());
+        if admitted {
+            let mut block = Block::new(kind.unwrap_or(BlockKind::Text), text.to_string());
+            let len = block.text.len() as u64;
+            block.bytes = Some((*offset, *offset + len));
+            *offset += len + 1;
+            blocks.push(block);
+        }
     }
     buf.clear();
+    admitted
 }
 
 /// ODT: `text:h` (with its outline level) and `text:p` of `content.xml`.
-pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract_odt(
+    bytes: &[u8],
+    limits: &ExtractLimits,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
     let (xml, title) = body_and_title(bytes, limits, "ODT", "content.xml", "meta.xml")?;
     let mut reader = Reader::from_str(&xml);
     let mut blocks = Vec::new();
@@ -216,7 +242,10 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
     let mut level: Option<u8> = None;
     let mut depth = 0usize;
     let mut offset = 0u64;
-    loop {
+    for events in 0usize.. {
+        if events % CHECK_EVERY == 0 {
+            budget.check()?;
+        }
         let event = reader
             .read_event()
             .map_err(|e| xml_error("content.xml", e))?;
@@ -224,12 +253,10 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
             Event::Start(e) => match local_name(&e).as_slice() {
                 b"h" | b"p" if e.name().as_ref().starts_with(b"text:") => {
                     // A paragraph nested in another (a note, a frame) starts a block of its own.
-                    push_block(
-                        &mut blocks,
-                        &mut buf,
-                        level.map(BlockKind::Heading),
-                        &mut offset,
-                    );
+                    let kind = level.map(BlockKind::Heading);
+                    if !push_block(&mut blocks, &mut buf, kind, &mut offset, budget) {
+                        break;
+                    }
                     depth += 1;
                     level = (local_name(&e) == b"h").then(|| {
                         attr(&e, b"outline-level")
@@ -256,12 +283,10 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
             }
             Event::End(e) => match e.local_name().as_ref() {
                 b"h" | b"p" if e.name().as_ref().starts_with(b"text:") => {
-                    push_block(
-                        &mut blocks,
-                        &mut buf,
-                        level.map(BlockKind::Heading),
-                        &mut offset,
-                    );
+                    let kind = level.map(BlockKind::Heading);
+                    if !push_block(&mut blocks, &mut buf, kind, &mut offset, budget) {
+                        break;
+                    }
                     level = None;
                     depth = depth.saturating_sub(1);
                 }
@@ -281,7 +306,11 @@ pub(crate) fn extract_odt(bytes: &[u8], limits: &ExtractLimits) -> Result<Extrac
 }
 
 /// EPUB: the spine's XHTML chapters in reading order.
-pub(crate) fn extract_epub(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract_epub(
+    bytes: &[u8],
+    limits: &ExtractLimits,
+    budget: &Budget,
+) -> Result<Extracted, NotIndexed> {
     let mut container = Container::open(bytes, limits, "EPUB")?;
     let manifest_xml = container.read("META-INF/container.xml")?;
     let opf_path = first_attr(&manifest_xml, b"rootfile", b"full-path").ok_or_else(|| {
@@ -312,13 +341,25 @@ pub(crate) fn extract_epub(bytes: &[u8], limits: &ExtractLimits) -> Result<Extra
     }
     let mut blocks = Vec::new();
     let mut offset = 0u64;
-    for idref in spine {
+    // A chapter listed again in the spine is read once: a 10 KB EPUB that listed one chapter
+    // thousands of times peaked at 1.1 GB.
+    let mut read = std::collections::HashSet::new();
+    'chapters: for idref in spine {
         let Some(href) = items.get(&idref) else {
             continue;
         };
-        let href = href.split('#').next().unwrap_or(href);
-        let chapter = container.read(&format!("{base}{}", percent_decode(href)))?;
-        for mut block in html_blocks(&chapter, false).blocks {
+        let member = format!(
+            "{base}{}",
+            percent_decode(href.split('#').next().unwrap_or(href))
+        );
+        if !read.insert(member.clone()) {
+            continue;
+        }
+        let chapter = container.read(&member)?;
+        for mut block in html_blocks(&chapter, false, budget)?.blocks {
+            if !budget.admit(block.text.len()) {
+                break 'chapters;
+            }
             let len = block.text.len() as u64;
             block.bytes = Some((offset, offset + len));
             offset += len + 1;

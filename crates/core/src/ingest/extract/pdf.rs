@@ -1,8 +1,8 @@
 //! PDF text through `pdf_oxide` (pure Rust): one block per paragraph, with its page.
 
-use super::{paragraphs, Block, BlockKind, Extracted, NotIndexed};
+use super::{paragraphs, pdf_scan, Block, BlockKind, Budget, Extracted, NotIndexed};
 
-pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
+pub(crate) fn extract(bytes: &[u8], budget: &Budget) -> Result<Extracted, NotIndexed> {
     if !bytes.starts_with(b"%PDF")
         && !bytes[..bytes.len().min(1024)]
             .windows(4)
@@ -13,6 +13,7 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
             "not a PDF (no %PDF header)",
         ));
     }
+    pdf_scan::check(bytes, budget)?;
     let doc = pdf_oxide::PdfDocument::from_bytes(bytes.to_vec())
         .map_err(|e| NotIndexed::failed("parse_error", format!("malformed PDF: {e}")))?;
     if doc.is_encrypted() && !doc.authenticate(b"").unwrap_or(false) {
@@ -27,7 +28,8 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
     let mut blocks = Vec::new();
     let mut failed_pages = 0usize;
     let mut offset = 0u64;
-    for page in 0..pages {
+    'pages: for page in 0..pages {
+        budget.check()?;
         let text = match doc.extract_text(page) {
             Ok(t) => t,
             Err(_) => {
@@ -36,6 +38,9 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, NotIndexed> {
             }
         };
         for (start, end) in paragraphs(&text) {
+            if !budget.admit(end - start) {
+                break 'pages;
+            }
             let mut block = Block::new(BlockKind::Text, text[start..end].to_string());
             block.page = Some(page as u32 + 1);
             block.bytes = Some((offset + start as u64, offset + end as u64));

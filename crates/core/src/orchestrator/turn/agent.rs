@@ -49,9 +49,54 @@ pub struct AgentDocument {
     pub text: String,
 }
 
+/// The most characters of a client's name kept.
+pub const MAX_CLIENT_NAME_CHARS: usize = 80;
+
+/// A client's self-declared name (MCP `clientInfo.name`) as it is stored, in the conversation's
+/// title, each `turn.start` event and each audit record: control characters and bidirectional
+/// overrides dropped, blank runs folded to one space, at most [`MAX_CLIENT_NAME_CHARS`]
+/// characters (`…` ends a cut one), `unnamed client` when nothing is left. Reads at most a
+/// few hundred characters of `raw`, however long it is: a client once named itself with 3 MB,
+/// stored whole on every call (issue 38).
+pub fn client_label(raw: &str) -> String {
+    let mut label = String::new();
+    let mut count = 0;
+    let mut blank = false;
+    for c in raw.chars().take(4 * MAX_CLIENT_NAME_CHARS) {
+        if c.is_whitespace() {
+            blank = !label.is_empty();
+            continue;
+        }
+        if c.is_control() || is_bidi_control(c) {
+            continue;
+        }
+        let needed = usize::from(blank) + 1;
+        if count + needed > MAX_CLIENT_NAME_CHARS {
+            label.push('…');
+            return label;
+        }
+        if blank {
+            label.push(' ');
+            blank = false;
+        }
+        label.push(c);
+        count += needed;
+    }
+    if label.is_empty() {
+        return "unnamed client".into();
+    }
+    label
+}
+
+/// Bidirectional embeddings, overrides and isolates, which reorder the text shown around them.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Starts an outside agent's session: a conversation of `principal`, in the newest applied
 /// revision of `config` (`None`: `default`), in `mode`. Its id binds the session's evidence
-/// references, so they are refused in any other session.
+/// references, so they are refused in any other session. `client` is bounded by
+/// [`client_label`].
 pub fn start_agent_session(
     ctx: &EngineContext<'_>,
     principal: &Principal,
@@ -68,7 +113,7 @@ pub fn start_agent_session(
         config_name,
         applied.revision,
         mode,
-        &format!("MCP session of {client}"),
+        &format!("MCP session of {}", client_label(client)),
     )
 }
 
@@ -86,7 +131,8 @@ pub fn agent_tools(
     turn.tools_on_offer(true)
 }
 
-/// Calls one tool for the agent, as one turn of the session's conversation.
+/// Calls one tool for the agent, as one turn of the session's conversation; `client` is
+/// recorded bounded by [`client_label`].
 pub fn agent_call(
     ctx: &EngineContext<'_>,
     pipelines: &dyn PipelineCalls,
@@ -97,6 +143,7 @@ pub fn agent_call(
     arguments: &Value,
 ) -> Result<AgentCall> {
     let options = session_options(principal, conversation);
+    let client = client_label(client);
     let question = format!("{tool} {arguments}");
     let mut turn = Turn::start(ctx, pipelines, &question, &options)?;
     turn.record(
@@ -167,10 +214,11 @@ pub fn cited_documents(
     Ok(documents)
 }
 
-/// A whole document for the agent: only within the caller's scope (anything else reads as
-/// not found, so its existence is not disclosed), its current chunks joined without their
-/// overlaps, through the session's gates (secrets redacted, length bounded as for a tool
-/// result).
+/// A whole document for the agent: only one cited in the session so far and within the
+/// caller's scope (anything else reads as not found, so its existence is not disclosed), its
+/// current chunks joined without their overlaps, through the session's gates (secrets
+/// redacted, length bounded as for a tool result). Resources are what the session's evidence
+/// led to, as the listing says, not a way around retrieval to any document in scope.
 pub fn read_document(
     ctx: &EngineContext<'_>,
     principal: &Principal,
@@ -179,6 +227,12 @@ pub fn read_document(
 ) -> Result<AgentDocument> {
     let session = conversation::get(ctx.store, principal, conversation)?;
     let not_found = || Error::DocumentNotFound(format!("quarry://doc/{document_id}").into());
+    let cited = conversation::evidence(ctx.store, principal, conversation)?
+        .iter()
+        .any(|item| item.document_id == document_id);
+    if !cited {
+        return Err(not_found());
+    }
     let access = ctx
         .store
         .document_access(document_id)?
@@ -279,6 +333,20 @@ mod tests {
             join_without_overlap(chunks),
             "First paragraph here.\n\nSecond paragraph, repeated below.\n\nThird paragraph.\n\nAn unrelated start."
         );
+    }
+
+    #[test]
+    fn a_client_name_is_bounded_and_printable() {
+        assert_eq!(client_label("claude-desktop"), "claude-desktop");
+        assert_eq!(
+            client_label("  \u{1b}[2Jbad\u{202e}\tname \u{7}"),
+            "[2Jbad name"
+        );
+        assert_eq!(client_label("\u{0}\n "), "unnamed client");
+        let long = client_label(&"x".repeat(3_000_000));
+        assert_eq!(long.chars().count(), MAX_CLIENT_NAME_CHARS + 1);
+        assert!(long.ends_with('…'));
+        assert_eq!(client_label(&long), long, "bounding twice changes nothing");
     }
 
     #[test]

@@ -166,8 +166,12 @@ impl Turn<'_> {
             .filter(|c| self.principal.scope.allows(c))
             .map(|c| c.name)
             .collect();
-        if let Some(names) =
-            spec.parameters["properties"]["namespaces"]["items"]["enum"].as_array_mut()
+        // `pointer_mut`, not indexing: indexing a missing key inserts `null`, and `"enum": null`
+        // is not JSON Schema (strict MCP clients refused the tool list, issue 38).
+        if let Some(names) = spec
+            .parameters
+            .pointer_mut("/properties/namespaces/items/enum")
+            .and_then(serde_json::Value::as_array_mut)
         {
             names.retain(|n| n.as_str().is_some_and(|n| readable.iter().any(|r| r == n)));
             if names.is_empty() {

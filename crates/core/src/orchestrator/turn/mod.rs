@@ -38,8 +38,8 @@ use crate::tools::ToolDefinition;
 use crate::Result;
 
 pub use agent::{
-    agent_call, agent_tools, cited_documents, read_document, start_agent_session, AgentCall,
-    AgentDocument,
+    agent_call, agent_tools, cited_documents, client_label, read_document, start_agent_session,
+    AgentCall, AgentDocument, MAX_CLIENT_NAME_CHARS,
 };
 pub use backend::{open_backend, open_backend_with_key};
 pub use citations::Citation;
