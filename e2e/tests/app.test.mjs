@@ -418,6 +418,12 @@ describe('Quarry desktop', () => {
     const detail = await browser.$(tid('audit-detail'));
     await detail.waitForDisplayed({ timeout: 5_000 });
     assert.match(await detail.getText(), /client e2e-client/);
+
+    // Status says how big the audit log is and what it keeps.
+    await (await browser.$(tid('nav-status'))).click();
+    const audit = await browser.$(tid('status-audit'));
+    await audit.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await audit.getText(), /^\S+ records.*; keeps 365 days, at most 500\D?000 records$/);
   });
 
   it('edits the orchestrator draft, shows what it changes, and applies it as a new revision', async () => {
@@ -818,6 +824,29 @@ describe('Quarry desktop', () => {
     assert.match(await (await browser.$(tid('tool-hash'))).getText(), /^sha256:/);
     await (await browser.$(tid('tool-tab-history'))).click();
     assert.equal((await browser.$$(tid('tool-version-row'))).length, 2);
+  });
+
+  it('refuses a new egress origin on this machine until the administrator confirms it, and audits the confirmation', async () => {
+    await (await toolItem('e2e-boost')).click();
+    await (await browser.$(tid('tool-tab-definition'))).click();
+    const egress = await browser.$(tid('tool-egress'));
+    await egress.scrollIntoView();
+    await egress.setValue('http://169.254.169.254');
+    // The live check is the save's own: the metadata address is refused, naming it.
+    const refused = await browser.$(`${tid('field-error')}[data-field="egress"]`);
+    await refused.waitForDisplayed({ timeout: 30_000 });
+    assert.match(await refused.getText(), /`http:\/\/169\.254\.169\.254`.*confirms/);
+    const confirm = await browser.$(tid('tool-allow-private-egress'));
+    await confirm.click();
+    await refused.waitForExist({ reverse: true, timeout: 30_000 });
+    await browser.keys(['Control', 's']);
+    await eventually(browser, 'version 3 saved', async () =>
+      (await (await browser.$(tid('tool-version'))).getText()).trim() === '3',
+    );
+    assert.equal(await confirm.isSelected(), false, 'a confirmation holds for one save');
+    const records = await invoke('list_audit', { query: { action: 'tool.private_egress', target: 'e2e-boost' } });
+    assert.equal(records.records.length, 1, JSON.stringify(records.records));
+    assert.match(records.records[0].detail, /169\.254\.169\.254/);
   });
 
   it('tests a tool as a personal key, and shows the audit record the test wrote', async () => {

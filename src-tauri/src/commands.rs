@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use quarry_core::audit::AuditSummary;
 use quarry_core::models::{ModelKind, ModelListing, RuntimeStatus, SetupProblem};
 use quarry_core::store::EmbeddingCoverage;
 use quarry_core::{
@@ -39,6 +40,8 @@ pub(crate) async fn blocking<T: Send + 'static>(
 pub struct AppStatus {
     data_dir: String,
     disk_bytes: u64,
+    /// The audit log's size and what it keeps.
+    audit: AuditSummary,
     stats: Stats,
     embeddings: Vec<EmbeddingCoverage>,
     collections: Vec<Collection>,
@@ -61,6 +64,7 @@ pub async fn app_status(engine: EngineState<'_>) -> CommandResult<AppStatus> {
         Ok(AppStatus {
             data_dir: status.data_dir.display().to_string(),
             disk_bytes: status.disk_bytes,
+            audit: status.audit,
             stats: status.stats,
             embeddings: status.embeddings,
             collections: library.collections()?,

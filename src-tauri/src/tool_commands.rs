@@ -8,7 +8,7 @@ use quarry_core::audit::{AuditQuery, AuditRecord};
 use quarry_core::models::ModelKind;
 use quarry_core::pipeline::{TestInput, ToolTestReport};
 use quarry_core::tools::{
-    schema, NetworkIsolation, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion,
+    schema, NetworkIsolation, SaveOptions, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion,
 };
 use quarry_core::{Library, Principal};
 use serde::{Deserialize, Serialize};
@@ -85,25 +85,38 @@ pub async fn tool_open(engine: EngineState<'_>, slug: String) -> CommandResult<T
 /// calls it on every pause in typing.
 #[tauri::command]
 #[specta::specta]
-pub async fn tool_check(engine: EngineState<'_>, tool: ToolDefinition) -> CommandResult<ToolCheck> {
+pub async fn tool_check(
+    engine: EngineState<'_>,
+    tool: ToolDefinition,
+    allow_private_egress: bool,
+) -> CommandResult<ToolCheck> {
     blocking(&engine, move |engine| {
-        Ok(engine.library().check_tool(tool)?)
+        let options = SaveOptions {
+            allow_private_egress,
+        };
+        Ok(engine.library().check_tool_with(tool, options)?)
     })
     .await
 }
 
 /// Saves an edit as a new version. It changes the reusable definition, not what runs: a
-/// pipeline runs its saved snapshot until it is saved again.
+/// pipeline runs its saved snapshot until it is saved again. `allow_private_egress` is the
+/// administrator's confirmation of new egress origins on this machine or its networks
+/// (audited as `tool.private_egress`).
 #[tauri::command]
 #[specta::specta]
 pub async fn tool_save(
     engine: EngineState<'_>,
     slug: String,
     tool: ToolDefinition,
+    allow_private_egress: bool,
 ) -> CommandResult<ToolDetail> {
     blocking(&engine, move |engine| {
         let library = engine.library();
-        library.update_tool(&slug, tool)?;
+        let options = SaveOptions {
+            allow_private_egress,
+        };
+        library.update_tool_with(&slug, tool, options)?;
         Ok(detail(&library, &slug)?)
     })
     .await
@@ -282,7 +295,8 @@ pub async fn tools_export(
 }
 
 /// Imports an export file, all or nothing (`None`: the native open dialog); returns the
-/// slugs imported, empty when the dialog was cancelled.
+/// slugs imported, empty when the dialog was cancelled. `allow_private_egress` as for
+/// [`tool_save`].
 #[tauri::command]
 #[specta::specta]
 pub async fn tools_import(
@@ -290,6 +304,7 @@ pub async fn tools_import(
     engine: EngineState<'_>,
     path: Option<String>,
     replace: bool,
+    allow_private_egress: bool,
 ) -> CommandResult<Vec<String>> {
     blocking(&engine, move |engine| {
         let path = match path.filter(|p| !p.trim().is_empty()) {
@@ -307,7 +322,12 @@ pub async fn tools_import(
             },
         };
         let bytes = std::fs::read(&path).map_err(|e| quarry_core::Error::io(&path, e))?;
-        let imported = engine.library().import_tools(&bytes, &path, replace)?;
+        let options = SaveOptions {
+            allow_private_egress,
+        };
+        let imported = engine
+            .library()
+            .import_tools_with(&bytes, &path, replace, options)?;
         Ok(imported.into_iter().map(|t| t.slug).collect())
     })
     .await

@@ -23,6 +23,7 @@ const RETENTION_KEY: &str = "audit_retention";
 
 /// How much of the audit log is kept; the older records go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Retention {
     /// Records older than this many days go (`None`: kept whatever their age). Default 365.
     pub days: Option<u32>,
@@ -61,6 +62,7 @@ impl Retention {
 
 /// The audit log's size and what it keeps, for Status.
 #[derive(Debug, Clone, Copy, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct AuditSummary {
     /// Rows, what they stand for, their age and bytes.
     #[serde(flatten)]

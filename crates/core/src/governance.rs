@@ -197,12 +197,18 @@ impl Library {
     /// live check): egress origins the saved tool has pass, new ones on this machine or its
     /// networks are a problem.
     pub fn check_tool(&self, tool: ToolDefinition) -> Result<ToolCheck> {
+        self.check_tool_with(tool, SaveOptions::default())
+    }
+
+    /// [`Library::check_tool`] as a save with `options` would check it (the desktop editor's
+    /// live check while the administrator has confirmed private egress).
+    pub fn check_tool_with(&self, tool: ToolDefinition, options: SaveOptions) -> Result<ToolCheck> {
         let confirmed = self
             .tool(&tool.slug)
             .ok()
             .and_then(|t| t.egress)
             .unwrap_or_default();
-        tools::check(tool, &self.executor, &confirmed, SaveOptions::default())
+        tools::check(tool, &self.executor, &confirmed, options)
     }
 
     /// Deletes a tool no pipeline uses.

@@ -16,6 +16,14 @@ fn library_with(files: &[(&str, &str)]) -> (tempfile::TempDir, tempfile::TempDir
     (f.data, f.docs, f.library)
 }
 
+fn hit_count(library: &Library, query: &str) -> usize {
+    library
+        .search(&SearchRequest::new(query))
+        .unwrap()
+        .hits
+        .len()
+}
+
 #[test]
 fn a_file_deleted_between_walk_and_read_is_recorded_and_healed() {
     let _scenario = FailScenario::setup();
@@ -40,14 +48,7 @@ fn a_file_deleted_between_walk_and_read_is_recorded_and_healed() {
     let doc = library.document(&doomed).unwrap().document;
     assert_eq!(doc.status, DocumentStatus::Failed);
     assert_eq!(doc.reason.as_deref(), Some("vanished"));
-    assert_eq!(
-        library
-            .search(&SearchRequest::new("gecko"))
-            .unwrap()
-            .hits
-            .len(),
-        1
-    );
+    assert_eq!(hit_count(&library, "gecko"), 1);
     // The next scan no longer sees the file and drops the record.
     library
         .writer()
@@ -101,25 +102,14 @@ fn a_file_swapped_for_a_link_after_the_walk_is_not_read_through_it() {
     let (library, _) = index_within_a_minute(library);
     fail::remove("index_after_walk");
     assert!(
-        library
-            .search(&SearchRequest::new("marzipan vault"))
-            .unwrap()
-            .hits
-            .is_empty(),
+        hit_count(&library, "marzipan vault") == 0,
         "the linked file was indexed"
     );
     let doc = library.document(&swapped).unwrap();
     assert_eq!(doc.document.status, DocumentStatus::Failed);
     assert_eq!(doc.document.reason.as_deref(), Some("replaced"));
     // What was indexed of the file before stays searchable.
-    assert_eq!(
-        library
-            .search(&SearchRequest::new("estuary"))
-            .unwrap()
-            .hits
-            .len(),
-        1
-    );
+    assert_eq!(hit_count(&library, "estuary"), 1);
 }
 
 #[test]
@@ -144,14 +134,7 @@ fn a_file_swapped_for_a_named_pipe_after_the_walk_does_not_hang_indexing() {
     let doc = library.document(&piped).unwrap().document;
     assert_eq!(doc.status, DocumentStatus::Skipped);
     assert_eq!(doc.reason.as_deref(), Some("not_regular_file"));
-    assert_eq!(
-        library
-            .search(&SearchRequest::new("gecko"))
-            .unwrap()
-            .hits
-            .len(),
-        1
-    );
+    assert_eq!(hit_count(&library, "gecko"), 1);
 }
 
 #[test]
@@ -173,14 +156,7 @@ fn a_failed_fulltext_commit_is_replayed_from_the_outbox() {
     // Re-opening replays the outbox.
     let library = Library::open(data.path()).unwrap();
     assert!(library.verify().unwrap().is_consistent());
-    assert_eq!(
-        library
-            .search(&SearchRequest::new("dormouse"))
-            .unwrap()
-            .hits
-            .len(),
-        1
-    );
+    assert_eq!(hit_count(&library, "dormouse"), 1);
 }
 
 #[test]
@@ -197,12 +173,5 @@ fn a_deleted_fulltext_folder_is_rebuilt_from_sqlite() {
     std::fs::remove_dir_all(data.path().join("fulltext")).unwrap();
     let library = Library::open(data.path()).unwrap();
     assert!(library.verify().unwrap().is_consistent());
-    assert_eq!(
-        library
-            .search(&SearchRequest::new("lynx"))
-            .unwrap()
-            .hits
-            .len(),
-        1
-    );
+    assert_eq!(hit_count(&library, "lynx"), 1);
 }

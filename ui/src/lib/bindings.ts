@@ -102,12 +102,14 @@ export const commands = {
 	 *  Checks an unsaved definition exactly as saving would (the same derivation): the editor
 	 *  calls it on every pause in typing.
 	 */
-	toolCheck: (tool: ToolDefinition) => __TAURI_INVOKE<ToolCheck>("tool_check", { tool }),
+	toolCheck: (tool: ToolDefinition, allowPrivateEgress: boolean) => __TAURI_INVOKE<ToolCheck>("tool_check", { tool, allowPrivateEgress }),
 	/**
 	 *  Saves an edit as a new version. It changes the reusable definition, not what runs: a
-	 *  pipeline runs its saved snapshot until it is saved again.
+	 *  pipeline runs its saved snapshot until it is saved again. `allow_private_egress` is the
+	 *  administrator's confirmation of new egress origins on this machine or its networks
+	 *  (audited as `tool.private_egress`).
 	 */
-	toolSave: (slug: string, tool: ToolDefinition) => __TAURI_INVOKE<ToolDetail>("tool_save", { slug, tool }),
+	toolSave: (slug: string, tool: ToolDefinition, allowPrivateEgress: boolean) => __TAURI_INVOKE<ToolDetail>("tool_save", { slug, tool, allowPrivateEgress }),
 	/**  A new tool of `tool_type` (fixed from then on), from a starting template. */
 	toolCreate: (slug: string, name: string, toolType: ToolType) => __TAURI_INVOKE<ToolDetail>("tool_create", { slug, name, toolType }),
 	/**
@@ -126,9 +128,10 @@ export const commands = {
 	toolsExport: (slugs: string[], path: string | null) => __TAURI_INVOKE<string | null>("tools_export", { slugs, path }),
 	/**
 	 *  Imports an export file, all or nothing (`None`: the native open dialog); returns the
-	 *  slugs imported, empty when the dialog was cancelled.
+	 *  slugs imported, empty when the dialog was cancelled. `allow_private_egress` as for
+	 *  [`tool_save`].
 	 */
-	toolsImport: (path: string | null, replace: boolean) => __TAURI_INVOKE<string[]>("tools_import", { path, replace }),
+	toolsImport: (path: string | null, replace: boolean, allowPrivateEgress: boolean) => __TAURI_INVOKE<string[]>("tools_import", { path, replace, allowPrivateEgress }),
 	/**
 	 *  Tests a tool (retrieval tools take a query; code tools the JSON `input`) as `run_as`, in a
 	 *  pipeline's context. Every test writes an audit record, failed ones too: a failure comes
@@ -209,6 +212,8 @@ export type ApiKey = {
 export type AppStatus = {
 	data_dir: string,
 	disk_bytes: number,
+	/**  The audit log's size and what it keeps. */
+	audit: AuditSummary,
 	stats: Stats,
 	embeddings: EmbeddingCoverage[],
 	collections: Collection[],
@@ -258,6 +263,18 @@ export type AuditFacets = {
 	targets: string[],
 };
 
+/**  How big the audit log is. */
+export type AuditLogSize = {
+	/**  Rows. */
+	records: number,
+	/**  What the rows stand for, counts included. */
+	events: number,
+	/**  The oldest row's time (Unix milliseconds), when there is one. */
+	oldest_at_ms: number | null,
+	/**  About how many bytes the rows' text takes (before SQLite's own overhead). */
+	approx_bytes: number,
+};
+
 /**  The audit records `query` selects, newest first, and the values there are to filter by. */
 export type AuditPage = {
 	records: AuditRecord[],
@@ -304,6 +321,12 @@ export type AuditRecord = {
 	 */
 	count: number,
 };
+
+/**  The audit log's size and what it keeps, for Status. */
+export type AuditSummary = {
+	/**  What is kept. */
+	retention: Retention,
+} & AuditLogSize;
 
 /**  Where answers come from. */
 export type BackendConfig = 
@@ -1203,6 +1226,17 @@ export type RejectedRef = {
 	returned_by: string,
 	/**  Why it was refused. */
 	reason: string,
+};
+
+/**  How much of the audit log is kept; the older records go. */
+export type Retention = {
+	/**  Records older than this many days go (`None`: kept whatever their age). Default 365. */
+	days: number | null,
+	/**
+	 *  At most this many records are kept, the newest (`None`: no limit). Default 500,000
+	 *  (about 150 MB).
+	 */
+	records: number | null,
 };
 
 /**  A revision (`revisions.id`): one indexed version of a document. */

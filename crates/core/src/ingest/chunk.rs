@@ -122,7 +122,7 @@ pub(crate) fn chunk_blocks(
     let mut chunk_has_text = false;
 
     for (i, block) in blocks.iter().enumerate() {
-        if i % CHECK_EVERY == 0 {
+        if i.is_multiple_of(CHECK_EVERY) {
             budget.check()?;
         }
         let tokens = count_tokens(&block.text);

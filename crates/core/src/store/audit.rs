@@ -85,6 +85,7 @@ pub struct AuditFacets {
 
 /// How big the audit log is.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct AuditLogSize {
     /// Rows.
     pub records: u64,

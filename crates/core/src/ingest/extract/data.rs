@@ -38,7 +38,7 @@ pub(crate) fn extract_csv(
         }
     }
     for (i, record) in reader.records().enumerate() {
-        if i % CHECK_EVERY == 0 {
+        if i.is_multiple_of(CHECK_EVERY) {
             budget.check()?;
         }
         let record =
@@ -85,7 +85,7 @@ pub(crate) fn extract_json(
     let mut blocks = Vec::new();
     if lines {
         for (i, line) in text.lines().enumerate() {
-            if i % CHECK_EVERY == 0 {
+            if i.is_multiple_of(CHECK_EVERY) {
                 budget.check()?;
             }
             if line.trim().is_empty() {
@@ -124,7 +124,7 @@ pub(crate) fn extract_json(
             other => vec![(String::new(), other)],
         };
         for (i, (key, v)) in entries.into_iter().enumerate() {
-            if i % CHECK_EVERY == 0 {
+            if i.is_multiple_of(CHECK_EVERY) {
                 budget.check()?;
             }
             let mut out = Flattened::new(budget);

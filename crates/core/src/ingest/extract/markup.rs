@@ -53,7 +53,7 @@ pub(crate) fn extract_markdown(
         .into_offset_iter()
         .enumerate()
     {
-        if i % CHECK_EVERY == 0 {
+        if i.is_multiple_of(CHECK_EVERY) {
             budget.check()?;
         }
         let extend = |range: &mut Option<(usize, usize)>| {
@@ -228,7 +228,7 @@ impl HtmlWalker<'_> {
                 }
             };
             visited += 1;
-            if visited % CHECK_EVERY == 0 {
+            if visited.is_multiple_of(CHECK_EVERY) {
                 budget.check()?;
             }
             match node.value() {

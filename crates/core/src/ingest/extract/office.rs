@@ -148,7 +148,7 @@ pub(crate) fn extract_docx(
     let mut in_text = false;
     let mut offset = 0u64;
     for events in 0usize.. {
-        if events % CHECK_EVERY == 0 {
+        if events.is_multiple_of(CHECK_EVERY) {
             budget.check()?;
         }
         let event = reader
@@ -243,7 +243,7 @@ pub(crate) fn extract_odt(
     let mut depth = 0usize;
     let mut offset = 0u64;
     for events in 0usize.. {
-        if events % CHECK_EVERY == 0 {
+        if events.is_multiple_of(CHECK_EVERY) {
             budget.check()?;
         }
         let event = reader
