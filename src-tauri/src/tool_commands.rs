@@ -8,7 +8,8 @@ use quarry_core::audit::{AuditQuery, AuditRecord};
 use quarry_core::models::ModelKind;
 use quarry_core::pipeline::{TestInput, ToolTestReport};
 use quarry_core::tools::{
-    schema, NetworkIsolation, SaveOptions, ToolCheck, ToolDefinition, ToolSummary, ToolType, ToolVersion,
+    schema, NetworkIsolation, SaveOptions, ToolCheck, ToolDefinition, ToolSummary, ToolType,
+    ToolVersion,
 };
 use quarry_core::{Library, Principal};
 use serde::{Deserialize, Serialize};
