@@ -32,8 +32,12 @@ use crate::engine::{Engine, Notice};
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(format!(
+                    "warn,{}=error",
+                    quarry_core::llm::embedded::LOG_TARGET
+                ))
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -47,6 +47,10 @@ struct Cli {
     /// Library data directory [default: the platform data dir]
     #[arg(long, global = true, env = "QUARRY_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// More log lines on stderr: -v progress notes and llama.cpp's warnings, -vv everything
+    /// (QUARRY_LOG, a tracing filter, overrides)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -353,6 +357,20 @@ fn with_passive_openmp() {
     }
 }
 
+/// `QUARRY_LOG` when set, else by `-v`. llama.cpp's own log is kept below warnings by
+/// default: its loader warns about quirks of ordinary models on every load, which would land
+/// in the middle of `quarry chat`'s answer.
+fn log_filter(verbose: u8) -> tracing_subscriber::EnvFilter {
+    let llama = quarry_core::llm::embedded::LOG_TARGET;
+    tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(match verbose {
+            0 => format!("warn,{llama}=error"),
+            1 => format!("info,{llama}=warn"),
+            _ => "debug".to_string(),
+        })
+    })
+}
+
 fn main() -> ExitCode {
     #[cfg(unix)]
     with_passive_openmp();
@@ -361,16 +379,13 @@ fn main() -> ExitCode {
     // Colour only a terminal: a log file or a pipe gets plain text. File names in log lines
     // are escaped like every other output (`terminal::LogWriter`).
     let colour = terminal::colour(&std::io::stderr());
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("QUARRY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(log_filter(cli.verbose))
         .with_writer(terminal::LogWriter { colour })
         .with_ansi(colour)
         .init();
     quarry_core::init_failpoints_from_env();
-    let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -84,7 +84,20 @@ fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_mode
     );
     // A second question continues the conversation.
     let id = result["conversation"].as_str().unwrap();
-    let next = chat_json(&env, &["And what is its capacity?", "-c", id]);
+    // ... with the default log filter: llama.cpp's loader warnings (this model's
+    // "control-looking token") stay out of the way unless -v asks for them.
+    let out = env
+        .command(&["chat", "And what is its capacity?", "-c", id, "--json"])
+        .env_remove("QUARRY_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("llama-cpp-2") && !stderr.contains("control-looking"),
+        "llama.cpp's log reached the terminal: {stderr}"
+    );
+    let next: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(next["conversation"], id);
     assert_eq!(next["turn"], 2);
     let list = env.ok(&["chat", "--list"]);

@@ -9,13 +9,25 @@ use std::process::Command;
 
 use common::*;
 
-fn problem<'a>(status: &'a serde_json::Value, file: &str) -> &'a serde_json::Value {
-    status["problems"]
+/// The record of `file` in `quarry status --json`'s `list` (`problems`: failed, or indexed with
+/// a warning; `skipped`: left out by design).
+fn listed<'a>(
+    status: &'a serde_json::Value,
+    list: &str,
+    file: &str,
+) -> Option<&'a serde_json::Value> {
+    status[list]
         .as_array()
         .unwrap()
         .iter()
         .find(|d| d["path"].as_str().unwrap().ends_with(file))
-        .unwrap_or_else(|| panic!("{file} not among problems: {status:#}"))
+}
+
+/// The record of a file that was not cleanly indexed, whichever list holds it.
+fn problem<'a>(status: &'a serde_json::Value, file: &str) -> &'a serde_json::Value {
+    listed(status, "problems", file)
+        .or_else(|| listed(status, "skipped", file))
+        .unwrap_or_else(|| panic!("{file} not among problems or skips: {status:#}"))
 }
 
 #[test]
@@ -181,6 +193,37 @@ fn bad_input_is_recorded_and_indexing_continues() {
     assert_eq!(reason("pipe.txt"), "not_regular_file");
     assert_eq!(reason(".hidden.md"), "hidden");
     assert_eq!(reason("loop"), "symlink_loop");
+    // Recent problems are what the user may act on; files left out by design are counted and
+    // listed apart, not reported as problems.
+    for file in [
+        "empty.txt",
+        "binary.dat",
+        "huge.log",
+        "pipe.txt",
+        ".hidden.md",
+    ] {
+        assert!(listed(&status, "skipped", file).is_some(), "{file} skipped");
+        assert!(
+            listed(&status, "problems", file).is_none(),
+            "{file} is no problem"
+        );
+    }
+    for file in ["truncated.pdf", "encrypted.pdf", "bomb.docx", "latin1.txt"] {
+        assert!(
+            listed(&status, "problems", file).is_some(),
+            "{file} is a problem"
+        );
+    }
+    let text = env.ok(&["status"]);
+    let recent = &text[text.find("recent problems:").expect("problems listed")..];
+    assert!(
+        recent.contains("truncated.pdf") && !recent.contains("binary.dat"),
+        "{text}"
+    );
+    assert!(
+        text.contains("binary (skipped)"),
+        "skips are counted: {text}"
+    );
     for file in ["truncated.pdf", "encrypted.pdf", "bomb.docx", "huge.log"] {
         let message = problem(&status, file)["last_error"]
             .as_str()

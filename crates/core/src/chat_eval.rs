@@ -284,7 +284,7 @@ pub fn run_chat_evaluation(
     }
     let documents = library.status()?.stats.documents_indexed as u64;
     drop(library);
-    crate::library::return_freed_memory();
+    crate::memory::return_freed_memory();
     Ok(ChatEvalReport {
         set: plan.set.display().to_string(),
         documents,

@@ -189,7 +189,7 @@ pub fn run_evaluation(
     // The set's library, its index and its caches go now: give their memory back, so a
     // long-lived process (the desktop app) does not keep it after the evaluation.
     drop(library);
-    crate::library::return_freed_memory();
+    crate::memory::return_freed_memory();
     Ok(report)
 }
 

@@ -134,7 +134,7 @@ pub struct LedgerEntry {
     /// Position in the document.
     pub ordinal: i64,
     /// The file.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// Document title.

@@ -39,14 +39,17 @@ pub mod fulltext;
 mod governance;
 mod ids;
 pub mod ingest;
+mod json_diff;
 mod library;
 pub mod llm;
 mod lock;
+mod memory;
 mod model_use;
 pub mod models;
 pub mod orchestrator;
 pub mod pipeline;
 pub mod retrieve;
+mod serde_paths;
 pub mod store;
 pub mod tools;
 

@@ -50,14 +50,17 @@ pub struct Library {
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusReport {
     /// The data directory.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     pub data_dir: PathBuf,
     /// Counts.
     pub stats: Stats,
     /// Sources with their state.
     pub sources: Vec<Source>,
-    /// The most recent skipped and failed files.
+    /// The most recent failed files, and indexed ones with a warning.
     pub problems: Vec<DocumentRecord>,
+    /// The most recent files skipped by design (binary, hidden, empty…): not problems, counted
+    /// by reason in `stats`.
+    pub skipped: Vec<DocumentRecord>,
     /// Outbox sequence the full-text index has applied.
     pub fulltext_applied_seq: i64,
     /// Vectors per collection.
@@ -405,6 +408,7 @@ impl Library {
             stats: self.store.stats()?,
             sources: self.store.sources()?,
             problems: self.store.problem_documents(50)?,
+            skipped: self.store.skipped_documents(50)?,
             fulltext_applied_seq: self.fulltext.applied_seq()?,
             embeddings: self.store.embedding_coverage()?,
             disk_bytes: dir_size(&self.data_dir),
@@ -671,18 +675,8 @@ fn release_all<T>(cache: &Mutex<HashMap<String, Arc<T>>>) -> bool {
         return false;
     }
     drop(released);
-    return_freed_memory();
+    crate::memory::return_freed_memory();
     true
-}
-
-/// Asks the allocator to give freed pages back (glibc keeps them otherwise, and a released
-/// ONNX session would still count in the app's resident memory).
-pub(crate) fn return_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// Sessions of one model file and thread count, shared by every handle of the process and

@@ -80,7 +80,7 @@ pub enum IndexEvent {
         /// Source id.
         source_id: SourceId,
         /// Its folder.
-        #[serde(serialize_with = "crate::store::serialize_path")]
+        #[serde(serialize_with = "crate::serde_paths::path")]
         root: PathBuf,
     },
     /// A source's walk finished.
@@ -95,13 +95,13 @@ pub enum IndexEvent {
         /// Source id.
         source_id: SourceId,
         /// Its folder.
-        #[serde(serialize_with = "crate::store::serialize_path")]
+        #[serde(serialize_with = "crate::serde_paths::path")]
         root: PathBuf,
     },
     /// One file could not be indexed.
     FileFailed {
         /// The file.
-        #[serde(serialize_with = "crate::store::serialize_path")]
+        #[serde(serialize_with = "crate::serde_paths::path")]
         path: PathBuf,
         /// Machine reason.
         reason: String,

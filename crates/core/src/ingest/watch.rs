@@ -99,7 +99,7 @@ pub enum WatchEvent {
         /// Source id.
         source_id: SourceId,
         /// Its folder.
-        #[serde(serialize_with = "crate::store::serialize_path")]
+        #[serde(serialize_with = "crate::serde_paths::path")]
         root: PathBuf,
     },
     /// A source falls back to periodic rescans.
@@ -112,7 +112,7 @@ pub enum WatchEvent {
     /// Paths changed and were re-indexed.
     Changed {
         /// The paths the OS reported.
-        #[serde(serialize_with = "crate::store::serialize_paths")]
+        #[serde(serialize_with = "crate::serde_paths::paths")]
         paths: Vec<PathBuf>,
     },
     /// The embedding lane's progress.

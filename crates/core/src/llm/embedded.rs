@@ -102,6 +102,10 @@ pub fn default_threads() -> usize {
         .max(1)
 }
 
+/// The tracing target llama.cpp's own log arrives under (`llama-cpp-2` forwards it), for log
+/// filters that keep its loader chatter out of the way.
+pub const LOG_TARGET: &str = "llama-cpp-2";
+
 /// llama.cpp's process-wide backend: it can be initialised only once.
 fn llama_backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
@@ -204,7 +208,7 @@ impl EmbeddedBackend {
         let released = std::mem::take(&mut *shared_models());
         let count = released.len();
         drop(released);
-        crate::library::return_freed_memory();
+        crate::memory::return_freed_memory();
         count
     }
 

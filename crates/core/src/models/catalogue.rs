@@ -89,7 +89,7 @@ pub struct ModelListing {
     /// Embedding or reranker.
     pub kind: ModelKind,
     /// Installed here (folder), if it is.
-    #[serde(serialize_with = "crate::store::serialize_opt_path")]
+    #[serde(serialize_with = "crate::serde_paths::opt_path")]
     #[cfg_attr(feature = "specta", specta(type = Option<String>))]
     pub installed_at: Option<PathBuf>,
     /// In the built-in catalogue.

@@ -18,9 +18,10 @@ pub mod knowledge_search;
 pub mod revisions;
 mod turn;
 
+pub use crate::json_diff::{diff_json, ConfigChange};
 pub use config::{BackendConfig, Budget, Mode, OrchestratorConfig, ToolChoice, DEFAULT_CONFIG};
 pub use conversation::{Conversation, EvidenceItem, StoredMessage, TraceEvent};
-pub use diff::{diff, diff_json, ConfigChange};
+pub use diff::diff;
 pub use gates::{Gate, GateConfig, GateDecision, Gates, Verdict};
 pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};

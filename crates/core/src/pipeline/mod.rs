@@ -26,8 +26,8 @@ use serde_json::{json, Value};
 
 use crate::auth::{Principal, PrincipalKind};
 use crate::error::{Error, Result};
+use crate::json_diff::{diff_json, ConfigChange};
 use crate::models::Models;
-use crate::orchestrator::{diff_json, ConfigChange};
 use crate::retrieve::{RetrievalSettings, SearchMode};
 use crate::store::{now_unix, Collection, Store};
 use crate::tools::{

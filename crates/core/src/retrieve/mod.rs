@@ -143,7 +143,7 @@ pub struct Hit {
     /// Its document.
     pub document_id: DocumentId,
     /// The file.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// Document title.

@@ -67,35 +67,6 @@ pub struct Store {
     path: PathBuf,
 }
 
-/// Serialises a path as a string, lossily for names that are not UTF-8 (JSON has no bytes).
-pub(crate) fn serialize_path<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&path.to_string_lossy())
-}
-
-/// [`serialize_path`] for a list.
-pub(crate) fn serialize_paths<S: serde::Serializer>(
-    paths: &[PathBuf],
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeSeq;
-    let mut seq = s.serialize_seq(Some(paths.len()))?;
-    for p in paths {
-        seq.serialize_element(&p.to_string_lossy())?;
-    }
-    seq.end()
-}
-
-/// [`serialize_path`] for an optional path.
-pub(crate) fn serialize_opt_path<S: serde::Serializer>(
-    path: &Option<PathBuf>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match path {
-        Some(p) => s.serialize_some(&p.to_string_lossy()),
-        None => s.serialize_none(),
-    }
-}
-
 /// Seconds since the Unix epoch, as stored in `*_at` columns.
 pub(crate) fn now_unix() -> i64 {
     std::time::SystemTime::now()
@@ -391,19 +362,44 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Documents that were skipped or failed, newest first.
+    /// Documents that failed, and indexed ones with a warning, newest first: what the user may
+    /// want to act on (`quarry status`'s "recent problems").
     pub fn problem_documents(&self, limit: usize) -> Result<Vec<DocumentRecord>> {
-        self.problem_documents_in(None, limit)
+        self.documents_where(
+            "(d.status = 'failed' OR (d.status = 'indexed' AND d.warning IS NOT NULL))",
+            None,
+            limit,
+        )
     }
 
-    /// [`Store::problem_documents`] of one source (`None`: all).
+    /// Documents skipped by design (binary, hidden, empty, too large…), newest first.
+    pub fn skipped_documents(&self, limit: usize) -> Result<Vec<DocumentRecord>> {
+        self.documents_where("d.status = 'skipped'", None, limit)
+    }
+
+    /// Every document of one source (`None`: all) that is not cleanly indexed: skipped, failed,
+    /// or indexed with a warning, newest first (the desktop Library view's list).
     pub fn problem_documents_in(
         &self,
         source_id: Option<SourceId>,
         limit: usize,
     ) -> Result<Vec<DocumentRecord>> {
+        self.documents_where(
+            "(d.status != 'indexed' OR d.warning IS NOT NULL)",
+            source_id,
+            limit,
+        )
+    }
+
+    /// Documents matching `condition` (a fixed SQL expression over `d`), newest first.
+    fn documents_where(
+        &self,
+        condition: &'static str,
+        source_id: Option<SourceId>,
+        limit: usize,
+    ) -> Result<Vec<DocumentRecord>> {
         let mut stmt = self.conn.prepare(&format!(
-            "{DOCUMENT_SELECT} WHERE (d.status != 'indexed' OR d.warning IS NOT NULL)
+            "{DOCUMENT_SELECT} WHERE {condition}
                AND (?2 IS NULL OR d.source_id = ?2)
              ORDER BY d.updated_at DESC, d.id DESC LIMIT ?1"
         ))?;

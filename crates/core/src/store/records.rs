@@ -101,7 +101,7 @@ pub struct Source {
     /// Owning collection's name.
     pub collection: String,
     /// Absolute folder.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
     pub root: PathBuf,
     /// Globs a file must match (relative to `root`); empty means all.
@@ -207,7 +207,7 @@ pub struct DocumentRecord {
     /// Owning collection's name.
     pub collection: String,
     /// Absolute path.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// Bytes on disk at the last scan.
@@ -312,7 +312,7 @@ pub struct ChunkRecord {
     /// Approximate model tokens.
     pub token_count: i64,
     /// The document's path.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: PathBuf,
     /// The document's title.

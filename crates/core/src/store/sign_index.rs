@@ -365,7 +365,8 @@ mod tests {
                 (x % 2000) as f32 / 1000.0 - 1.0
             })
             .collect();
-        crate::embed::normalized(v)
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / norm).collect()
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub struct Citation {
     /// Its number (`[n]` in the answer).
     pub n: i64,
     /// The file.
-    #[serde(serialize_with = "crate::store::serialize_path")]
+    #[serde(serialize_with = "crate::serde_paths::path")]
     #[cfg_attr(feature = "specta", specta(type = String))]
     pub path: std::path::PathBuf,
     /// `path p. N lines a-b`.
