@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
+mod common;
+use common::rust_files;
+
 /// Bottom first. A module may use the modules of the layers before its own, never its own
 /// layer's or a later one's.
 const LAYERS: &[&[&str]] = &[
@@ -46,17 +49,6 @@ const LAYERS: &[&[&str]] = &[
 
 fn core_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The top-level module a source file belongs to (`store/sign_index.rs` → `store`).

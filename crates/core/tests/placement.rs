@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
+mod common;
+use common::rust_files;
+
 /// A string literal that starts an SQL statement, e.g. `"SELECT` or `format!("INSERT`.
 const SQL_LITERAL: &str = r#""\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER|PRAGMA|BEGIN|COMMIT|WITH|VACUUM)\s"#;
 
@@ -29,17 +32,6 @@ const RAW_CALLS: &[&str] = &[
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// `file:line: text` for every code line (comments skipped) of the Rust sources under `dirs`,

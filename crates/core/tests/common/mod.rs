@@ -146,3 +146,15 @@ pub fn code_tool(slug: &str, tool_type: ToolType, source: &str) -> ToolDefinitio
         derived: None,
     }
 }
+
+/// Every Rust source file under `dir`, appended to `out` (the tests that read the sources).
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
