@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use quarry_core::audit::{AuditQuery, AuditRecord};
+use quarry_core::audit::AuditRecord;
 use quarry_core::models::ModelKind;
 use quarry_core::pipeline::{TestInput, ToolTestReport};
 use quarry_core::tools::{
@@ -386,15 +386,12 @@ pub async fn tool_test(
         let input = test_input(&tool, input)?;
         let pipeline = pipeline.filter(|p| !p.is_empty());
         let report = library.test_tool(&slug, &input, &principal, pipeline.as_deref(), None)?;
-        let audit = library
-            .audit(&AuditQuery {
-                action: Some("tool.test".into()),
-                target: Some(slug.clone()),
-                limit: 1,
-                ..AuditQuery::default()
-            })?
-            .into_iter()
-            .next();
+        // This run's own record, not the newest for the tool (another test may have
+        // written one meanwhile).
+        let audit = match report.audit_id {
+            Some(id) => library.audit_record(id)?,
+            None => None,
+        };
         Ok(ToolTestView {
             report,
             sandbox: sandbox_tier(&library, &tool),

@@ -539,5 +539,8 @@ fn print_test(report: &ToolTestReport) -> Result<()> {
         printable_text(&serde_json::to_string_pretty(&report.output)?)
     );
     print_evidence(&report.evidence);
+    if let Some(id) = report.audit_id {
+        println!("audit record #{id} (quarry audit --action tool.test)");
+    }
     Ok(())
 }

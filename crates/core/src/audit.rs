@@ -86,7 +86,7 @@ pub fn input_hash(input: &serde_json::Value) -> String {
     )
 }
 
-/// Appends a record.
+/// Appends a record; returns its id.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     store: &Store,
@@ -97,7 +97,7 @@ pub fn record(
     outcome: std::result::Result<(), &crate::Error>,
     detail: Option<&str>,
     duration_ms: i64,
-) -> Result<()> {
+) -> Result<i64> {
     let (outcome, detail) = outcome_and_detail(outcome, detail);
     let id = store.append_audit(&NewAuditRecord {
         at_ms: now_ms(),
@@ -112,7 +112,7 @@ pub fn record(
     if id % PRUNE_EVERY == 0 {
         prune(store)?;
     }
-    Ok(())
+    Ok(id)
 }
 
 /// The time window within which the same refusal counts up one record.
@@ -190,6 +190,11 @@ fn bounded(detail: String) -> String {
 /// The records `query` selects, newest first.
 pub fn query(store: &Store, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
     store.audit_records(query)
+}
+
+/// One record by id (`None`: pruned, or never written).
+pub fn record_by_id(store: &Store, id: i64) -> Result<Option<AuditRecord>> {
+    store.audit_record(id)
 }
 
 /// The principals, actions and targets on record, to filter by.

@@ -163,6 +163,7 @@ impl Library {
             )),
             0,
         )
+        .map(|_| ())
     }
 
     /// Copies a tool under a new slug.
@@ -274,7 +275,7 @@ impl Library {
             .and_then(|r| r.pipeline.clone())
             .or_else(|| pipeline.map(String::from))
             .map(|p| format!("pipeline context `{p}`"));
-        audit::record(
+        let audit_id = audit::record(
             self.store(),
             &principal.label,
             "tool.test",
@@ -284,7 +285,10 @@ impl Library {
             context.as_deref(),
             started.elapsed().as_millis() as i64,
         )?;
-        result
+        result.map(|report| ToolTestReport {
+            audit_id: Some(audit_id),
+            ..report
+        })
     }
 
     // ---- pipelines -----------------------------------------------------------------------
@@ -435,6 +439,7 @@ impl Library {
             detail.as_deref(),
             started.elapsed().as_millis() as i64,
         )
+        .map(|_| ())
     }
 
     /// One code-tool call outside any pipeline, as `session`'s caller, with `retrieval` as the
@@ -501,6 +506,7 @@ impl Library {
             None,
             started.elapsed().as_millis() as i64,
         )
+        .map(|_| ())
     }
 
     /// The principal a key secret stands for (a service key must name the user it acts for).
@@ -541,6 +547,11 @@ impl Library {
     /// The audit records `query` selects, newest first.
     pub fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
         audit::query(self.store(), query)
+    }
+
+    /// One audit record by id (a tool test's own, say); `None` once pruned.
+    pub fn audit_record(&self, id: i64) -> Result<Option<AuditRecord>> {
+        audit::record_by_id(self.store(), id)
     }
 
     /// The principals, actions and targets on record, to filter the audit by.

@@ -610,6 +610,48 @@ fn optional_inputs_keep_their_bounds() {
 }
 
 #[test]
+fn a_tool_test_names_the_audit_record_it_wrote() {
+    let mut f = Fixture::new();
+    f.add_collection("notes", "internal", "", &[("a.md", "cache eviction\n")]);
+    f.reindex();
+    let library = &f.library;
+    let test = |query: &str| {
+        library
+            .test_tool(
+                "retrieve-lexical-focused",
+                &TestInput::Query(query.into()),
+                &Principal::administrator(),
+                None,
+                None,
+            )
+            .unwrap()
+    };
+    let first = test("cache");
+    // Another test of the same tool meanwhile: the first still names its own record, not
+    // the tool's newest (what the desktop's Test tab once showed).
+    let second = test("eviction");
+    let (mine, newest) = (first.audit_id.unwrap(), second.audit_id.unwrap());
+    assert_ne!(mine, newest);
+    let record = library
+        .audit_record(mine)
+        .unwrap()
+        .expect("the first test's record");
+    assert_eq!(
+        (
+            record.action.as_str(),
+            record.target.as_str(),
+            record.outcome.as_str()
+        ),
+        ("tool.test", "retrieve-lexical-focused", "ok")
+    );
+    assert_eq!(
+        record.input_hash,
+        quarry_core::audit::input_hash(&json!({"query": "cache"}))
+    );
+    assert!(library.audit_record(newest + 1).unwrap().is_none());
+}
+
+#[test]
 fn the_seeded_grounded_mode_offers_only_what_it_can_use() {
     let f = Fixture::new();
     let revision = f

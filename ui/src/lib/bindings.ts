@@ -1618,6 +1618,8 @@ export type ToolTestReport = {
 	evidence: EvidenceLedger,
 	/**  Microseconds. */
 	took_us: number,
+	/**  The audit record this test wrote (set by `Library::test_tool`, which writes it). */
+	audit_id: number | null,
 };
 
 /**  A finished test, with what the Test tab shows beside the output. */

@@ -640,6 +640,8 @@ pub struct ToolTestReport {
     pub evidence: EvidenceLedger,
     /// Microseconds.
     pub took_us: u64,
+    /// The audit record this test wrote (set by `Library::test_tool`, which writes it).
+    pub audit_id: Option<i64>,
 }
 
 /// Tests a tool as `principal`, in a pipeline's context (its retrieval tools and
@@ -684,6 +686,7 @@ pub fn test_tool(
         output,
         evidence: ledger,
         took_us: us(started),
+        audit_id: None,
     })
 }
 

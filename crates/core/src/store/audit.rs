@@ -1,7 +1,7 @@
 //! The audit log: one row per tool test, pipeline run, key change and configuration change;
 //! refused sign-ins repeated within a minute share one row and count up.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::Store;
@@ -197,16 +197,14 @@ impl Store {
     pub(crate) fn audit_records(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
         query.check()?;
         let limit = if query.limit == 0 { 100 } else { query.limit };
-        let mut stmt = self.conn.prepare(
-            "SELECT id, at_ms, principal, action, target, input_hash, outcome, detail, duration_ms,
-                    count
-             FROM audit_log
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log
              WHERE (?2 IS NULL OR principal = ?2) AND (?3 IS NULL OR action = ?3)
                AND (?4 IS NULL OR target = ?4)
                AND (?5 IS NULL OR (?5 = 'ok' AND outcome = 'ok')
                     OR (?5 = 'error' AND outcome LIKE 'error%'))
-             ORDER BY id DESC LIMIT ?1",
-        )?;
+             ORDER BY id DESC LIMIT ?1"
+        ))?;
         let filters = params![
             limit,
             query.principal,
@@ -214,21 +212,20 @@ impl Store {
             query.target,
             query.outcome
         ];
-        let rows = stmt.query_map(filters, |r| {
-            Ok(AuditRecord {
-                id: r.get(0)?,
-                at_ms: r.get(1)?,
-                principal: r.get(2)?,
-                action: r.get(3)?,
-                target: r.get(4)?,
-                input_hash: r.get(5)?,
-                outcome: r.get(6)?,
-                detail: r.get(7)?,
-                duration_ms: r.get(8)?,
-                count: r.get(9)?,
-            })
-        })?;
+        let rows = stmt.query_map(filters, audit_record_from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One audit record by id (`None`: pruned, or never written).
+    pub(crate) fn audit_record(&self, id: i64) -> Result<Option<AuditRecord>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE id = ?1"),
+                [id],
+                audit_record_from_row,
+            )
+            .optional()?)
     }
 
     /// Every principal, action and target the log holds, sorted.
@@ -246,6 +243,25 @@ impl Store {
             targets: distinct("target")?,
         })
     }
+}
+
+/// The columns [`audit_record_from_row`] reads, in its order.
+const AUDIT_COLUMNS: &str =
+    "id, at_ms, principal, action, target, input_hash, outcome, detail, duration_ms, count";
+
+fn audit_record_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AuditRecord> {
+    Ok(AuditRecord {
+        id: r.get(0)?,
+        at_ms: r.get(1)?,
+        principal: r.get(2)?,
+        action: r.get(3)?,
+        target: r.get(4)?,
+        input_hash: r.get(5)?,
+        outcome: r.get(6)?,
+        detail: r.get(7)?,
+        duration_ms: r.get(8)?,
+        count: r.get(9)?,
+    })
 }
 
 #[cfg(test)]
