@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs every check CI runs: formatting, lints, and all tests (unit, integration,
 # crash, watcher, semantic-search, rerank, download and Cranfield eval tests, the assistant with
-# the embedded models (Qwen2.5-Coder-0.5B, SmolLM2) and a real llama-server, doctests, and the
-# desktop app end to end in a real WebKit window)
+# the embedded models (Qwen2.5-Coder-0.5B, SmolLM2) and a real llama-server, doctests, the
+# front end's unit tests (vitest), and the desktop app end to end in a real WebKit window)
 # against real SQLite files, tantivy directories, ONNX Runtime and the MiniLM model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,10 @@ stage() { echo "== test.sh: $* (at ${SECONDS} s)" >&2; }
 stage setup
 bash scripts/setup.sh
 cargo fmt --all --check
+# The front end's own logic (Markdown rendering, formatting, timing, stores) under vitest;
+# setup.sh has installed ui/node_modules from the lockfile.
+stage "UI unit tests"
+(cd ui && npm run --silent test)
 
 # llama.cpp's llama-server (for the HTTP backend tests against a real OpenAI-compatible
 # server) is built once from the pinned PyPI sdist, about 5 minutes of one core, cached in
