@@ -174,6 +174,9 @@ enum DocCommand {
     /// Show a document's state and chunks
     Show {
         path: PathBuf,
+        /// The collection, when the file's folder is a source of several
+        #[arg(short, long)]
+        collection: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -486,8 +489,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Status { json } => output::status(&library.status()?, json)?,
-        Command::Doc(DocCommand::Show { path, json }) => {
-            output::document(&library.document(&path)?, json)?
+        Command::Doc(DocCommand::Show {
+            path,
+            collection,
+            json,
+        }) => {
+            output::document(&library.document_in(&path, collection.as_deref())?, json)?
         }
         Command::Check { repair, json } => {
             let report = library.verify()?;

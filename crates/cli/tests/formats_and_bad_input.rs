@@ -343,6 +343,33 @@ fn unreadable_files_and_folders_are_recorded() {
 }
 
 #[test]
+fn a_file_in_two_collections_is_shown_from_the_one_named() {
+    let env = TestEnv::new();
+    write(&env.docs().join("shared.md"), "# Shared\n\nThe quokka smiles.\n");
+    for collection in ["work", "home"] {
+        env.ok(&["source", "add", env.docs().to_str().unwrap(), "-c", collection]);
+    }
+    env.ok(&["index"]);
+    let file = env.docs().join("shared.md");
+    let file = file.to_str().unwrap();
+    // Without a collection the path is refused, naming both, rather than one picked.
+    let out = env.run(&["doc", "show", file]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error[ambiguous_document]") && err.contains("work, home"),
+        "{err}"
+    );
+    for collection in ["work", "home"] {
+        let shown = env.json(&["doc", "show", file, "--collection", collection]);
+        assert_eq!(shown["document"]["collection"], collection, "{shown:#}");
+        assert_eq!(shown["chunks"].as_array().unwrap().len(), 1);
+    }
+    let out = env.run(&["doc", "show", file, "-c", "elsewhere"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error[document_not_found]"));
+}
+
+#[test]
 fn bad_requests_name_what_is_wrong() {
     let env = TestEnv::new();
     let missing = env.run(&["source", "add", "/definitely/not/here", "--collection", "c"]);

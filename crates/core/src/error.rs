@@ -81,6 +81,19 @@ pub enum Error {
     /// A document path that is not in the library.
     #[error("no indexed document at `{0}`")]
     DocumentNotFound(PathBuf),
+    /// A path that is a document of several collections (its folder is a source of each),
+    /// asked for without saying which.
+    #[error(
+        "`{path}` is a document of {} collections ({}): say which one (`--collection NAME`)",
+        collections.len(),
+        collections.join(", ")
+    )]
+    AmbiguousDocument {
+        /// The path asked for.
+        path: PathBuf,
+        /// The collections it is a document of.
+        collections: Vec<String>,
+    },
     /// Another process holds the library's write lock.
     #[error("the library at `{data_dir}` is being written by another process ({holder}); wait for it to finish or stop it")]
     WriterBusy {
@@ -389,6 +402,7 @@ error_codes! {
     InvalidSourcePath => invalid_source_path, InvalidInput;
     InvalidGlob => invalid_glob, InvalidInput;
     DocumentNotFound => document_not_found, NotFound;
+    AmbiguousDocument => ambiguous_document, InvalidInput;
     WriterBusy => writer_busy, Unavailable;
     SchemaTooNew => schema_too_new, Unavailable;
     Watch => watch_failed, Unavailable;
@@ -442,7 +456,7 @@ mod tests {
         assert_eq!(
             codes.join(","),
             "collection_not_found,collection_exists,invalid_collection_name,unknown_language,\
-source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,writer_busy,\
+source_not_found,source_exists,invalid_source_path,invalid_glob,document_not_found,ambiguous_document,writer_busy,\
 schema_too_new,watch_failed,disk_full,database_error,fulltext_error,fulltext_out_of_sync,\
 io_error,unknown_model,model_not_installed,model_file_bad,model_in_use,runtime_unavailable,invalid_model,\
 model_mismatch,inference_failed,download_failed,invalid_setting,invalid_query,invalid_dataset,\

@@ -418,6 +418,13 @@ impl Library {
 
     /// A document and its chunks, by path.
     pub fn document(&self, path: &Path) -> Result<DocumentView> {
+        self.document_in(path, None)
+    }
+
+    /// [`Library::document`] in `collection`: a folder that is a source of several collections
+    /// has a document in each, and without a collection that path is refused
+    /// (`ambiguous_document`, naming them) rather than one picked.
+    pub fn document_in(&self, path: &Path, collection: Option<&str>) -> Result<DocumentView> {
         // The folder is resolved, not the file: a symbolic link is a document of its own
         // (indexed, or skipped with its reason), not the file it points to.
         let canonical = match (path.parent(), path.file_name()) {
@@ -428,10 +435,23 @@ impl Library {
             _ => path.canonicalize(),
         }
         .unwrap_or_else(|_| path.to_path_buf());
-        let document = self
-            .store
-            .document_by_path(&canonical)
-            .or_else(|_| self.store.document_by_path(path))?;
+        let mut found = self.store.documents_by_path(&canonical)?;
+        if found.is_empty() {
+            found = self.store.documents_by_path(path)?;
+        }
+        if let Some(collection) = collection {
+            found.retain(|d| d.collection == collection);
+        }
+        let document = match found.len() {
+            0 => return Err(Error::DocumentNotFound(path.to_path_buf())),
+            1 => found.remove(0),
+            _ => {
+                return Err(Error::AmbiguousDocument {
+                    path: path.to_path_buf(),
+                    collections: found.into_iter().map(|d| d.collection).collect(),
+                })
+            }
+        };
         let chunks = self.store.chunks_of_document(document.id)?;
         Ok(DocumentView { document, chunks })
     }

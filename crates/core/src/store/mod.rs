@@ -328,16 +328,13 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// One document by its path (any source).
-    pub fn document_by_path(&self, path: &Path) -> Result<DocumentRecord> {
-        self.conn
-            .query_row(
-                &format!("{DOCUMENT_SELECT} WHERE d.path = ?1 ORDER BY d.id LIMIT 1"),
-                [path_to_bytes(path)],
-                DocumentRecord::from_row,
-            )
-            .optional()?
-            .ok_or_else(|| Error::DocumentNotFound(path.to_path_buf()))
+    /// Every document at this path, one per collection whose source holds it, oldest first.
+    pub fn documents_by_path(&self, path: &Path) -> Result<Vec<DocumentRecord>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{DOCUMENT_SELECT} WHERE d.path = ?1 ORDER BY d.id"))?;
+        let rows = stmt.query_map([path_to_bytes(path)], DocumentRecord::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The document with this id, if it is still in the index.
