@@ -424,6 +424,26 @@ describe('Quarry desktop', () => {
     const audit = await browser.$(tid('status-audit'));
     await audit.waitForDisplayed({ timeout: 10_000 });
     assert.match(await audit.getText(), /^\S+ records.*; keeps 365 days, at most 500\D?000 records$/);
+
+    // A session served as the administrator (`--admin`) is one of the owner's conversations:
+    // the Chat list keeps it apart from the user's own, under its client's name.
+    const admin = mcpClient({ command: server.command, args: [...server.args, '--admin'], env: {} });
+    try {
+      await admin.request('initialize', {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'e2e-admin-client', version: '1' },
+      });
+      admin.notify('notifications/initialized');
+      const call = await admin.request('tools/call', { name: 'run_pipeline', arguments: { query: 'lighthouse' } });
+      assert.equal(call.result.isError, false, JSON.stringify(call));
+    } finally {
+      admin.stop();
+    }
+    await (await browser.$(tid('nav-chat'))).click();
+    const sessions = await browser.$(tid('chat-agent-sessions'));
+    await sessions.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await sessions.getText(), /e2e-admin-client/);
   });
 
   it('edits the orchestrator draft, shows what it changes, and applies it as a new revision', async () => {

@@ -236,15 +236,25 @@ fn list(library: &Library, principal: &Principal, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&conversations)?);
         return Ok(());
     }
-    for c in conversations {
+    // The user's own conversations first; outside agents' sessions apart, by client.
+    let line = |c: &quarry_core::store::Conversation, name: &str| {
         println!(
             "{}  {} r{} {}  {}",
             printable(&c.id),
             printable(&c.config),
             c.revision,
             printable(&c.mode),
-            printable(&c.title)
-        );
+            printable(name)
+        )
+    };
+    let (agents, own): (Vec<_>, Vec<_>) =
+        conversations.into_iter().partition(|c| c.client.is_some());
+    own.iter().for_each(|c| line(c, &c.title));
+    if !agents.is_empty() {
+        println!("outside agents (MCP sessions):");
+        agents
+            .iter()
+            .for_each(|c| line(c, c.client.as_deref().unwrap_or_default()));
     }
     Ok(())
 }

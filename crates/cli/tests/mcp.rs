@@ -480,6 +480,8 @@ fn issue_38_the_client_name_is_bounded_once_at_initialize() {
                 .starts_with("MCP session of evil")
         })
         .expect("the session's conversation");
+    // It is kept apart from the user's own conversations by its client's (bounded) name.
+    assert_eq!(conversation["client"], bounded.as_str(), "{conversation:#}");
     let shown = env.json(&[
         "chat",
         "--show",

@@ -97,7 +97,8 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Starts a conversation.
+/// Starts a conversation; `client` names the outside agent whose session it is (`None`: the
+/// window's or the CLI's).
 pub fn create(
     store: &Store,
     principal: &Principal,
@@ -105,6 +106,7 @@ pub fn create(
     revision: i64,
     mode: &str,
     title: &str,
+    client: Option<&str>,
 ) -> Result<Conversation> {
     let id = format!("c-{}", crate::auth::random_hex(8)?);
     let now = now_unix();
@@ -118,6 +120,7 @@ pub fn create(
         qualified: false,
         created_at: now,
         updated_at: now,
+        client: client.map(String::from),
     };
     store.insert_conversation(&conversation)?;
     get(store, principal, &conversation.id)

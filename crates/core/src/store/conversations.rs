@@ -29,6 +29,9 @@ pub struct Conversation {
     pub created_at: i64,
     /// Unix seconds.
     pub updated_at: i64,
+    /// The outside agent (MCP client, its name bounded) whose session this is; `None`: a
+    /// conversation of the window or the CLI.
+    pub client: Option<String>,
 }
 
 /// A stored chat message, its citations still as JSON text.
@@ -53,8 +56,8 @@ impl Store {
     /// Inserts a new conversation.
     pub(crate) fn insert_conversation(&self, c: &Conversation) -> Result<()> {
         self.conn.execute(
-            "INSERT INTO conversations(id, principal, config, revision, mode, title, qualified, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO conversations(id, principal, config, revision, mode, title, qualified, created_at, updated_at, client)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 c.id,
                 c.principal,
@@ -64,7 +67,8 @@ impl Store {
                 c.title,
                 c.qualified,
                 c.created_at,
-                c.updated_at
+                c.updated_at,
+                c.client
             ],
         )?;
         Ok(())
@@ -75,7 +79,8 @@ impl Store {
         Ok(self
             .conn
             .query_row(
-                "SELECT id, principal, config, revision, mode, title, qualified, created_at, updated_at
+                "SELECT id, principal, config, revision, mode, title, qualified, created_at, updated_at,
+                        client
                  FROM conversations WHERE id = ?1 AND principal = ?2",
                 params![id, principal],
                 |r| {
@@ -89,6 +94,7 @@ impl Store {
                         qualified: r.get::<_, i64>(6)? != 0,
                         created_at: r.get(7)?,
                         updated_at: r.get(8)?,
+                        client: r.get(9)?,
                     })
                 },
             )

@@ -253,6 +253,9 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE audit_log ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
     CREATE INDEX audit_log_by_action ON audit_log(action, target, at_ms);
     CREATE INDEX audit_log_by_time ON audit_log(at_ms);",
+    // Issue 37. The outside agent (MCP client) whose session a conversation is, so the Chat
+    // list shows those apart from the user's own conversations (NULL: the window or the CLI).
+    "ALTER TABLE conversations ADD COLUMN client TEXT;",
 ];
 
 /// The schema version this build writes.

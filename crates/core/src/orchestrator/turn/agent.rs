@@ -107,13 +107,15 @@ pub fn start_agent_session(
     let config_name = config.unwrap_or(DEFAULT_CONFIG);
     let applied = revisions::revision(ctx.store, config_name, None)?;
     applied.config.mode(mode)?;
+    let client = client_label(client);
     conversation::create(
         ctx.store,
         principal,
         config_name,
         applied.revision,
         mode,
-        &format!("MCP session of {}", client_label(client)),
+        &format!("MCP session of {client}"),
+        Some(&client),
     )
 }
 

@@ -351,5 +351,6 @@ fn conversation_for(
         applied.revision,
         &mode,
         question,
+        None,
     )
 }
