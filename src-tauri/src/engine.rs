@@ -1,5 +1,6 @@
 //! The engine as the app holds it: one library handle for the UI's reads and small writes,
-//! and one indexer thread that scans and watches every source with its own handle (the
+//! two more opened on first use for work that holds one for seconds (a chat turn; a tool test
+//! or tester run, which may start a Python worker), and one indexer thread that scans and watches every source with its own handle (the
 //! library's writer). Pausing stops that thread; resuming starts it again with a full scan,
 //! which catches whatever changed meanwhile.
 
@@ -36,21 +37,38 @@ pub struct Engine {
     library: Mutex<Library>,
     /// The assistant's own handle, opened on the first question: a turn holds it for seconds,
     /// and the other views keep theirs meanwhile.
-    chat: Mutex<Option<Library>>,
+    chat: LazyLibrary,
+    /// The Tools and Pipelines views' handle for tool tests and tester runs: a cold Python
+    /// worker takes seconds to start, and search must not wait for it.
+    workbench: LazyLibrary,
     activity: Arc<Mutex<Throttled>>,
     requests: WatchRequests,
     indexer: Mutex<Option<Indexer>>,
     notify: Notify,
 }
 
-/// The assistant's library handle, held for one turn.
-pub struct ChatHandle<'a>(MutexGuard<'a, Option<Library>>);
+/// A library handle of its own, opened on first use; one user at a time.
+#[derive(Default)]
+struct LazyLibrary(Mutex<Option<Library>>);
 
-impl std::ops::Deref for ChatHandle<'_> {
+impl LazyLibrary {
+    fn get(&self, data_dir: &Path) -> quarry_core::Result<SideHandle<'_>> {
+        let mut handle = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if handle.is_none() {
+            *handle = Some(Library::open(data_dir)?);
+        }
+        Ok(SideHandle(handle))
+    }
+}
+
+/// A [`LazyLibrary`]'s handle, held for one piece of work.
+pub struct SideHandle<'a>(MutexGuard<'a, Option<Library>>);
+
+impl std::ops::Deref for SideHandle<'_> {
     type Target = Library;
 
     fn deref(&self) -> &Library {
-        self.0.as_ref().expect("opened by Engine::chat_library")
+        self.0.as_ref().expect("opened by LazyLibrary::get")
     }
 }
 
@@ -75,7 +93,8 @@ impl Engine {
         Ok(Engine {
             data_dir: data_dir.to_path_buf(),
             library: Mutex::new(library),
-            chat: Mutex::new(None),
+            chat: LazyLibrary::default(),
+            workbench: LazyLibrary::default(),
             activity: Arc::new(Mutex::new(Throttled {
                 state,
                 activity_sent: None,
@@ -97,12 +116,13 @@ impl Engine {
     }
 
     /// The assistant's handle (one turn at a time: a second question waits for the first).
-    pub fn chat_library(&self) -> quarry_core::Result<ChatHandle<'_>> {
-        let mut chat = self.chat.lock().unwrap_or_else(|e| e.into_inner());
-        if chat.is_none() {
-            *chat = Some(Library::open(&self.data_dir)?);
-        }
-        Ok(ChatHandle(chat))
+    pub fn chat_library(&self) -> quarry_core::Result<SideHandle<'_>> {
+        self.chat.get(&self.data_dir)
+    }
+
+    /// The handle tool tests and tester runs use (one at a time), so the UI's stays free.
+    pub fn workbench_library(&self) -> quarry_core::Result<SideHandle<'_>> {
+        self.workbench.get(&self.data_dir)
     }
 
     pub fn activity(&self) -> Activity {
@@ -279,5 +299,30 @@ mod tests {
         assert_eq!(error.kind, quarry_core::ErrorKind::Unavailable);
         assert!(error.message.contains("pid 7"), "{}", error.message);
         assert!(error.message.contains("press Resume"), "{}", error.message);
+    }
+
+    #[test]
+    fn search_goes_on_while_a_tool_test_holds_its_handle() {
+        let data = tempfile::tempdir().unwrap();
+        let engine = Engine::open(data.path(), Arc::new(|_| {})).unwrap();
+        // A tool test (or tester run) in progress: it holds the workbench handle, as a cold
+        // Python worker would for seconds.
+        let testing = engine.workbench_library().unwrap();
+        let (done, searched) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let request = quarry_core::SearchRequest::new("anything");
+                let results = engine.library().search(&request).map(|r| r.hits.len());
+                done.send(results).unwrap();
+            });
+            // Once the UI's handle served the search, the test lets go (a search that waited
+            // for the test would never be answered: the deadline only ends such a hang).
+            let answer = searched.recv_timeout(Duration::from_secs(60));
+            drop(testing);
+            assert_eq!(answer.expect("search answered during the test").unwrap(), 0);
+        });
+        // The chat's handle is another again.
+        let _chat = engine.chat_library().unwrap();
+        let _workbench = engine.workbench_library().unwrap();
     }
 }

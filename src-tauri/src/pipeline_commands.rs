@@ -149,7 +149,8 @@ pub async fn pipeline_run(
     history: Vec<HistoryMessage>,
 ) -> CommandResult<PipelineRun> {
     blocking(&engine, move |engine| {
-        let library = engine.library();
+        // Off the UI's handle, like tool tests: its code tools may start Python workers.
+        let library = engine.workbench_library()?;
         let principal = run_as.principal(&library)?;
         let options = RunOptions {
             draft,

@@ -380,7 +380,8 @@ pub async fn tool_test(
     pipeline: Option<String>,
 ) -> CommandResult<ToolTestView> {
     blocking(&engine, move |engine| {
-        let library = engine.library();
+        // Off the UI's handle: a cold Python worker takes seconds, and search goes on.
+        let library = engine.workbench_library()?;
         let principal = run_as.principal(&library)?;
         let tool = library.tool(&slug)?;
         let input = test_input(&tool, input)?;
