@@ -12,7 +12,7 @@ use quarry_core::orchestrator::{
     self, BackendConfig, ChatOptions, Citation, Conversation, TraceEvent, TurnEvent, TurnResult,
     DEFAULT_CONFIG,
 };
-use quarry_core::{Library, Principal, Scope};
+use quarry_core::{Library, Principal};
 use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
 
@@ -94,7 +94,8 @@ pub struct ChatAsk {
     conversation: Option<String>,
     /// The mode of a new conversation (`None`: the configuration's default).
     mode: Option<String>,
-    /// Search only these collections (`None`: every one).
+    /// A new conversation searches only these collections (`None`: every one); a running
+    /// one keeps to those it began with.
     collections: Option<Vec<String>>,
 }
 
@@ -154,18 +155,6 @@ impl From<TraceEvent> for ChatTraceEvent {
 /// The conversations are the administrator's: the window is the library's owner.
 fn owner() -> Principal {
     Principal::administrator()
-}
-
-/// The owner, searching only `collections` when given.
-fn owner_within(collections: Option<Vec<String>>) -> Principal {
-    let mut principal = owner();
-    if let Some(collections) = collections {
-        principal.scope = Scope {
-            collections: Some(collections),
-            ..principal.scope
-        };
-    }
-    principal
 }
 
 /// The backend answers would come from, whether it can, and what fixes it.
@@ -318,9 +307,11 @@ pub async fn chat_send(
 ) -> CommandResult<ChatConversation> {
     let running = Arc::clone(&running);
     blocking(&engine, move |engine| {
-        let mut options = ChatOptions::new(owner_within(ask.collections));
+        let mut options = ChatOptions::new(owner());
         options.conversation = ask.conversation;
         options.mode = ask.mode;
+        // Kept with a new conversation; a running one keeps to its own.
+        options.collections = ask.collections;
         options.backend = settings::load(engine.data_dir())?.chat_backend;
         options.api_key = options
             .backend

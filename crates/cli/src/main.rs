@@ -493,9 +493,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             path,
             collection,
             json,
-        }) => {
-            output::document(&library.document_in(&path, collection.as_deref())?, json)?
-        }
+        }) => output::document(&library.document_in(&path, collection.as_deref())?, json)?,
         Command::Check { repair, json } => {
             let report = library.verify()?;
             output::check(&report, json)?;

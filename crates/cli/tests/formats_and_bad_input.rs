@@ -345,9 +345,18 @@ fn unreadable_files_and_folders_are_recorded() {
 #[test]
 fn a_file_in_two_collections_is_shown_from_the_one_named() {
     let env = TestEnv::new();
-    write(&env.docs().join("shared.md"), "# Shared\n\nThe quokka smiles.\n");
+    write(
+        &env.docs().join("shared.md"),
+        "# Shared\n\nThe quokka smiles.\n",
+    );
     for collection in ["work", "home"] {
-        env.ok(&["source", "add", env.docs().to_str().unwrap(), "-c", collection]);
+        env.ok(&[
+            "source",
+            "add",
+            env.docs().to_str().unwrap(),
+            "-c",
+            collection,
+        ]);
     }
     env.ok(&["index"]);
     let file = env.docs().join("shared.md");

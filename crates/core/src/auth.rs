@@ -132,6 +132,19 @@ impl Principal {
             scope: Scope::unrestricted(),
         }
     }
+
+    /// This caller within `collections` as well (`None`: no narrowing): what it may read is
+    /// what both allow, never more than its own scope.
+    pub fn within_collections(&self, collections: Option<&[String]>) -> Principal {
+        let mut narrowed = self.clone();
+        if let Some(kept) = collections {
+            narrowed.scope.collections = Some(match &self.scope.collections {
+                None => kept.to_vec(),
+                Some(own) => own.iter().filter(|c| kept.contains(c)).cloned().collect(),
+            });
+        }
+        narrowed
+    }
 }
 
 /// What a service key's `acts_for` lists when it may act for every user.

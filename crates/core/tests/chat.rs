@@ -430,6 +430,54 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
 }
 
 #[test]
+fn a_conversation_keeps_to_the_collections_it_began_with() {
+    let mut f = fixture();
+    let moss = "# Mosses\n\nMosses reproduce by spores, like ferns, from capsules on stalks.\n";
+    f.add_collection("garden", "internal", "", &[("moss.md", moss)]);
+    f.reindex();
+    let admin = Principal::administrator();
+    let mut options = ChatOptions::new(admin.clone());
+    options.mode = Some("extractive".into());
+    options.collections = Some(vec!["garden".into()]);
+    let first = f
+        .library
+        .chat("How do ferns reproduce by spores?", &options, &mut |_| {})
+        .unwrap();
+    let collections = |r: &TurnResult| {
+        let mut seen: Vec<String> = r.evidence.iter().map(|e| e.collection.clone()).collect();
+        seen.dedup();
+        seen
+    };
+    assert_eq!(collections(&first), ["garden"], "{:#?}", first.evidence);
+    // A later turn that names no collections (the CLI's, a window restarted) keeps to them.
+    let mut next = ChatOptions::new(admin.clone());
+    next.conversation = Some(first.conversation.clone());
+    let second = f
+        .library
+        .chat("Where do the spores grow?", &next, &mut |_| {})
+        .unwrap();
+    assert_eq!(collections(&second), ["garden"], "{:#?}", second.evidence);
+    let header = f.library.conversation(&admin, &first.conversation).unwrap();
+    assert_eq!(header.collections, Some(vec!["garden".to_string()]));
+    // A new conversation without a pick searches every collection.
+    let mut everywhere = ChatOptions::new(admin);
+    everywhere.mode = Some("extractive".into());
+    let open = f
+        .library
+        .chat(
+            "How do ferns reproduce by spores?",
+            &everywhere,
+            &mut |_| {},
+        )
+        .unwrap();
+    assert!(
+        collections(&open).contains(&"notes".to_string()),
+        "{:#?}",
+        open.evidence
+    );
+}
+
+#[test]
 fn another_callers_conversation_is_not_found() {
     let f = fixture();
     let mut options = ChatOptions::new(Principal::administrator());

@@ -372,7 +372,10 @@ export type ChatAsk = {
 	conversation: string | null,
 	/**  The mode of a new conversation (`None`: the configuration's default). */
 	mode: string | null,
-	/**  Search only these collections (`None`: every one). */
+	/**
+	 *  A new conversation searches only these collections (`None`: every one); a running
+	 *  one keeps to those it began with.
+	 */
 	collections: string[] | null,
 };
 
@@ -579,6 +582,16 @@ export type Conversation = {
 	created_at: number,
 	/**  Unix seconds. */
 	updated_at: number,
+	/**
+	 *  The outside agent (MCP client, its name bounded) whose session this is; `None`: a
+	 *  conversation of the window or the CLI.
+	 */
+	client: string | null,
+	/**
+	 *  The collections it searches, picked when it began (`None`: every one the caller may
+	 *  read); every turn keeps to them.
+	 */
+	collections: string[] | null,
 };
 
 /**  A new key: the record and the secret, which is shown this once. */

@@ -111,7 +111,8 @@ export async function send(question: string = chat.draft): Promise<void> {
         question: text,
         conversation: chat.current?.conversation.id ?? null,
         mode: chat.current ? null : chat.mode,
-        collections: chat.collections.length ? [...chat.collections] : null,
+        // A running conversation keeps to the collections it began with (the engine's rule).
+        collections: !chat.current && chat.collections.length ? [...chat.collections] : null,
       },
       events,
     );

@@ -730,8 +730,17 @@ mod tests {
         watcher.reconcile_due().unwrap();
         drop(watcher);
 
-        assert!(store.documents_by_path(&root.join("ghost.md")).unwrap().is_empty());
-        assert_eq!(store.documents_by_path(&root.join("kept.md")).unwrap().len(), 1);
+        assert!(store
+            .documents_by_path(&root.join("ghost.md"))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            store
+                .documents_by_path(&root.join("kept.md"))
+                .unwrap()
+                .len(),
+            1
+        );
         let events = events.into_inner().unwrap();
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(events[0]["event"], "finished");

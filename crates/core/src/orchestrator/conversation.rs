@@ -97,30 +97,42 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Starts a conversation; `client` names the outside agent whose session it is (`None`: the
-/// window's or the CLI's).
+/// What a new conversation starts with.
+pub struct NewConversation<'a> {
+    /// The configuration.
+    pub config: &'a str,
+    /// Its applied revision, kept for the conversation's life.
+    pub revision: i64,
+    /// The mode.
+    pub mode: &'a str,
+    /// The title (the first question), cut to 80 characters.
+    pub title: &'a str,
+    /// The outside agent whose session it is (`None`: the window's or the CLI's).
+    pub client: Option<&'a str>,
+    /// The collections it searches (`None`: every one the caller may read).
+    pub collections: Option<&'a [String]>,
+}
+
+/// Starts a conversation of `principal`.
 pub fn create(
     store: &Store,
     principal: &Principal,
-    config: &str,
-    revision: i64,
-    mode: &str,
-    title: &str,
-    client: Option<&str>,
+    new: NewConversation<'_>,
 ) -> Result<Conversation> {
     let id = format!("c-{}", crate::auth::random_hex(8)?);
     let now = now_unix();
     let conversation = Conversation {
         id,
         principal: principal.id.clone(),
-        config: config.to_string(),
-        revision,
-        mode: mode.to_string(),
-        title: title.chars().take(80).collect(),
+        config: new.config.to_string(),
+        revision: new.revision,
+        mode: new.mode.to_string(),
+        title: new.title.chars().take(80).collect(),
         qualified: false,
         created_at: now,
         updated_at: now,
-        client: client.map(String::from),
+        client: new.client.map(String::from),
+        collections: new.collections.map(<[String]>::to_vec),
     };
     store.insert_conversation(&conversation)?;
     get(store, principal, &conversation.id)

@@ -32,6 +32,9 @@ pub struct Conversation {
     /// The outside agent (MCP client, its name bounded) whose session this is; `None`: a
     /// conversation of the window or the CLI.
     pub client: Option<String>,
+    /// The collections it searches, picked when it began (`None`: every one the caller may
+    /// read); every turn keeps to them.
+    pub collections: Option<Vec<String>>,
 }
 
 /// A stored chat message, its citations still as JSON text.
@@ -56,8 +59,8 @@ impl Store {
     /// Inserts a new conversation.
     pub(crate) fn insert_conversation(&self, c: &Conversation) -> Result<()> {
         self.conn.execute(
-            "INSERT INTO conversations(id, principal, config, revision, mode, title, qualified, created_at, updated_at, client)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO conversations(id, principal, config, revision, mode, title, qualified, created_at, updated_at, client, collections)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 c.id,
                 c.principal,
@@ -68,7 +71,10 @@ impl Store {
                 c.qualified,
                 c.created_at,
                 c.updated_at,
-                c.client
+                c.client,
+                c.collections
+                    .as_ref()
+                    .map(|list| serde_json::to_string(list).expect("names are JSON"))
             ],
         )?;
         Ok(())
@@ -80,7 +86,7 @@ impl Store {
             .conn
             .query_row(
                 "SELECT id, principal, config, revision, mode, title, qualified, created_at, updated_at,
-                        client
+                        client, collections
                  FROM conversations WHERE id = ?1 AND principal = ?2",
                 params![id, principal],
                 |r| {
@@ -95,6 +101,11 @@ impl Store {
                         created_at: r.get(7)?,
                         updated_at: r.get(8)?,
                         client: r.get(9)?,
+                        // Written by `insert_conversation` only; unreadable text reads as no
+                        // list, which never widens what the caller's own scope allows.
+                        collections: r
+                            .get::<_, Option<String>>(10)?
+                            .and_then(|text| serde_json::from_str(&text).ok()),
                     })
                 },
             )

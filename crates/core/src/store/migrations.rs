@@ -254,8 +254,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_log_by_action ON audit_log(action, target, at_ms);
     CREATE INDEX audit_log_by_time ON audit_log(at_ms);",
     // Issue 37. The outside agent (MCP client) whose session a conversation is, so the Chat
-    // list shows those apart from the user's own conversations (NULL: the window or the CLI).
-    "ALTER TABLE conversations ADD COLUMN client TEXT;",
+    // list shows those apart from the user's own conversations (NULL: the window or the CLI);
+    // the collections a conversation was started with, as a JSON list (NULL: every one the
+    // caller may read), which its later turns keep to.
+    "ALTER TABLE conversations ADD COLUMN client TEXT;
+    ALTER TABLE conversations ADD COLUMN collections TEXT;",
 ];
 
 /// The schema version this build writes.

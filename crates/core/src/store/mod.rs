@@ -330,9 +330,9 @@ impl Store {
 
     /// Every document at this path, one per collection whose source holds it, oldest first.
     pub fn documents_by_path(&self, path: &Path) -> Result<Vec<DocumentRecord>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{DOCUMENT_SELECT} WHERE d.path = ?1 ORDER BY d.id"))?;
+        let mut stmt = self.conn.prepare(&format!(
+            "{DOCUMENT_SELECT} WHERE d.path = ?1 ORDER BY d.id"
+        ))?;
         let rows = stmt.query_map([path_to_bytes(path)], DocumentRecord::from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

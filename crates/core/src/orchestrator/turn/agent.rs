@@ -15,7 +15,7 @@ use crate::context::EngineContext;
 use crate::ids::DocumentId;
 use crate::llm::{ToolCall, ToolSpec};
 use crate::orchestrator::config::DEFAULT_CONFIG;
-use crate::orchestrator::conversation::{self, Conversation, EvidenceItem};
+use crate::orchestrator::conversation::{self, Conversation, EvidenceItem, NewConversation};
 use crate::orchestrator::gates::Gates;
 use crate::orchestrator::revisions;
 use crate::{Error, Result};
@@ -111,11 +111,14 @@ pub fn start_agent_session(
     conversation::create(
         ctx.store,
         principal,
-        config_name,
-        applied.revision,
-        mode,
-        &format!("MCP session of {client}"),
-        Some(&client),
+        NewConversation {
+            config: config_name,
+            revision: applied.revision,
+            mode,
+            title: &format!("MCP session of {client}"),
+            client: Some(&client),
+            collections: None,
+        },
     )
 }
 

@@ -305,7 +305,7 @@ impl Turn<'_> {
         };
         match self
             .pipelines
-            .run_pipeline(resolved, query, self.principal, &options)
+            .run_pipeline(resolved, query, &self.principal, &options)
         {
             Ok(run) => RawResult {
                 ledger: run.evidence,
@@ -367,7 +367,7 @@ impl Turn<'_> {
         match self.pipelines.call_action(
             tool,
             arguments,
-            self.principal,
+            &self.principal,
             pipeline,
             &self.conversation.id,
         ) {

@@ -14,7 +14,9 @@ use crate::context::EngineContext;
 use crate::evidence::EvidenceSession;
 use crate::llm::{Cancel, ChatMessage};
 use crate::orchestrator::config::{BackendConfig, Mode, DEFAULT_CONFIG};
-use crate::orchestrator::conversation::{self, Conversation, EvidenceItem, TraceEvent};
+use crate::orchestrator::conversation::{
+    self, Conversation, EvidenceItem, NewConversation, TraceEvent,
+};
 use crate::orchestrator::gates::Gates;
 use crate::orchestrator::revisions::{self, AppliedRevision};
 use crate::{Error, Result};
@@ -35,6 +37,9 @@ pub struct ChatOptions {
     pub config: Option<String>,
     /// The mode for a new conversation (`None`: the configuration's default).
     pub mode: Option<String>,
+    /// The collections a new conversation searches (`None`: every one the principal may
+    /// read); kept with it, so its later turns search them whatever this says.
+    pub collections: Option<Vec<String>>,
     /// Use this backend instead of the mode's, for this turn (recorded in the trace).
     pub backend: Option<BackendConfig>,
     /// Stops the answer where it is (the turn keeps what was written and says so).
@@ -52,6 +57,7 @@ impl std::fmt::Debug for ChatOptions {
             .field("conversation", &self.conversation)
             .field("config", &self.config)
             .field("mode", &self.mode)
+            .field("collections", &self.collections)
             .field("backend", &self.backend)
             .field("cancel", &self.cancel)
             .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
@@ -67,6 +73,7 @@ impl ChatOptions {
             conversation: None,
             config: None,
             mode: None,
+            collections: None,
             backend: None,
             cancel: Cancel::default(),
             api_key: None,
@@ -140,7 +147,8 @@ pub struct TurnResult {
 pub(super) struct Turn<'a> {
     pub(super) ctx: &'a EngineContext<'a>,
     pub(super) pipelines: &'a dyn PipelineCalls,
-    pub(super) principal: &'a Principal,
+    /// The caller, within the collections the conversation keeps to.
+    pub(super) principal: Principal,
     pub(super) conversation: Conversation,
     pub(super) revision: AppliedRevision,
     pub(super) mode: Mode,
@@ -181,7 +189,9 @@ impl<'a> Turn<'a> {
         Ok(Turn {
             ctx,
             pipelines,
-            principal: &options.principal,
+            principal: options
+                .principal
+                .within_collections(conversation.collections.as_deref()),
             conversation,
             revision,
             mode,
@@ -347,10 +357,13 @@ fn conversation_for(
     conversation::create(
         ctx.store,
         &options.principal,
-        config_name,
-        applied.revision,
-        &mode,
-        question,
-        None,
+        NewConversation {
+            config: config_name,
+            revision: applied.revision,
+            mode: &mode,
+            title: question,
+            client: None,
+            collections: options.collections.as_deref(),
+        },
     )
 }
