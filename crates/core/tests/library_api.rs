@@ -44,9 +44,20 @@ fn a_preview_shows_the_hit_s_own_document_when_a_folder_is_in_two_collections() 
         .iter()
         .all(|c| c.document_id == hit.document_id));
 
-    // The same path's document in the first collection is another row.
-    let first = library.document(&hit.path).unwrap().document;
+    // The same path's document in the first collection is another row; by path alone the
+    // library will not pick one of the two.
+    let first = library
+        .document_in(&hit.path, Some("first"))
+        .unwrap()
+        .document;
     assert_ne!(first.id, preview.document.id);
+    assert_eq!(first.collection, "first");
+    let ambiguous = library.document(&hit.path).unwrap_err();
+    assert_eq!(ambiguous.code(), "ambiguous_document");
+    assert!(
+        ambiguous.to_string().contains("first, second"),
+        "{ambiguous}"
+    );
     assert_eq!(
         library
             .document_by_id(hit.document_id)
