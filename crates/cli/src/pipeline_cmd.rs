@@ -141,6 +141,7 @@ fn print_problems(problems: &[quarry_core::pipeline::ReadinessProblem]) {
         let label = match p.severity {
             Severity::Blocking => "blocking",
             Severity::Degraded => "degraded",
+            Severity::Optional => "optional",
         };
         println!(
             "{label}: {}: {}",

@@ -172,6 +172,13 @@ fn fresh_library_seeds_twelve_tools_and_a_ready_default_pipeline() {
     let stdout = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{stdout}");
     assert!(blocking_lines(&stdout).is_empty(), "{stdout}");
+    // The seeded reranker cannot be installed offline: an optional part, said calmly, not a
+    // warning that the pipeline runs with less than it should.
+    let reranker = stdout
+        .lines()
+        .find(|l| l.contains("jina-reranker"))
+        .unwrap_or_else(|| panic!("the reranker is named: {stdout}"));
+    assert!(reranker.starts_with("optional: "), "{stdout}");
 
     let show = env.ok(&["pipeline", "show", "default"]);
     assert!(show.contains("saved version 1"), "{show}");

@@ -1369,7 +1369,12 @@ export type Severity =
 /**  The pipeline cannot run. */
 "blocking" | 
 /**  It runs, with less than it was configured for (the trace says what). */
-"degraded";
+"degraded" | 
+/**
+ *  An optional part is not installed (a reranker, which nothing offline can install): it
+ *  runs as it would without one, and the Models view says how to add it. Not a warning.
+ */
+"optional";
 
 /**  A highlighted excerpt. */
 export type Snippet = {

@@ -157,6 +157,9 @@ pub enum Severity {
     Blocking,
     /// It runs, with less than it was configured for (the trace says what).
     Degraded,
+    /// An optional part is not installed (a reranker, which nothing offline can install): it
+    /// runs as it would without one, and the Models view says how to add it. Not a warning.
+    Optional,
 }
 
 /// One readiness problem.
@@ -628,7 +631,7 @@ fn model_problems(
     if let Some(rerank) = &settings.rerank {
         if let Err(e) = models.find(&rerank.model) {
             problems.push(ReadinessProblem {
-                severity: Severity::Degraded,
+                severity: Severity::Optional,
                 component: rerank.model.clone(),
                 message: format!("`{slug}` reranks with `{}`, which is not usable here ({e}); results are not reranked until it is installed", rerank.model),
             });
