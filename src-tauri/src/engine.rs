@@ -1,8 +1,8 @@
 //! The engine as the app holds it: one library handle for the UI's reads and small writes,
 //! two more opened on first use for work that holds one for seconds (a chat turn; a tool test
-//! or tester run, which may start a Python worker), and one indexer thread that scans and watches every source with its own handle (the
-//! library's writer). Pausing stops that thread; resuming starts it again with a full scan,
-//! which catches whatever changed meanwhile.
+//! or tester run, which may start a Python worker), and one indexer thread that scans and
+//! watches every source with its own handle (the library's writer). Pausing stops that
+//! thread; resuming starts it again with a full scan, which catches whatever changed meanwhile.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
