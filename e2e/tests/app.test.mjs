@@ -540,6 +540,8 @@ describe('Quarry desktop', () => {
     const chip = await turn.$(tid('citation'));
     await chip.waitForExist({ timeout: 5_000, timeoutMsg: `no citation in: ${await turn.getText()}` });
     assert.match(await turn.$('.badge').getText(), /embedded qwen2\.5-coder-0\.5b/);
+    // Beside the model, how the answer stands on the evidence.
+    assert.match(await turn.$(tid('chat-basis')).getText(), /found in \d+ passages?/);
 
     // Hovering a citation shows its file and passage.
     await chip.moveTo();
@@ -558,6 +560,10 @@ describe('Quarry desktop', () => {
     const trace = await turn.$(tid('chat-trace'));
     await eventually(browser, 'the trace', async () => /run_pipeline/.test(await trace.getText()));
     assert.match(await trace.getText(), /llm\.generate/);
+    // ... which sentences the model was shown, and what it wrote before the answer check.
+    const selected = await trace.$('li[data-kind="evidence.selected"]');
+    assert.match(await selected.getText(), /sentences shown from \d+ passages[\s\S]*\[\d+\] \d\.\d\d · /);
+    assert.match(await (await trace.$('li[data-kind="answer.checked"]')).getText(), /draft: /);
 
     // The conversation goes on, and is listed by its first question.
     await ask('And what does the keeper do at dusk?');

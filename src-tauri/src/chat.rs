@@ -72,6 +72,8 @@ pub struct ChatTurn {
     stopped: bool,
     /// `kind model`, or `extractive`.
     backend: Option<String>,
+    /// How the answer stands on the evidence (`found in 2 passages`, `not in your documents`).
+    basis: Option<String>,
     first_token_ms: Option<u64>,
     completion_tokens: Option<u64>,
     took_ms: Option<u64>,
@@ -231,6 +233,7 @@ fn turns_of(library: &Library, id: &str) -> quarry_core::Result<Vec<ChatTurn>> {
                 refused_citations: Vec::new(),
                 stopped: false,
                 backend: None,
+                basis: None,
                 first_token_ms: None,
                 completion_tokens: None,
                 took_ms: None,
@@ -257,7 +260,10 @@ fn turns_of(library: &Library, id: &str) -> quarry_core::Result<Vec<ChatTurn>> {
                 turn.stopped |= text.starts_with("stopped");
                 turn.notices.push(text);
             }
-            "answer" => turn.backend = event.detail["backend"].as_str().map(String::from),
+            "answer" => {
+                turn.backend = event.detail["backend"].as_str().map(String::from);
+                turn.basis = event.detail["basis"].as_str().map(String::from);
+            }
             "citation.rejected" => {
                 let refused = event.detail["citations"].as_array().into_iter().flatten();
                 turn.refused_citations

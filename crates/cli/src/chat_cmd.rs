@@ -220,10 +220,11 @@ fn turn(
             println!("[{}] {}", c.n, printable(&c.locator));
         }
         eprintln!(
-            "conversation {} · turn {} · {} · {} ms",
+            "conversation {} · turn {} · {} · {} · {} ms",
             printable(&result.conversation),
             result.turn,
             printable(&result.backend),
+            result.basis,
             result.took_ms
         );
     }

@@ -2,6 +2,7 @@
 //! engine's `run_evaluation`, which the desktop tester runs too), or, with `--chat`, ask a
 //! grounded-QA set of each chat backend (`run_chat_evaluation`).
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -136,18 +137,38 @@ fn run_chat(args: &EvalArgs, set: &std::path::Path) -> Result<ExitCode> {
         limit: args.limit,
         keep: args.keep.clone(),
     };
+    // Progress goes to stderr (with --json too, so stdout stays the report), a line each
+    // when stderr is not a terminal.
+    let terminal = std::io::stderr().is_terminal();
     let on_progress = |p: quarry_core::chat_eval::ChatEvalProgress| {
-        if !args.json {
-            if let quarry_core::chat_eval::ChatEvalProgress::Answered {
-                backend,
-                done,
-                total,
-            } = p
-            {
-                eprint!("\r{backend}: {done}/{total}");
+        if let quarry_core::chat_eval::ChatEvalProgress::Answered {
+            backend,
+            done,
+            total,
+            answerable,
+            correct,
+            unanswerable,
+            refused,
+        } = p
+        {
+            let share = |a: usize, b: usize| {
+                if b == 0 {
+                    0.0
+                } else {
+                    100.0 * a as f64 / b as f64
+                }
+            };
+            let line = format!(
+                "{backend}: question {done} of {total}; right {correct}/{answerable} ({:.0}%), refused {refused}/{unanswerable} unanswerable",
+                share(correct, answerable)
+            );
+            if terminal {
+                eprint!("\r\x1b[2K{line}");
                 if done == total {
                     eprintln!();
                 }
+            } else {
+                eprintln!("{line}");
             }
         }
     };
@@ -194,10 +215,25 @@ fn print_chat_report(report: &ChatEvalReport) {
             println!("  ({} answer(s) fell back to extractive)", r.fell_back);
         }
     }
-    if let Some(r) = report.rows.first() {
-        println!(
-            "retrieval put the fact in front of the backend for {}/{} answerable questions",
-            r.fact_retrieved, r.answerable
+    for r in &report.rows {
+        let mut line = format!(
+            "{}: retrieval admitted the fact for {}/{} answerable questions",
+            r.backend, r.fact_retrieved, r.answerable
         );
+        if let Some(shown) = r.fact_shown {
+            line.push_str(&format!(", the sentences shown held it for {shown}"));
+        }
+        if let (Some(admitted), Some(shown)) = (r.admitted_chars_p50, r.shown_chars_p50) {
+            line.push_str(&format!(
+                "; median evidence {admitted} characters admitted, {shown} shown"
+            ));
+        }
+        if r.quoted > 0 || r.quoted_beside > 0 {
+            line.push_str(&format!(
+                "; the best sentence quoted instead of {} answer(s), beside {}",
+                r.quoted, r.quoted_beside
+            ));
+        }
+        println!("{line}");
     }
 }

@@ -72,15 +72,36 @@ fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_mode
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
+    // The trace shows what the model was shown, what it wrote before the check, and the answer
+    // (with the best sentence quoted beside it when the model's words leave out what it names:
+    // the model's words vary with the CPU).
+    let kinds: Vec<&str> = kinds
+        .into_iter()
+        .filter(|k| *k != "answer.quoted")
+        .collect();
     assert_eq!(
         kinds,
         [
             "turn.start",
             "tool.invoke",
             "tool.result",
+            "evidence.selected",
             "llm.generate",
+            "answer.checked",
             "answer"
         ]
+    );
+    let selected = &result["trace"][3]["detail"];
+    assert!(
+        selected["shown"].as_array().is_some_and(|s| !s.is_empty()),
+        "{selected}"
+    );
+    assert!(selected["shown_chars"].as_u64() < selected["admitted_chars"].as_u64());
+    assert!(result["trace"][5]["detail"]["draft"].is_string());
+    assert!(
+        result["basis"].as_str().unwrap().starts_with("found in"),
+        "{}",
+        result["basis"]
     );
     // A second question continues the conversation.
     let id = result["conversation"].as_str().unwrap();

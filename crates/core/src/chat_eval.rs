@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::eval::{bad, read_jsonl, CorpusFolder};
+use crate::orchestrator::sentences::flat;
 use crate::orchestrator::{
     is_refusal, BackendConfig, ChatOptions, Citation, EvidenceItem, TurnEvent, TurnResult,
 };
@@ -54,21 +55,12 @@ impl GroundedQuestion {
         !self.facts.is_empty()
     }
 
-    /// Whether `text` holds one of the facts.
+    /// Whether `text` holds one of the facts (compared flat: an answer that writes
+    /// `**i32**` or splits a number over a line still holds it).
     pub fn holds_fact(&self, text: &str) -> bool {
-        let text = normalized(text);
-        self.facts.iter().any(|f| text.contains(&normalized(f)))
+        let text = flat(text);
+        self.facts.iter().any(|f| text.contains(&flat(f)))
     }
-}
-
-/// Lowercase, Markdown emphasis and code marks dropped, whitespace collapsed: an answer that
-/// writes `**i32**` or splits a number over a line still holds the fact.
-fn normalized(text: &str) -> String {
-    text.replace(['*', '`'], "")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
 }
 
 impl GroundedSet {
@@ -161,6 +153,14 @@ pub enum ChatEvalProgress {
         done: usize,
         /// Questions in all.
         total: usize,
+        /// Answerable questions so far.
+        answerable: usize,
+        /// Their answers that hold the fact.
+        correct: usize,
+        /// Unanswerable questions so far.
+        unanswerable: usize,
+        /// Those refused.
+        refused: usize,
     },
 }
 
@@ -175,12 +175,24 @@ pub struct ChatEvalRow {
     pub correct: usize,
     /// Answers that hold the fact and cite a passage that holds it.
     pub supported: usize,
-    /// Of all citations in answers to answerable questions, the share whose passage holds the
-    /// fact.
+    /// Of all citations in answers to answerable questions (refusals, whose citations are
+    /// "see also", left out), the share whose passage holds the fact.
     pub citation_precision: f64,
     /// Answerable questions whose admitted evidence held the fact (what retrieval gave the
     /// backend to work with).
     pub fact_retrieved: usize,
+    /// Answerable questions whose sentences shown to the model held the fact (after the
+    /// sentence selection; `None` when no turn selected sentences, as in model-led modes).
+    pub fact_shown: Option<usize>,
+    /// Median characters of evidence admitted per turn.
+    pub admitted_chars_p50: Option<u64>,
+    /// Median characters of evidence shown to the model per turn.
+    pub shown_chars_p50: Option<u64>,
+    /// Answers that quote the best sentence because nothing the model wrote held.
+    pub quoted: usize,
+    /// Answers that quote the best sentence beneath the model's words, which left out what it
+    /// names.
+    pub quoted_beside: usize,
     /// Answerable questions the backend refused.
     pub false_refusals: usize,
     /// Questions the corpora cannot answer.
@@ -216,6 +228,19 @@ pub struct ChatEvalAnswer {
     pub supporting_citations: usize,
     /// Whether the admitted evidence held a fact.
     pub fact_retrieved: bool,
+    /// Whether the sentences shown to the model held a fact (`None`: none were selected).
+    pub fact_shown: Option<bool>,
+    /// Characters admitted.
+    pub admitted_chars: Option<u64>,
+    /// Characters shown to the model.
+    pub shown_chars: Option<u64>,
+    /// Whether the answer quotes the best sentence (the model's words did not hold).
+    pub quoted: bool,
+    /// Whether the best sentence is quoted beneath the model's words.
+    pub quoted_beside: bool,
+    /// How well the evidence supported an answer (the `evidence.selected` event's `support`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub support: Option<serde_json::Value>,
     /// Milliseconds to the first answer token.
     pub first_token_ms: Option<u64>,
     /// Milliseconds for the turn.
@@ -269,10 +294,16 @@ pub fn run_chat_evaluation(
             options.backend = backend.clone();
             let result = library.chat(&question.question, &options, &mut |_: TurnEvent<'_>| {})?;
             answers.push((question, score_answer(question, &result)));
+            let (answerable, unanswerable): (Vec<_>, Vec<_>) =
+                answers.iter().partition(|(q, _)| q.answerable());
             on_progress(ChatEvalProgress::Answered {
                 backend: label.clone(),
                 done: done + 1,
                 total: questions.len(),
+                answerable: answerable.len(),
+                correct: answerable.iter().filter(|(_, a)| a.correct).count(),
+                unanswerable: unanswerable.len(),
+                refused: unanswerable.iter().filter(|(_, a)| a.refused).count(),
             });
         }
         // The mode's own backend is named by what answered.
@@ -325,7 +356,7 @@ fn index_corpora(set: &GroundedSet, work: &Path, cancel: &Cancel) -> Result<(Lib
 /// Whether an answer declines: one of the assistant's own refusals, or a model's sentence that
 /// says the passages do not answer (small models word the refusal their own way).
 fn refuses(answer: &str) -> bool {
-    let answer = normalized(answer);
+    let answer = flat(answer);
     is_refusal(&answer)
         || [
             "does not answer",
@@ -347,7 +378,31 @@ fn score_answer(question: &GroundedQuestion, result: &TurnResult) -> ChatEvalAns
         .iter()
         .filter(|c| passage(c).is_some_and(|e| question.holds_fact(&e.text)))
         .count();
+    let selected = result
+        .trace
+        .iter()
+        .rev()
+        .find(|e| e.kind == "evidence.selected")
+        .map(|e| &e.detail);
+    let fact_shown = selected.map(|d| {
+        d["shown"].as_array().is_some_and(|shown| {
+            shown
+                .iter()
+                .any(|s| s["text"].as_str().is_some_and(|t| question.holds_fact(t)))
+        })
+    });
+    let quoted = |beside: bool| {
+        result.trace.iter().any(|e| {
+            e.kind == "answer.quoted" && e.detail["beside"].as_bool().unwrap_or(false) == beside
+        })
+    };
     ChatEvalAnswer {
+        fact_shown,
+        admitted_chars: selected.and_then(|d| d["admitted_chars"].as_u64()),
+        shown_chars: selected.and_then(|d| d["shown_chars"].as_u64()),
+        quoted: quoted(false),
+        quoted_beside: quoted(true),
+        support: selected.map(|d| d["support"].clone()),
         id: question.id.clone(),
         answer: result.answer.clone(),
         correct: question.answerable() && question.holds_fact(&result.answer),
@@ -377,8 +432,11 @@ fn row_of(
         .filter(|(q, _)| !q.answerable())
         .map(|(_, a)| a)
         .collect();
-    let citations: usize = answerable.iter().map(|a| a.citations).sum();
-    let supporting: usize = answerable.iter().map(|a| a.supporting_citations).sum();
+    // A refusal's "closest passages" are not attached to a claim: precision counts the
+    // citations of answers.
+    let claims = || answerable.iter().filter(|a| !a.refused);
+    let citations: usize = claims().map(|a| a.citations).sum();
+    let supporting: usize = claims().map(|a| a.supporting_citations).sum();
     let mut first_tokens: Vec<u64> = answers
         .iter()
         .filter_map(|(_, a)| a.first_token_ms)
@@ -407,6 +465,28 @@ fn row_of(
             supporting as f64 / citations as f64
         },
         fact_retrieved: answerable.iter().filter(|a| a.fact_retrieved).count(),
+        fact_shown: answerable.iter().any(|a| a.fact_shown.is_some()).then(|| {
+            answerable
+                .iter()
+                .filter(|a| a.fact_shown == Some(true))
+                .count()
+        }),
+        admitted_chars_p50: percentile(
+            &mut answers
+                .iter()
+                .filter_map(|(_, a)| a.admitted_chars)
+                .collect::<Vec<_>>(),
+            0.5,
+        ),
+        shown_chars_p50: percentile(
+            &mut answers
+                .iter()
+                .filter_map(|(_, a)| a.shown_chars)
+                .collect::<Vec<_>>(),
+            0.5,
+        ),
+        quoted: answers.iter().filter(|(_, a)| a.quoted).count(),
+        quoted_beside: answers.iter().filter(|(_, a)| a.quoted_beside).count(),
         false_refusals: answerable.iter().filter(|a| a.refused).count(),
         unanswerable: unanswerable.len(),
         refused: unanswerable.iter().filter(|a| a.refused).count(),

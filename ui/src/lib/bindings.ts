@@ -429,6 +429,8 @@ export type ChatTurn = {
 	stopped: boolean,
 	/**  `kind model`, or `extractive`. */
 	backend: string | null,
+	/**  How the answer stands on the evidence (`found in 2 passages`, `not in your documents`). */
+	basis: string | null,
 	first_token_ms: number | null,
 	completion_tokens: number | null,
 	took_ms: number | null,

@@ -16,6 +16,7 @@ mod extractive;
 pub mod gates;
 pub mod knowledge_search;
 pub mod revisions;
+pub(crate) mod sentences;
 mod turn;
 
 pub use crate::json_diff::{diff_json, ConfigChange};

@@ -9,7 +9,9 @@
 //! - `setup`: the conversation, revision, mode and gates of a turn, and what it persists;
 //! - `dispatch`: which tools are offered, and the calls themselves;
 //! - `admission`: a tool's result through the gates into the ledger, and what the model sees;
-//! - `generation`: the grounded, model-led and extractive answers;
+//! - `generation`: the model-led and extractive answers, and the fallback between them;
+//! - `grounded`: the grounded answer, a driver over `selection` (the sentences a model reads,
+//!   and whether the evidence answers at all), the draft, and `grounding` (the answer check);
 //! - `citations`: citations resolved against the ledger;
 //! - `agent`: turns for an outside agent (an MCP client), which picks the tools itself.
 
@@ -19,7 +21,9 @@ mod backend;
 mod citations;
 mod dispatch;
 mod generation;
+mod grounded;
 mod grounding;
+mod selection;
 mod setup;
 #[cfg(test)]
 mod tests;
@@ -43,7 +47,7 @@ pub use agent::{
 };
 pub use backend::{open_backend, open_backend_with_key};
 pub use citations::Citation;
-pub use generation::citation_grammar;
+pub use grounded::citation_grammar;
 pub use setup::{ChatOptions, TurnEvent, TurnResult};
 
 use setup::Turn;

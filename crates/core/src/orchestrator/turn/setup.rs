@@ -127,6 +127,9 @@ pub struct TurnResult {
     pub citations: Vec<Citation>,
     /// The backend that answered.
     pub backend: String,
+    /// How the answer stands on the evidence, in the user's words: `found in 2 passages`,
+    /// `not in your documents`.
+    pub basis: String,
     /// Fallbacks and refusals the user should see.
     pub notices: Vec<String>,
     /// Passages admitted in this turn.
@@ -311,9 +314,10 @@ impl<'a> Turn<'a> {
             &text,
             Some(&citations_json),
         )?;
+        let basis = basis(&text, &citations);
         self.record(
             "answer",
-            json!({"chars": text.chars().count(), "citations": citations.iter().map(|c| c.n).collect::<Vec<_>>(), "backend": backend}),
+            json!({"chars": text.chars().count(), "citations": citations.iter().map(|c| c.n).collect::<Vec<_>>(), "backend": backend, "basis": basis}),
         )?;
         let trace = conversation::trace_of(self.ctx.store, &self.conversation.id, Some(self.turn))?;
         Ok(TurnResult {
@@ -326,6 +330,7 @@ impl<'a> Turn<'a> {
             answer: text,
             citations,
             backend,
+            basis,
             notices: self.notices,
             evidence: self.admitted,
             trace,
@@ -334,6 +339,19 @@ impl<'a> Turn<'a> {
             completion_tokens: self.completion_tokens,
             took_ms: started.elapsed().as_millis() as u64,
         })
+    }
+}
+
+/// How an answer stands on the evidence, in words the user reads beside it.
+fn basis(text: &str, citations: &[Citation]) -> String {
+    if crate::orchestrator::is_refusal(text) {
+        "not in your documents".into()
+    } else {
+        match citations.len() {
+            0 => "no passage cited".into(),
+            1 => "found in 1 passage".into(),
+            n => format!("found in {n} passages"),
+        }
     }
 }
 

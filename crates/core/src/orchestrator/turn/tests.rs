@@ -235,12 +235,32 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     assert_eq!(tool_result.detail["admitted"], serde_json::json!([1, 2]));
     assert_eq!(tool_result.detail["is_error"], false);
 
-    // The model was shown the admitted passages, numbered as in the ledger.
+    // The model was shown the sentences that answer, numbered as in the ledger; the pump's
+    // sentence shares no word with the question, so the selection left it out, and says so.
     let requests = backend.requests.lock().unwrap();
     assert_eq!(requests.len(), 1);
     let prompt = &requests[0].messages.last().unwrap().content;
-    assert!(prompt.contains(&format!("[1] Ferns: {FERNS}")), "{prompt}");
-    assert!(prompt.contains(&format!("[2] Pump: {PUMP}")), "{prompt}");
+    assert!(prompt.contains(&format!("[1] {FERNS}")), "{prompt}");
+    assert!(!prompt.contains(PUMP), "{prompt}");
+    let selected = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "evidence.selected")
+        .unwrap();
+    assert_eq!(selected.detail["passages"], serde_json::json!([1]));
+    assert_eq!(selected.detail["considered"], 2);
+    assert_eq!(selected.detail["shown"][0]["text"], FERNS);
+    assert_eq!(selected.detail["support"]["answers"], true);
+    // What the model wrote before the check is in the trace.
+    let checked = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "answer.checked")
+        .unwrap();
+    assert_eq!(
+        checked.detail["draft"],
+        "Ferns reproduce by spores [1]. Pumps are loud [7]."
+    );
 
     // [1] resolves to the ferns passage; [7] is in no ledger, so it is removed and recorded.
     assert_eq!(tokens, "Ferns reproduce by spores [1]. Pumps are loud [7].");
@@ -406,4 +426,137 @@ fn an_outside_agents_calls_are_turns_of_its_session_with_references_and_a_trace(
     // Another caller's session is not theirs to use.
     let foreign = agent_tools(&ctx, &NoPipelines, &outsider, &session.id).unwrap_err();
     assert_eq!(foreign.code(), "conversation_not_found");
+}
+
+#[test]
+fn evidence_that_does_not_hold_the_questions_words_is_refused_before_the_model_runs() {
+    let stub = Stub::new();
+    let ctx = stub.ctx();
+    let backend = Arc::new(ScriptedBackend {
+        answer: "Ethanol boils at 78 degrees [1].".into(),
+        requests: Mutex::new(Vec::new()),
+    });
+    let scripted: Arc<dyn ChatBackend> = backend.clone();
+    let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
+    let options = ChatOptions::new(Principal::administrator());
+    let result = run(
+        &ctx,
+        &NoPipelines,
+        "What is the boiling point of ethanol at sea level?",
+        &options,
+        &open,
+        &mut |_| {},
+    )
+    .unwrap();
+
+    // The model never ran: the refusal names what no passage mentions, and offers the
+    // closest passages as "see also".
+    assert!(backend.requests.lock().unwrap().is_empty());
+    assert!(
+        result
+            .answer
+            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
+        "{}",
+        result.answer
+    );
+    assert!(result.answer.contains("“ethanol”"), "{}", result.answer);
+    assert_eq!(result.basis, "not in your documents");
+    assert!(!result.citations.is_empty());
+    let refused = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "answer.refused")
+        .unwrap();
+    assert_eq!(
+        refused.detail["missing"],
+        serde_json::json!(["boiling", "point", "ethanol", "sea", "level"])
+    );
+}
+
+#[test]
+fn a_draft_the_check_empties_becomes_a_refusal_with_the_reason_when_nothing_is_quotable() {
+    let stub = Stub::new();
+    let ctx = stub.ctx();
+    // The stub has no embedder: nothing is close enough in meaning to quote.
+    let scripted: Arc<dyn ChatBackend> = Arc::new(ScriptedBackend {
+        answer: "Ferns reproduce by the FERN_SEED_42 protocol [1].".into(),
+        requests: Mutex::new(Vec::new()),
+    });
+    let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
+    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
+    assert!(
+        result
+            .answer
+            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
+        "{}",
+        result.answer
+    );
+    let checked = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "answer.checked")
+        .unwrap();
+    assert_eq!(
+        checked.detail["changes"][0]["reason"],
+        "`FERN_SEED_42` in no passage shown"
+    );
+    assert!(result
+        .notices
+        .iter()
+        .any(|n| n.contains("FERN_SEED_42") && n.contains("in no passage shown")));
+}
+
+/// A backend that runs on until the length limit without citing anything.
+struct RamblingBackend;
+
+impl ChatBackend for RamblingBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: "rambling",
+            model: "canned".into(),
+            location: "memory".into(),
+            supports_tools: false,
+            supports_grammar: true,
+        }
+    }
+
+    fn chat(
+        &self,
+        _: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<ChatResponse> {
+        let content = "Evidence: 12345678901234567890123456789012345678901234567890".to_string();
+        on_event(StreamEvent::Token(&content));
+        Ok(ChatResponse {
+            content,
+            finish_reason: "length".into(),
+            ..ChatResponse::default()
+        })
+    }
+}
+
+#[test]
+fn a_draft_cut_by_the_length_limit_before_any_citation_is_not_an_answer() {
+    let stub = Stub::new();
+    let ctx = stub.ctx();
+    let rambling: Arc<dyn ChatBackend> = Arc::new(RamblingBackend);
+    let open = |_: &BackendConfig| Ok(Some(rambling.clone()));
+    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
+    // No embedder in the stub, so nothing is quotable: the turn refuses, and says why.
+    assert!(
+        result
+            .answer
+            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
+        "{}",
+        result.answer
+    );
+    let refused = result
+        .trace
+        .iter()
+        .find(|e| e.kind == "answer.refused")
+        .unwrap();
+    assert!(refused.detail["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("the model's answer ran to the length limit"));
 }
