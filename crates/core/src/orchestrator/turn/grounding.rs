@@ -131,7 +131,17 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
                 labels_cut += usize::from(label > 0);
                 let label_start = before.len() - before.trim_start().len();
                 text.push_str(&before[..label_start]);
-                text.push_str(&before[label_start + label..]);
+                let rest = &before[label_start + label..];
+                if label > 0 {
+                    // What followed the label starts the sentence now.
+                    let mut chars = rest.chars();
+                    if let Some(first) = chars.next() {
+                        text.extend(first.to_uppercase());
+                        text.push_str(chars.as_str());
+                    }
+                } else {
+                    text.push_str(rest);
+                }
                 text.push_str(&citation.to_string());
                 text.push_str(&answer[number.end()..whole.end()]);
             }
@@ -454,7 +464,7 @@ mod tests {
     #[test]
     fn a_label_copied_from_the_evidence_is_cut_and_the_rest_checked() {
         let checked = check(
-            "Evidence 2: The escape velocity is about 11.2 km/s. [2]",
+            "Evidence 2: the escape velocity is about 11.2 km/s. [2]",
             "What is the escape velocity from Earth?",
             SHOWN,
         );
