@@ -77,6 +77,8 @@ impl PipelineCalls for NoPipelines {
 struct ScriptedBackend {
     answer: String,
     requests: Mutex<Vec<ChatRequest>>,
+    /// `stop`, or `length` for a draft the length limit cut.
+    finish_reason: &'static str,
 }
 
 impl ChatBackend for ScriptedBackend {
@@ -99,7 +101,7 @@ impl ChatBackend for ScriptedBackend {
         on_event(StreamEvent::Token(&self.answer));
         Ok(ChatResponse {
             content: self.answer.clone(),
-            finish_reason: "stop".into(),
+            finish_reason: self.finish_reason.into(),
             ..ChatResponse::default()
         })
     }
@@ -198,6 +200,7 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     let backend = Arc::new(ScriptedBackend {
         answer: "Ferns reproduce by spores [1]. Pumps are loud [7].".into(),
         requests: Mutex::new(Vec::new()),
+        finish_reason: "stop",
     });
     let scripted: Arc<dyn ChatBackend> = backend.clone();
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
@@ -435,6 +438,7 @@ fn evidence_that_does_not_hold_the_questions_words_is_refused_before_the_model_r
     let backend = Arc::new(ScriptedBackend {
         answer: "Ethanol boils at 78 degrees [1].".into(),
         requests: Mutex::new(Vec::new()),
+        finish_reason: "stop",
     });
     let scripted: Arc<dyn ChatBackend> = backend.clone();
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
@@ -481,6 +485,7 @@ fn a_draft_the_check_empties_becomes_a_refusal_with_the_reason_when_nothing_is_q
     let scripted: Arc<dyn ChatBackend> = Arc::new(ScriptedBackend {
         answer: "Ferns reproduce by the FERN_SEED_42 protocol [1].".into(),
         requests: Mutex::new(Vec::new()),
+        finish_reason: "stop",
     });
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
     let result = ask_about_ferns(&ctx, &open, &mut |_| {});
@@ -506,40 +511,16 @@ fn a_draft_the_check_empties_becomes_a_refusal_with_the_reason_when_nothing_is_q
         .any(|n| n.contains("FERN_SEED_42") && n.contains("in no passage shown")));
 }
 
-/// A backend that runs on until the length limit without citing anything.
-struct RamblingBackend;
-
-impl ChatBackend for RamblingBackend {
-    fn info(&self) -> BackendInfo {
-        BackendInfo {
-            kind: "rambling",
-            model: "canned".into(),
-            location: "memory".into(),
-            supports_tools: false,
-            supports_grammar: true,
-        }
-    }
-
-    fn chat(
-        &self,
-        _: &ChatRequest,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
-    ) -> Result<ChatResponse> {
-        let content = "Evidence: 12345678901234567890123456789012345678901234567890".to_string();
-        on_event(StreamEvent::Token(&content));
-        Ok(ChatResponse {
-            content,
-            finish_reason: "length".into(),
-            ..ChatResponse::default()
-        })
-    }
-}
-
 #[test]
 fn a_draft_cut_by_the_length_limit_before_any_citation_is_not_an_answer() {
     let stub = Stub::new();
     let ctx = stub.ctx();
-    let rambling: Arc<dyn ChatBackend> = Arc::new(RamblingBackend);
+    // A backend that runs on until the length limit without citing anything.
+    let rambling: Arc<dyn ChatBackend> = Arc::new(ScriptedBackend {
+        answer: "Evidence: 12345678901234567890123456789012345678901234567890".into(),
+        requests: Mutex::new(Vec::new()),
+        finish_reason: "length",
+    });
     let open = |_: &BackendConfig| Ok(Some(rambling.clone()));
     let result = ask_about_ferns(&ctx, &open, &mut |_| {});
     // No embedder in the stub, so nothing is quotable: the turn refuses, and says why.
