@@ -176,6 +176,14 @@ pub fn run_chat(args: &ChatArgs, library: &Library) -> Result<()> {
     Ok(())
 }
 
+/// The model's words stream as it writes them; the answer check may then drop or re-point a
+/// sentence, or put a quote or a refusal in their place. When it did, what stands, to print
+/// after the stream.
+pub(crate) fn after_the_check(streamed: &str, answer: &str) -> Option<String> {
+    (answer.trim() != streamed.trim())
+        .then(|| format!("\nAfter the answer check:\n{}", printable_text(answer)))
+}
+
 /// Runs one turn, streaming the answer to stdout unless JSON was asked for.
 fn turn(
     library: &Library,
@@ -186,12 +194,14 @@ fn turn(
     let mut out = std::io::stdout();
     // The answer quotes documents: escaped as it streams (see `terminal`).
     let mut answer = TextStream::default();
+    let mut streamed = String::new();
     let mut on_event = |e: TurnEvent<'_>| {
         if json {
             return;
         }
         match e {
             TurnEvent::Token(t) => {
+                streamed.push_str(t);
                 let _ = out.write_all(answer.push(t).as_bytes());
                 let _ = out.flush();
             }
@@ -213,6 +223,9 @@ fn turn(
     if !json {
         print!("{}", answer.finish());
         println!();
+        if let Some(checked) = after_the_check(&streamed, &result.answer) {
+            println!("{checked}");
+        }
         if result.citations.is_empty() {
             println!("(no citations)");
         }
@@ -426,4 +439,20 @@ pub fn run_orchestrator(command: OrchestratorCommand, library: &Library) -> Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::after_the_check;
+
+    #[test]
+    fn what_the_check_changed_is_printed_after_the_stream_and_nothing_else() {
+        assert_eq!(after_the_check("An answer [1].\n", "An answer [1]."), None);
+        let shown = after_the_check(
+            "Ethanol boils at 78 C [1]. It is 4 bar [2].",
+            "It is 4 bar [2].\u{1b}[2J",
+        )
+        .unwrap();
+        assert_eq!(shown, "\nAfter the answer check:\nIt is 4 bar [2].\\x1b[2J");
+    }
 }

@@ -102,10 +102,12 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
         quarry_core::orchestrator::ChatOptions::new(quarry_core::Principal::administrator());
     let mut stdout = std::io::stdout();
     let mut answer = TextStream::default();
+    let mut written = String::new();
     let streamed = library.chat(question, &options, &mut |e| {
         use std::io::Write;
         match e {
             quarry_core::orchestrator::TurnEvent::Token(t) => {
+                written.push_str(t);
                 let _ = stdout.write_all(answer.push(t).as_bytes());
                 let _ = stdout.flush();
             }
@@ -118,12 +120,16 @@ pub fn run(data_dir: Option<PathBuf>, corpus: Option<PathBuf>) -> Result<ExitCod
     match streamed {
         Ok(result) => {
             println!("{}", answer.finish());
+            if let Some(checked) = crate::chat_cmd::after_the_check(&written, &result.answer) {
+                println!("{checked}");
+            }
             for c in &result.citations {
                 println!("[{}] {}", c.n, printable(&c.locator));
             }
             println!(
-                "({} · {} passage(s) admitted · {} ms)",
+                "({} · {} · {} passage(s) admitted · {} ms)",
                 result.backend,
+                result.basis,
                 result.evidence.len(),
                 result.took_ms
             );
