@@ -12,6 +12,7 @@
 //! replaying the answers: at 0.3 none of the right ones was lost, at 0.5 three, at 0.7 fourteen.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 use regex::Regex;
 use serde::Serialize;
@@ -172,9 +173,11 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
 /// A sentence without the label a small model copies from the numbered evidence in front of
 /// it (`Evidence 1: …`, `Based on evidence 2, …`), which is no part of the answer.
 fn without_evidence_label(sentence: &str) -> &str {
-    let label = Regex::new(r"(?i)^\s*(?:(?:based on|according to|from|in)\s+)?(?:the\s+)?evidence(?:\s+number)?\s*\[?\d+\]?\s*[,:.-]?\s*")
-        .expect("a valid regex");
-    match label.find(sentence) {
+    static LABEL: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)^\s*(?:(?:based on|according to|from|in)\s+)?(?:the\s+)?evidence(?:\s+number)?\s*\[?\d+\]?\s*[,:.-]?\s*")
+            .expect("a valid regex")
+    });
+    match LABEL.find(sentence) {
         Some(m) => &sentence[m.end()..],
         None => sentence,
     }
@@ -336,11 +339,16 @@ fn quoted<S: AsRef<str>>(tokens: &[S]) -> String {
 /// numbers and words with digits (`11.2`, `E0597`, `i32`), and identifiers (`snake_case`,
 /// `CamelCase`, `path::to`, `ALLCAPS`).
 fn exact_tokens(text: &str) -> Vec<String> {
-    let spans =
-        Regex::new(r#"`([^`]{1,80})`|"([^"]{1,80})"|“([^”]{1,80})”"#).expect("a valid regex");
+    // Compiled once: every sentence of every answer, and the question, come through here.
+    static SPANS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r#"`([^`]{1,80})`|"([^"]{1,80})"|“([^”]{1,80})”"#).expect("a valid regex")
+    });
+    static WORDS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"[A-Za-z0-9_$#]+(?:(?:::|[.,:'-])[A-Za-z0-9_$#]+)*").expect("a valid regex")
+    });
     let mut out: Vec<String> = Vec::new();
     let mut rest = text.to_string();
-    for caps in spans.captures_iter(text) {
+    for caps in SPANS.captures_iter(text) {
         let inner = caps
             .get(1)
             .or(caps.get(2))
@@ -349,9 +357,7 @@ fn exact_tokens(text: &str) -> Vec<String> {
         out.push(inner.as_str().trim().to_string());
         rest = rest.replace(caps.get(0).expect("the match").as_str(), " ");
     }
-    let words =
-        Regex::new(r"[A-Za-z0-9_$#]+(?:(?:::|[.,:'-])[A-Za-z0-9_$#]+)*").expect("a valid regex");
-    for m in words.find_iter(&rest) {
+    for m in WORDS.find_iter(&rest) {
         let w = m.as_str();
         let letters: Vec<char> = w.chars().filter(|c| c.is_alphabetic()).collect();
         let inner_capital = letters.iter().skip(1).any(|c| c.is_uppercase())
