@@ -140,8 +140,8 @@ fn run_chat(args: &EvalArgs, set: &std::path::Path) -> Result<ExitCode> {
     // Progress goes to stderr (with --json too, so stdout stays the report), a line each
     // when stderr is not a terminal.
     let terminal = std::io::stderr().is_terminal();
-    let on_progress = |p: quarry_core::chat_eval::ChatEvalProgress| {
-        if let quarry_core::chat_eval::ChatEvalProgress::Answered {
+    let on_progress = |p: quarry_core::eval::ChatEvalProgress| {
+        if let quarry_core::eval::ChatEvalProgress::Answered {
             backend,
             done,
             total,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::names::{Name, NameKind};
 use crate::store::{now_unix, ApiKeyRow, Collection, NewApiKeyRow, Store};
 
 /// Sensitivity labels, lowest first. A collection's label must be at or below a principal's
@@ -307,18 +308,10 @@ pub(crate) fn random_hex(bytes: usize) -> Result<String> {
 
 /// Creates a key and returns its secret (shown once).
 pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
-    if new.name.is_empty()
-        || new.name.len() > 64
-        || !new
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
-    {
-        return Err(Error::InvalidSetting {
-            field: "name".into(),
-            reason: "use 1 to 64 letters, digits, `-`, `_`, `.` or `@`".into(),
-        });
-    }
+    Name::parse(NameKind::Key, &new.name).map_err(|bad| Error::InvalidSetting {
+        field: "name".into(),
+        reason: bad.to_string(),
+    })?;
     if new.kind == PrincipalKind::Administrator {
         return Err(Error::InvalidSetting {
             field: "kind".into(),

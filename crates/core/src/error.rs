@@ -41,7 +41,7 @@ pub enum Error {
         /// The rejected name.
         name: String,
         /// Why it was rejected.
-        reason: &'static str,
+        reason: String,
     },
     /// A language without a stemmer.
     #[error("unknown language `{language}`; known: {known}")]

@@ -22,6 +22,7 @@ use sha2::Sha256;
 use crate::auth::{random_hex, Principal};
 use crate::error::{Error, Result};
 use crate::ids::{ChunkId, DocumentId, RevisionId};
+use crate::names::{Name, NameKind};
 use crate::store::{now_unix, ChunkLocation, ChunkRecord, Store};
 
 /// How long a reference stays valid by default: long enough for a conversation, short
@@ -228,17 +229,10 @@ impl EvidenceSession {
         principal: Principal,
         conversation: &str,
     ) -> Result<EvidenceSession> {
-        let ok = !conversation.is_empty()
-            && conversation.len() <= 64
-            && conversation
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !ok {
-            return Err(Error::InvalidSetting {
-                field: "conversation".into(),
-                reason: "use 1 to 64 letters, digits, `-` or `_`".into(),
-            });
-        }
+        Name::parse(NameKind::Conversation, conversation).map_err(|bad| Error::InvalidSetting {
+            field: "conversation".into(),
+            reason: bad.to_string(),
+        })?;
         Ok(EvidenceSession {
             key,
             principal,

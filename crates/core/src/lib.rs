@@ -27,13 +27,11 @@ mod assistant;
 pub mod audit;
 pub mod auth;
 pub mod cancel;
-pub mod chat_eval;
 pub mod context;
 pub mod embed;
 pub mod environment;
 mod error;
 pub mod eval;
-mod evaluation;
 pub mod evidence;
 pub mod fulltext;
 mod governance;
@@ -46,6 +44,7 @@ mod lock;
 mod memory;
 mod model_use;
 pub mod models;
+pub mod names;
 pub mod orchestrator;
 pub mod pipeline;
 pub mod retrieve;
@@ -54,9 +53,9 @@ pub mod store;
 pub mod tools;
 
 pub use auth::{Principal, Scope};
-pub use chat_eval::{run_chat_evaluation, ChatEvalPlan, ChatEvalReport};
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
-pub use evaluation::{run_evaluation, EvalPlan, EvalProgress, EvalReport};
+pub use eval::{run_chat_evaluation, ChatEvalPlan, ChatEvalReport};
+pub use eval::{run_evaluation, EvalPlan, EvalProgress, EvalReport};
 pub use ids::{ChunkId, CollectionId, DocumentId, RevisionId, SourceId};
 pub use ingest::{
     ChunkOptions, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, WatchEvent, WatchOptions,
@@ -75,9 +74,9 @@ pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source,
 pub use tools::{ToolDefinition, ToolType};
 
 /// Arms the fail points named in the `FAILPOINTS` environment variable (crash tests only;
-/// a no-op unless built with the `failpoints` feature).
+/// a no-op in release builds, which have no fail points).
 #[doc(hidden)]
 pub fn init_failpoints_from_env() {
-    #[cfg(feature = "failpoints")]
+    #[cfg(debug_assertions)]
     std::mem::forget(fail::FailScenario::setup());
 }

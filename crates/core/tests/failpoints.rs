@@ -1,6 +1,8 @@
 //! Fail points inside the engine: moments no outside process can hit reliably.
 //! Fail points are process-global: each test holds a `FailScenario`, which runs the tests one
 //! at a time and clears every point when the test ends, even when it panics.
+//! Release builds have no fail points, so these tests run in debug builds only.
+#![cfg(debug_assertions)]
 
 mod common;
 

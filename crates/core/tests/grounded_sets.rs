@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use quarry_core::chat_eval::GroundedSet;
+use quarry_core::eval::GroundedSet;
 
 fn set(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

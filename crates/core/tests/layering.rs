@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &[
         "ids",
+        "names",
         "environment",
         "cancel",
         "memory",
@@ -35,16 +36,10 @@ const LAYERS: &[&[&str]] = &[
     &["tools"],
     &["context"],
     &["pipeline"],
-    &["orchestrator", "eval"],
+    &["orchestrator"],
     // The facade, and the files that extend it (`impl Library` blocks).
     &["library"],
-    &[
-        "assistant",
-        "governance",
-        "evaluation",
-        "chat_eval",
-        "model_use",
-    ],
+    &["assistant", "governance", "eval", "model_use"],
 ];
 
 fn core_src() -> PathBuf {

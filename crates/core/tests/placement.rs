@@ -1,7 +1,9 @@
 //! Rules about where code lives, checked by reading the sources, so they stay true:
 //! - storage is one room: every SQL statement lives in `crates/core/src/store/` (core, CLI and
 //!   desktop shell are read);
-//! - the engine reads environment variables only in `crates/core/src/environment.rs`.
+//! - the engine reads environment variables only in `crates/core/src/environment.rs`;
+//! - the database driver is named only in `store/` (transactions are `store::Tx`), in the error
+//!   that wraps its errors, and where ids say how they are stored.
 //!
 //! Each failure names the file and line.
 
@@ -92,6 +94,28 @@ fn the_engine_reads_the_environment_in_one_module() {
     assert!(
         offending.is_empty(),
         "environment reads outside crates/core/src/environment.rs (add a function there):\n{}",
+        offending.join("\n")
+    );
+}
+
+/// Outside `store/`, where `rusqlite` may still be named: the error wrapping its errors, and
+/// the ids' `ToSql`/`FromSql`.
+const DRIVER_ALLOWED: &[&str] = &["crates/core/src/error.rs", "crates/core/src/ids.rs"];
+
+#[test]
+fn the_database_driver_stays_in_store() {
+    let offending: Vec<String> = offending_lines(
+        &["crates/core/src", "crates/cli/src", "src-tauri/src"],
+        Path::new("crates/core/src/store"),
+        |code| code.contains("rusqlite"),
+    )
+    .into_iter()
+    .filter(|line| !DRIVER_ALLOWED.iter().any(|file| line.starts_with(file)))
+    .collect();
+    assert!(
+        offending.is_empty(),
+        "the database driver named outside crates/core/src/store/ (take a `store::Tx`, or add \
+         a store function):\n{}",
         offending.join("\n")
     );
 }

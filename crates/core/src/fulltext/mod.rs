@@ -292,6 +292,7 @@ impl FullText {
             writer.add_document(fields.page(&row))?;
             Ok(())
         })?;
+        #[cfg(debug_assertions)]
         fail::fail_point!("fulltext_before_commit", |_| {
             Err(Error::Internal("fail point fulltext_before_commit".into()))
         });

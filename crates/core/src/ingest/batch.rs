@@ -4,8 +4,6 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use rusqlite::Transaction;
-
 use super::options::IndexOptions;
 use super::outcome::{
     extract_outcome, not_indexed, read_checked, IndexedFile, NotIndexedFile, Outcome,
@@ -16,7 +14,7 @@ use super::walk::FileStat;
 use crate::error::{Error, Result};
 use crate::ids::{DocumentId, SourceId};
 use crate::store::writes::{self, Extraction, FileFacts};
-use crate::store::{DocumentStatus, Store};
+use crate::store::{DocumentStatus, Store, Tx};
 
 /// Collects outcomes and commits them in batches.
 pub(super) struct BatchWriter<'o> {
@@ -84,6 +82,7 @@ impl<'o> BatchWriter<'o> {
         }
         tx.commit()?;
         // A crash here leaves SQLite ahead of tantivy: the outbox replays it on the next open.
+        #[cfg(debug_assertions)]
         fail::fail_point!("index_after_sqlite_commit", |_| {
             std::process::abort();
         });
@@ -103,7 +102,7 @@ impl<'o> BatchWriter<'o> {
     /// done (`None`). Any other outcome comes back as it was.
     fn apply_rename(
         &mut self,
-        tx: &Transaction<'_>,
+        tx: &Tx<'_>,
         outcome: Outcome,
         progress: &mut IndexProgress,
     ) -> Result<Option<Outcome>> {
@@ -137,7 +136,7 @@ impl<'o> BatchWriter<'o> {
     /// Writes one outcome; a failed file comes back as the event to send after the commit.
     fn write(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx<'_>,
         outcome: Outcome,
         progress: &mut IndexProgress,
     ) -> Result<Option<IndexEvent>> {
@@ -160,7 +159,7 @@ impl<'o> BatchWriter<'o> {
 
     fn write_indexed(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx<'_>,
         file: &IndexedFile,
         progress: &mut IndexProgress,
     ) -> Result<()> {
@@ -188,7 +187,7 @@ impl<'o> BatchWriter<'o> {
 
     fn write_not_indexed(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx<'_>,
         file: NotIndexedFile,
         progress: &mut IndexProgress,
     ) -> Result<Option<IndexEvent>> {

@@ -168,6 +168,7 @@ fn walk_scope(
         links,
     )?;
     // Tests delete files here to check what happens to a file that vanishes after the walk.
+    #[cfg(debug_assertions)]
     fail::fail_point!("index_after_walk");
     run.progress.files_discovered += walked.len() as u64;
     run.emit(IndexEvent::ScanFinished {

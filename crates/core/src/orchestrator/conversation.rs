@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -12,7 +11,7 @@ use crate::auth::Principal;
 use crate::evidence::LedgerEntry;
 use crate::ids::{ChunkId, DocumentId, RevisionId};
 pub use crate::store::Conversation;
-use crate::store::{self, now_unix, ChunkLocation, Store};
+use crate::store::{self, now_unix, ChunkLocation, Store, Tx};
 use crate::{Error, Result};
 
 /// A passage admitted to a conversation's ledger.
@@ -192,7 +191,7 @@ pub fn take_back_last_turn(store: &Store, principal: &Principal, id: &str) -> Re
 }
 
 /// Marks, in the caller's transaction, that a qualifying pipeline completed.
-pub(crate) fn mark_qualified(tx: &Transaction<'_>, id: &str) -> Result<()> {
+pub(crate) fn mark_qualified(tx: &Tx<'_>, id: &str) -> Result<()> {
     store::mark_conversation_qualified(tx, id)
 }
 
@@ -245,7 +244,7 @@ pub(crate) fn messages_of(store: &Store, id: &str) -> Result<Vec<StoredMessage>>
 /// and returns its item with its number; `text` is what the model is shown (the entry's text
 /// after the gates).
 pub(crate) fn admit(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     id: &str,
     turn: i64,
     entry: &LedgerEntry,

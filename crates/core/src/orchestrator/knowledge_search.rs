@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::evidence::{EvidenceSession, LedgerEntry};
 use crate::ids::{ChunkId, CollectionId};
 use crate::llm::ToolSpec;
+use crate::names::{Name, NameKind};
 use crate::retrieve::{query_collection, RetrievalSettings, VectorContext};
 use crate::store::{Collection, Store, VectorTable};
 
@@ -203,19 +204,9 @@ fn invalid(field: &str, reason: impl Into<String>) -> Error {
 /// The collection-name rule of the store, so a typo such as `"kb, docs"` fails at boot
 /// instead of silently never matching.
 fn check_name(field: &str, name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!("`{name}` is not a collection name (1 to 64 letters, digits, `-`, `_` or `.`), nor `*`"),
-        ))
-    }
+    Name::parse(NameKind::Collection, name)
+        .map_err(|bad| invalid(field, format!("{bad}; nor is it `*`")))?;
+    Ok(())
 }
 
 fn dedup(names: &[String]) -> Vec<String> {
@@ -270,19 +261,8 @@ impl KnowledgeSearch {
         if !(1..=MAX_TOP_K).contains(&config.top_k) {
             return Err(invalid("top_k", format!("must be 1 to {MAX_TOP_K}")));
         }
-        let name_ok = (1..=64).contains(&config.tool_name.len())
-            && config
-                .tool_name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !name_ok {
-            return Err(invalid(
-                "tool_name",
-                format!(
-                    "`{}` is not a function name (1 to 64 letters, digits, `_` or `-`)",
-                    config.tool_name
-                ),
-            ));
+        if let Err(bad) = Name::parse(NameKind::Function, &config.tool_name) {
+            return Err(invalid("tool_name", bad.to_string()));
         }
         let defaults = if config.default_namespaces.is_empty() {
             dedup(&config.namespaces)

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::config::{OrchestratorConfig, DEFAULT_CONFIG};
+use crate::names::{Name, NameKind};
 use crate::pipeline::ResolvedPipeline;
 use crate::store::{self, now_unix, Store};
 use crate::tools::ToolDefinition;
@@ -99,16 +100,10 @@ pub fn draft(store: &Store, name: &str) -> Result<OrchestratorConfig> {
 /// Replaces (or creates) a draft; it is checked, but takes effect only when applied.
 pub fn set_draft(store: &Store, name: &str, config: &OrchestratorConfig) -> Result<()> {
     ensure_seeded(store)?;
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(Error::InvalidSetting {
-            field: "name".into(),
-            reason: format!("`{name}`: use letters, digits, `-` and `_`"),
-        });
-    }
+    Name::parse(NameKind::Configuration, name).map_err(|bad| Error::InvalidSetting {
+        field: "name".into(),
+        reason: bad.to_string(),
+    })?;
     config.validate()?;
     let now = now_unix();
     store.upsert_orchestrator_draft(name, &config.to_json(), now)

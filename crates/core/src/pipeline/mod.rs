@@ -20,7 +20,6 @@ pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 
-use rusqlite::Transaction;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -28,8 +27,9 @@ use crate::auth::{Principal, PrincipalKind};
 use crate::error::{Error, Result};
 use crate::json_diff::{diff_json, ConfigChange};
 use crate::models::Models;
+use crate::names::{Name, NameKind};
 use crate::retrieve::{RetrievalSettings, SearchMode};
-use crate::store::{now_unix, Collection, Store};
+use crate::store::{now_unix, Collection, Store, Tx};
 use crate::tools::{
     self, Executor, NetworkIsolation, ToolDefinition, ToolType, UNCONFINED_SETTING,
 };
@@ -201,19 +201,11 @@ impl ResolvedPipeline {
 }
 
 fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidSetting {
-            field: "name".into(),
-            reason: "a pipeline name is 1 to 64 letters, digits, `-`, `_` or `.`".into(),
-        })
-    }
+    Name::parse(NameKind::Pipeline, name).map_err(|bad| Error::InvalidSetting {
+        field: "name".into(),
+        reason: bad.to_string(),
+    })?;
+    Ok(())
 }
 
 fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
@@ -222,7 +214,7 @@ fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
 }
 
 fn insert_version(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     pipeline_id: i64,
     version: i64,
     pipeline: &PipelineDefinition,

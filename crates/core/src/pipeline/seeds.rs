@@ -4,11 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::Transaction;
-
 use super::{insert_version, parse, Budget, PipelineDefinition, SavedPipeline, DEFAULT_PIPELINE};
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::{Store, Tx};
 use crate::tools::{self, Executor, ToolDefinition};
 
 /// Installs the seeded tools and the default pipeline into a library that has never had them.
@@ -56,7 +54,7 @@ fn derive_late(store: &Store, executor: &Executor) -> Result<()> {
 }
 
 /// Installs the seeded default pipeline (inside the seeding transaction) and saves version 1.
-fn install_default_pipeline(tx: &Transaction<'_>, tools: &[ToolDefinition]) -> Result<()> {
+fn install_default_pipeline(tx: &Tx<'_>, tools: &[ToolDefinition]) -> Result<()> {
     let pipeline = PipelineDefinition {
         query_tools: vec!["expand_multi_query".into()],
         retrieval: Some("retrieve-hybrid-coverage".into()),
@@ -84,7 +82,7 @@ fn install_default_pipeline(tx: &Transaction<'_>, tools: &[ToolDefinition]) -> R
 
 /// Gives every pipeline whose newest saved version holds an underived code tool (saved before
 /// Python was available) a new version with the now-derived definition of that tool.
-fn refresh_underived_snapshots(tx: &Transaction<'_>) -> Result<()> {
+fn refresh_underived_snapshots(tx: &Tx<'_>) -> Result<()> {
     for latest in crate::store::latest_pipeline_versions(tx)? {
         let saved: SavedPipeline = parse(&latest.definition, "pipeline version")?;
         let mut tools = saved.tools.clone();

@@ -69,20 +69,6 @@ impl Store {
         tool_definition(&self.conn, slug)
     }
 
-    /// Inserts a tool; `false` when the slug is taken.
-    pub(crate) fn insert_tool(
-        &self,
-        slug: &str,
-        tool_type: &str,
-        definition: &str,
-        seeded: bool,
-    ) -> Result<bool> {
-        let tx = self.conn.unchecked_transaction()?;
-        let inserted = insert_tool(&tx, slug, tool_type, definition, seeded)?;
-        tx.commit()?;
-        Ok(inserted)
-    }
-
     /// Replaces the definition of the tool `slug` if it still has `tool_type`; `false` when no
     /// such tool exists.
     pub(crate) fn update_tool(

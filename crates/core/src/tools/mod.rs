@@ -24,8 +24,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::names::{Name, NameKind};
 use crate::retrieve::RetrievalSettings;
-use crate::store::Store;
+use crate::store::{Store, Tx};
 pub(crate) use egress::private_origins;
 pub use egress::{SaveOptions, MAX_EGRESS_ORIGINS};
 pub use executor::{
@@ -358,21 +359,8 @@ fn invalid(tool: &str, field: &str, reason: impl Into<String>) -> Error {
 
 /// Checks a slug: 1–64 of `a-z 0-9 - _`, starting with a letter or digit.
 pub fn validate_slug(slug: &str) -> Result<()> {
-    let ok = !slug.is_empty()
-        && slug.len() <= 64
-        && slug.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && slug
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            slug,
-            "slug",
-            "must be 1 to 64 lower-case letters, digits, `-` or `_`",
-        ))
-    }
+    Name::parse(NameKind::Tool, slug).map_err(|bad| invalid(slug, "slug", bad.reason()))?;
+    Ok(())
 }
 
 /// Validates a definition and derives what its source implies. The result is what gets stored.
@@ -657,7 +645,7 @@ pub(crate) fn canonical(tool: &ToolDefinition) -> String {
 }
 
 /// Inserts a tool in the caller's transaction; an existing slug is [`Error::ToolExists`].
-fn insert(tx: &rusqlite::Transaction<'_>, tool: &ToolDefinition, seeded: bool) -> Result<()> {
+fn insert(tx: &Tx<'_>, tool: &ToolDefinition, seeded: bool) -> Result<()> {
     let inserted = crate::store::insert_tool(
         tx,
         &tool.slug,
@@ -690,14 +678,9 @@ fn create_confirmed(
     options: SaveOptions,
 ) -> Result<ToolDefinition> {
     let tool = prepare(tool, executor, confirmed, options)?;
-    if !store.insert_tool(
-        &tool.slug,
-        tool.tool_type.as_str(),
-        &canonical(&tool),
-        false,
-    )? {
-        return Err(Error::ToolExists(tool.slug.clone()));
-    }
+    let tx = store.write()?;
+    insert(&tx, &tool, false)?;
+    tx.commit()?;
     Ok(tool)
 }
 

@@ -2,10 +2,9 @@
 //! Installing them with the default pipeline that uses them is `pipeline`'s job (one
 //! transaction for both), so this module never reaches up to pipelines.
 
-use rusqlite::Transaction;
-
 use super::{insert, prepare, Executor, SaveOptions, ToolDefinition};
 use crate::error::{Error, Result};
+use crate::store::Tx;
 
 macro_rules! seed {
     ($slug:literal) => {
@@ -84,7 +83,7 @@ pub(crate) fn seeded_definitions(executor: &Executor) -> Result<Vec<ToolDefiniti
 }
 
 /// Inserts the seeded tools in the caller's transaction.
-pub(crate) fn insert_seeded(tx: &Transaction<'_>, tools: &[ToolDefinition]) -> Result<()> {
+pub(crate) fn insert_seeded(tx: &Tx<'_>, tools: &[ToolDefinition]) -> Result<()> {
     for tool in tools {
         insert(tx, tool, true)?;
     }
@@ -93,10 +92,7 @@ pub(crate) fn insert_seeded(tx: &Transaction<'_>, tools: &[ToolDefinition]) -> R
 
 /// Stores the derived definition of each seeded code tool that is still as seeded and
 /// underived (a library seeded before Python was available), in the caller's transaction.
-pub(crate) fn store_late_derivations(
-    tx: &Transaction<'_>,
-    derived: &[ToolDefinition],
-) -> Result<()> {
+pub(crate) fn store_late_derivations(tx: &Tx<'_>, derived: &[ToolDefinition]) -> Result<()> {
     for tool in derived.iter().filter(|t| t.derived.is_some()) {
         let stored = crate::store::seeded_tool_definition(tx, &tool.slug)?;
         let Some(stored) = stored else { continue };

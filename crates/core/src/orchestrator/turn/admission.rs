@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use rusqlite::Transaction;
 use serde_json::{json, Value};
 
 use super::dispatch::{RawResult, Shape};
@@ -13,6 +12,7 @@ use super::setup::Turn;
 use crate::evidence::LedgerEntry;
 use crate::orchestrator::conversation::{self, EvidenceItem};
 use crate::orchestrator::gates::GateDecision;
+use crate::store::Tx;
 use crate::Result;
 
 /// A tool's result after admission and the gates.
@@ -62,7 +62,7 @@ impl Turn<'_> {
     /// is left out.
     fn admit_entries(
         &mut self,
-        tx: &Transaction<'_>,
+        tx: &Tx<'_>,
         entries: &[LedgerEntry],
         decisions: &mut Vec<GateDecision>,
     ) -> Result<Vec<EvidenceItem>> {
