@@ -276,6 +276,35 @@ describe('Quarry desktop', () => {
     );
   });
 
+  it('reaches a view and an action by name from the command palette', async () => {
+    const palette = async (text) => {
+      await browser.keys(['Control', 'Shift', 'p']);
+      const input = await browser.$(tid('palette-input'));
+      await input.waitForDisplayed({ timeout: 5_000 });
+      await input.setValue(text);
+      // The best match is listed first and chosen by Enter.
+      return (await browser.$$(tid('palette-option')))[0];
+    };
+    const first = await palette('models');
+    assert.equal(await first.getAttribute('data-command'), 'view-models');
+    await browser.keys('Enter');
+    await eventually(browser, 'the Models view', async () =>
+      (await (await browser.$(tid('nav-models'))).getAttribute('aria-current')) === 'page',
+    );
+    await palette('pause indexing');
+    await browser.keys('Enter');
+    await (await browser.$(tid('nav-library'))).click();
+    const toggle = await browser.$(tid('pause-toggle'));
+    await eventually(browser, 'paused from the palette', async () => (await toggle.getAttribute('data-state')) === 'paused');
+    const resume = await palette('resume');
+    assert.equal(await resume.getAttribute('data-command'), 'indexing-resume');
+    await browser.keys('Enter');
+    await eventually(browser, 'resumed from the palette', async () => (await toggle.getAttribute('data-state')) === 'running');
+    await eventually(browser, 'the source up to date again', async () =>
+      (await (await sourceRow()).getAttribute('data-phase')) === 'done',
+    );
+  });
+
   /** `quarry search` in lexical mode as the key `secret`, on the app's library. */
   function searchAsKey(secret) {
     const quarry = path.join(repoRoot, 'target', 'debug', 'quarry');

@@ -66,7 +66,7 @@ pub struct LastChange {
     pub at_ms: u64,
 }
 
-/// Everything the UI shows about indexing (the `quarry://activity` event).
+/// Everything the UI shows about indexing (the payload of `events::ActivityChanged`).
 #[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct Activity {
     /// Grows with every change: the UI ignores a snapshot older than the one it shows.

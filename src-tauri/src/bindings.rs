@@ -3,16 +3,16 @@
 //! UI never mirrors a Rust type by hand. A test fails when that file is stale; regenerate it
 //! with `QUARRY_WRITE_BINDINGS=1 cargo test -p quarry-desktop bindings`.
 
-use tauri_specta::{collect_commands, Builder, ErrorHandlingMode};
+use tauri_specta::{collect_commands, collect_events, Builder, ErrorHandlingMode};
 
-use crate::activity::Activity;
+use crate::events::{ActivityChanged, IndexChanged, SourcesChanged};
 use crate::{admin, chat, commands, models, pipeline_commands, tool_commands};
 
 /// The generated file, relative to this crate.
 #[cfg(test)]
 const BINDINGS_FILE: &str = "../ui/src/lib/bindings.ts";
 
-/// Every command, and the types the events carry (which no command returns on its own).
+/// Every command and every event the shell sends, with the types both carry.
 pub fn builder() -> Builder<tauri::Wry> {
     Builder::<tauri::Wry>::new()
         .commands(collect_commands![
@@ -81,7 +81,11 @@ pub fn builder() -> Builder<tauri::Wry> {
             pipeline_commands::eval_run,
             pipeline_commands::eval_cancel,
         ])
-        .typ::<Activity>()
+        .events(collect_events![
+            ActivityChanged,
+            SourcesChanged,
+            IndexChanged
+        ])
         // A failed command rejects its promise with a `CommandError`, as `invoke` does.
         .error_handling(ErrorHandlingMode::Throw)
         // Ids, counts and byte sizes are i64/u64 in Rust; none comes near 2^53.

@@ -15,6 +15,7 @@ mod command_names;
 mod commands;
 mod engine;
 mod error;
+mod events;
 mod models;
 mod opener;
 mod pipeline_commands;
@@ -25,9 +26,11 @@ mod tool_commands;
 
 use std::sync::Arc;
 
-use tauri::{Emitter, Manager};
+use tauri::Manager;
+use tauri_specta::Event;
 
 use crate::engine::{Engine, Notice};
+use crate::events::{ActivityChanged, IndexChanged, SourcesChanged};
 
 fn main() {
     tracing_subscriber::fmt()
@@ -42,16 +45,19 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
 
+    let bridge = bindings::builder();
+    let invoke_handler = bridge.invoke_handler();
     tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
-        .setup(|app| {
+        .setup(move |app| {
+            bridge.mount_events(app);
             let handle = app.handle().clone();
             let notify = Arc::new(move |notice: Notice| {
                 let sent = match notice {
-                    Notice::Activity(activity) => handle.emit("quarry://activity", activity),
-                    Notice::SourcesChanged => handle.emit("quarry://sources", ()),
-                    Notice::IndexChanged => handle.emit("quarry://index", ()),
+                    Notice::Activity(activity) => ActivityChanged(activity).emit(&handle),
+                    Notice::SourcesChanged => SourcesChanged.emit(&handle),
+                    Notice::IndexChanged => IndexChanged.emit(&handle),
                 };
                 if let Err(e) = sent {
                     tracing::warn!(error = %e, "could not send an event to the window");
@@ -66,7 +72,7 @@ fn main() {
             app.manage(Arc::new(stops::Stops::default()));
             Ok(())
         })
-        .invoke_handler(bindings::builder().invoke_handler())
+        .invoke_handler(invoke_handler)
         .build(tauri::generate_context!())
         .expect("error while building Quarry")
         .run(|app, event| {

@@ -1,8 +1,14 @@
 // The bridge to the Rust shell. Commands and the types they send are generated from Rust
 // into ./bindings.ts (src-tauri/src/bindings.rs; a Rust test fails when it is stale): nothing
 // here mirrors a Rust type by hand. A failed command rejects with a `CommandError`.
-import { listen, type UnlistenFn } from '@tauri-apps/api/event';
-import { commands, type Activity, type ChunkInContext, type CommandError } from './bindings';
+import type { UnlistenFn } from '@tauri-apps/api/event';
+import {
+  commands,
+  events as shellEvents,
+  type Activity,
+  type ChunkInContext,
+  type CommandError,
+} from './bindings';
 
 export type * from './bindings';
 
@@ -11,14 +17,16 @@ export type Preview = ChunkInContext;
 
 export const api = commands;
 
+// The shell's events, typed in ./bindings.ts (src-tauri/src/events.rs).
 export const events = {
   onActivity: (f: (a: Activity) => void): Promise<UnlistenFn> =>
-    listen<Activity>('quarry://activity', (e) => f(e.payload)),
+    shellEvents.activityChanged.listen((e) => f(e.payload)),
   /** Sources were added, removed or rescanned: refresh the lists. */
   onSourcesChanged: (f: () => void): Promise<UnlistenFn> =>
-    listen('quarry://sources', () => f()),
+    shellEvents.sourcesChanged.listen(() => f()),
   /** Indexed content changed (a scan or a watched edit finished): re-run the search. */
-  onIndexChanged: (f: () => void): Promise<UnlistenFn> => listen('quarry://index', () => f()),
+  onIndexChanged: (f: () => void): Promise<UnlistenFn> =>
+    shellEvents.indexChanged.listen(() => f()),
 };
 
 /** Splits `text` at the UTF-8 byte ranges of `highlights` into plain and marked pieces. */

@@ -33,6 +33,8 @@ export const ui = $state({
   systemDark: false,
   /** A theme being tried in the settings form, before it is saved. */
   themePreview: null as ThemeChoice | null,
+  /** Whether the command palette (Ctrl+Shift+P) is open. */
+  paletteOpen: false,
 });
 
 export const settings = $state({
