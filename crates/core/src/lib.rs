@@ -33,7 +33,7 @@ pub mod environment;
 mod error;
 pub mod eval;
 pub mod evidence;
-pub mod fulltext;
+mod fulltext;
 mod governance;
 mod ids;
 pub mod ingest;

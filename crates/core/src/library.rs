@@ -271,7 +271,8 @@ impl Library {
         })
     }
 
-    /// Creates a collection. `language` picks the stemmer (see [`crate::fulltext::LANGUAGE_NAMES`]).
+    /// Creates a collection. `language` picks the stemmer (an unknown one is refused with the
+    /// list of known languages).
     pub fn create_collection(
         &mut self,
         name: &str,

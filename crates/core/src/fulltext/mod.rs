@@ -20,7 +20,6 @@ mod stem;
 
 pub use documents::DocumentBm25;
 pub(crate) use schema::language_by_name;
-pub use schema::LANGUAGE_NAMES;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;

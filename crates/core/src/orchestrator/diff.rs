@@ -1,4 +1,4 @@
-//! What a draft changes against an applied revision ([`crate::json_diff`] over the two
+//! What a draft changes against an applied revision (`json_diff` over the two
 //! configurations as JSON).
 
 use super::OrchestratorConfig;

@@ -4,7 +4,7 @@
 //! - Ids are `INTEGER PRIMARY KEY AUTOINCREMENT`, never reused, so a stale full-text hit can
 //!   never point at a newer chunk.
 //! - Every change to `chunks` writes a row to `fulltext_outbox` in the same transaction; the
-//!   full-text index is fed only from that outbox (see [`crate::fulltext`]).
+//!   full-text index is fed only from that outbox (see `fulltext/`).
 //! - Paths are stored as raw OS bytes (`path`) plus a lossy display form (`path_display`), so
 //!   file names that are not UTF-8, or contain newlines, round-trip exactly.
 //! - WAL mode: any number of readers search while one writer commits.

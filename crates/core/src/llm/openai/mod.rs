@@ -98,7 +98,7 @@ pub struct OpenAiConfig {
     /// Longest wait to connect, for the response head, or for the next piece of a stream; not
     /// a cap on a whole generation (default [`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
-    /// Send [`Constraint::Grammar`] as a `grammar` field (llama.cpp's server honours it; other
+    /// Send [`Constraint::Grammar`](super::Constraint::Grammar) as a `grammar` field (llama.cpp's server honours it; other
     /// servers may refuse unknown fields, so it is off unless asked for).
     pub grammar: bool,
 }
