@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use quarry_core::pipeline::{PipelineDefinition, PipelineRun, Severity};
+use quarry_core::pipeline::{PipelineDefinition, PipelineRun, Severity, StageOutput};
 use quarry_core::{Library, Principal, RunOptions};
 use serde_json::Value;
 
@@ -355,14 +355,16 @@ pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
     if !trace {
         return;
     }
-    if stage.stage == "query" {
-        for q in stage.output["queries"].as_array().into_iter().flatten() {
-            println!(
-                "    {:.2}  {}",
-                q["weight"].as_f64().unwrap_or(0.0),
-                printable(q["query"].as_str().unwrap_or(""))
-            );
-        }
+    let queries = match &stage.output {
+        StageOutput::Json(output) if stage.stage == "query" => output["queries"].as_array(),
+        _ => None,
+    };
+    for q in queries.into_iter().flatten() {
+        println!(
+            "    {:.2}  {}",
+            q["weight"].as_f64().unwrap_or(0.0),
+            printable(q["query"].as_str().unwrap_or(""))
+        );
     }
     for s in &stage.search_trace {
         println!(
@@ -373,28 +375,18 @@ pub fn print_stage(stage: &quarry_core::pipeline::StageReport, trace: bool) {
             printable(&s.detail)
         );
     }
-    if stage.stage == "retrieval" {
-        for c in stage.output["candidates"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .take(10)
-        {
-            let scores = &c["scores"];
+    if let StageOutput::Candidates { candidates } = &stage.output {
+        let shown =
+            |v: Option<f32>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+        for c in candidates.iter().take(10) {
             println!(
                 "    #{:<3} {:.4}  bm25 {}  cos {}  rerank {}  {}",
-                c["rank"],
-                c["score"].as_f64().unwrap_or(0.0),
-                scores["lexical_score"]
-                    .as_f64()
-                    .map_or("-".into(), |v| format!("{v:.2}")),
-                scores["similarity"]
-                    .as_f64()
-                    .map_or("-".into(), |v| format!("{v:.3}")),
-                scores["rerank"]
-                    .as_f64()
-                    .map_or("-".into(), |v| format!("{v:.3}")),
-                printable(c["path"].as_str().unwrap_or(""))
+                c.rank,
+                c.score,
+                shown(c.scores.lexical_score, 2),
+                shown(c.scores.similarity, 3),
+                shown(c.scores.rerank, 3),
+                printable(&c.path)
             );
         }
     }

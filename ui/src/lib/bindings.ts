@@ -1322,6 +1322,25 @@ export type Scope = {
 	sensitivity_ceiling: string,
 };
 
+/**
+ *  A hit in the retrieval stage's report: its scores by stage, without references. The
+ *  tester shows these (the type is exported to the window), and `--json` prints them.
+ */
+export type ScoredCandidate = {
+	/**  The collection's name. */
+	collection: string,
+	/**  The file, displayed. */
+	path: string,
+	/**  1-based rank in the retrieval. */
+	rank: number,
+	/**  The final score. */
+	score: number | null,
+	/**  What each of the engine's stages gave it. */
+	scores: StageScores,
+	/**  The document's title, when it has one. */
+	title: string | null,
+};
+
 /**  A search from the Search view. */
 export type SearchArgs = {
 	query: string,
@@ -1457,6 +1476,18 @@ export type SourceStatus =
 /**  Sources were added, removed or rescanned: the lists are stale. */
 export type SourcesChanged = null;
 
+/**
+ *  What a stage gave out. As JSON each is what it always was (`--json` prints the same); typed,
+ *  the window reads the retrieval stage's candidates without parsing them by hand.
+ */
+export type StageOutput = 
+/**  The retrieval stage: the candidates, best first, with what each engine stage gave them. */
+{ 
+/**  The candidates. */
+candidates: ScoredCandidate[] } | 
+/**  A tool's output as it returned it (checked against its schema), or a stage's own counts. */
+Value;
+
 /**  What one stage (or one tool in it) did. */
 export type StageReport = {
 	/**  `query`, `retrieval`, `chunk` or `evidence`. */
@@ -1466,7 +1497,7 @@ export type StageReport = {
 	/**  What went in. */
 	input: Value,
 	/**  What came out. */
-	output: Value,
+	output: StageOutput,
 	/**  Microseconds. */
 	took_us: number,
 	/**  Its ctx operations. */

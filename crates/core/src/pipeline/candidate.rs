@@ -198,27 +198,34 @@ impl<'a> PageChunk<'a> {
     }
 }
 
-/// A hit in the retrieval stage's report: its scores by stage, without references. Reports
-/// hold it as a `serde_json::Value`, whose sorted keys also order the nested `scores`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ScoredHit<'a> {
-    pub collection: &'a str,
+/// A hit in the retrieval stage's report: its scores by stage, without references. The
+/// tester shows these (the type is exported to the window), and `--json` prints them.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ScoredCandidate {
+    /// The collection's name.
+    pub collection: String,
+    /// The file, displayed.
     pub path: String,
+    /// 1-based rank in the retrieval.
     pub rank: usize,
+    /// The final score.
     pub score: f32,
-    pub scores: &'a StageScores,
-    pub title: Option<&'a str>,
+    /// What each of the engine's stages gave it.
+    pub scores: StageScores,
+    /// The document's title, when it has one.
+    pub title: Option<String>,
 }
 
-impl<'a> From<&'a Hit> for ScoredHit<'a> {
-    fn from(hit: &'a Hit) -> Self {
-        ScoredHit {
-            collection: &hit.collection,
+impl From<&Hit> for ScoredCandidate {
+    fn from(hit: &Hit) -> Self {
+        ScoredCandidate {
+            collection: hit.collection.clone(),
             path: hit.path.display().to_string(),
             rank: hit.rank,
             score: hit.score,
-            scores: &hit.scores,
-            title: hit.title.as_deref(),
+            scores: hit.scores.clone(),
+            title: hit.title.clone(),
         }
     }
 }
@@ -400,8 +407,8 @@ mod tests {
                 "path": hit.path.display().to_string(),
                 "collection": hit.collection,
             });
-            // Reports hold it as a `Value` (sorted keys, `scores` included).
-            let value = serde_json::to_value(ScoredHit::from(&hit)).unwrap();
+            // As JSON, the same object (keys compared sorted, `scores` included).
+            let value = serde_json::to_value(ScoredCandidate::from(&hit)).unwrap();
             assert_eq!(value.to_string(), old.to_string());
         }
     }

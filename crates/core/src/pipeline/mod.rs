@@ -33,11 +33,12 @@ use crate::store::{now_unix, Collection, Store, Tx};
 use crate::tools::{
     self, Executor, NetworkIsolation, ToolDefinition, ToolType, UNCONFINED_SETTING,
 };
+pub use candidate::ScoredCandidate;
 pub use host::{call_code_tool, CtxCall, ToolCallReport, ToolEnvironment, MAX_NEIGHBOR_RADIUS};
 pub use issued::withheld_note;
 pub use run::{
-    call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageReport, TestInput,
-    ToolTestReport,
+    call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageOutput, StageReport,
+    TestInput, ToolTestReport,
 };
 pub(crate) use seeds::install_seeds;
 

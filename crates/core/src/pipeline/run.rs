@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::candidate::{Candidate, ChunkToolCandidate, ScoredHit};
+use super::candidate::{Candidate, ChunkToolCandidate, ScoredCandidate};
 use super::host::{admit_returned_refs, call_code_tool, CtxCall, ToolCallReport, ToolEnvironment};
 use super::issued::{visible_output, withheld_note};
 use super::{check, resolve, Budget, ReadinessProblem, ResolvedPipeline, Severity};
@@ -58,7 +58,7 @@ pub struct StageReport {
     /// What went in.
     pub input: Value,
     /// What came out.
-    pub output: Value,
+    pub output: StageOutput,
     /// Microseconds.
     pub took_us: u64,
     /// Its ctx operations.
@@ -96,6 +96,31 @@ pub struct PipelineRun {
     pub took_us: u64,
 }
 
+/// What a stage gave out. As JSON each is what it always was (`--json` prints the same); typed,
+/// the window reads the retrieval stage's candidates without parsing them by hand.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(untagged)]
+pub enum StageOutput {
+    /// The retrieval stage: the candidates, best first, with what each engine stage gave them.
+    Candidates {
+        /// The candidates.
+        candidates: Vec<ScoredCandidate>,
+    },
+    /// A tool's output as it returned it (checked against its schema), or a stage's own counts.
+    Json(Value),
+}
+
+impl StageOutput {
+    /// The output as JSON.
+    pub fn to_json(&self) -> Value {
+        match self {
+            StageOutput::Json(value) => value.clone(),
+            candidates => serde_json::to_value(candidates).expect("candidates serialize"),
+        }
+    }
+}
+
 impl StageReport {
     /// The report of one code-tool call.
     fn of_call(
@@ -109,7 +134,7 @@ impl StageReport {
             stage,
             tool: Some(tool.slug.clone()),
             input,
-            output: call.output,
+            output: StageOutput::Json(call.output),
             took_us: call.took_us,
             ctx_calls: call.ctx_calls,
             logs: call.logs,
@@ -187,13 +212,13 @@ fn retrieve_candidates(
             hit.score,
             &hit.snippet.text,
         ));
-        scored.push(ScoredHit::from(hit));
+        scored.push(ScoredCandidate::from(hit));
     }
     let report = StageReport {
         stage: "retrieval",
         tool: Some(tool.slug.clone()),
         input: json!({"query": query, "variants": variants, "settings": tool.settings}),
-        output: json!({"candidates": scored}),
+        output: StageOutput::Candidates { candidates: scored },
         took_us: us(t),
         ctx_calls: Vec::new(),
         logs: Vec::new(),
@@ -459,7 +484,9 @@ fn nothing_readable(tool: &ToolDefinition, query: &str, variants: &[WeightedQuer
         stage: "retrieval",
         tool: Some(tool.slug.clone()),
         input: json!({"query": query, "variants": variants, "settings": tool.settings}),
-        output: json!({"candidates": []}),
+        output: StageOutput::Candidates {
+            candidates: Vec::new(),
+        },
         took_us: 0,
         ctx_calls: Vec::new(),
         logs: Vec::new(),
@@ -594,10 +621,10 @@ fn evidence_stage(
         stage: "evidence",
         tool: None,
         input: json!({"selected": candidates.len()}),
-        output: json!({
+        output: StageOutput::Json(json!({
             "admitted": ledger.entries.len(),
             "rejected": ledger.rejected.len(),
-        }),
+        })),
         took_us: us(t),
         ctx_calls: Vec::new(),
         logs: Vec::new(),
@@ -765,7 +792,7 @@ impl ToolTest<'_> {
         };
         let (report, _) =
             run_query_tool(&self.env, self.tool, &query, &history, &variants, budget)?;
-        let output = report.output.clone();
+        let output = report.output.to_json();
         self.stages.push(report);
         Ok(output)
     }
@@ -781,7 +808,7 @@ impl ToolTest<'_> {
         self.stages.push(report);
         let (report, kept) =
             run_chunk_tool(&self.env, self.tool, query, &candidates, &mut self.ledger)?;
-        let output = report.output.clone();
+        let output = report.output.to_json();
         self.stages.push(report);
         self.admit(&kept);
         Ok(output)
@@ -808,7 +835,7 @@ impl ToolTest<'_> {
         let query = input["query"].as_str().unwrap_or_default();
         let (report, _) =
             call_chunk_tool(&self.env, self.tool, query, &shown, &[], &mut self.ledger)?;
-        let output = report.output.clone();
+        let output = report.output.to_json();
         self.stages.push(report);
         Ok(output)
     }
@@ -821,7 +848,7 @@ impl ToolTest<'_> {
         // The tester shows the output with the admitted passages beside its references, and
         // every field the tool wrote; the stage's detail names what a model would not see.
         let (stage, _, _) = action_call(&self.env, self.tool, value, &mut self.ledger)?;
-        let output = stage.output.clone();
+        let output = stage.output.to_json();
         self.stages.push(stage);
         Ok(output)
     }
