@@ -5,8 +5,6 @@
 
 use std::fmt;
 
-use serde::Serialize;
-
 /// The longest name of any kind, in bytes (every allowed character is ASCII).
 pub const MAX_NAME_LEN: usize = 64;
 
@@ -101,8 +99,7 @@ impl NameKind {
 }
 
 /// A name checked against its kind's rule.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Name(String);
 
 impl Name {
@@ -132,23 +129,6 @@ impl Name {
     /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// The name as an owned string.
-    pub fn into_string(self) -> String {
-        self.0
-    }
-}
-
-impl AsRef<str> for Name {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Name {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

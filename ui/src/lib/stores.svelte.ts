@@ -25,6 +25,21 @@ export type View =
   | 'pipelines';
 export type ThemeChoice = Settings['theme'];
 
+/** The views in sidebar order, each with its Ctrl+digit key and the words the command palette
+ *  also finds it by. The sidebar, the shortcuts and the palette all read this one list. */
+export const VIEWS: { view: View; label: string; key: string; keywords: string[] }[] = [
+  { view: 'library', label: 'Library', key: '1', keywords: ['folders', 'sources', 'indexing'] },
+  { view: 'search', label: 'Search', key: '2', keywords: ['find'] },
+  { view: 'status', label: 'Status', key: '3', keywords: ['settings', 'theme', 'mcp'] },
+  { view: 'keys', label: 'Keys', key: '4', keywords: ['api keys'] },
+  { view: 'audit', label: 'Audit', key: '5', keywords: ['log'] },
+  { view: 'orchestrator', label: 'Orchestrator', key: '6', keywords: ['modes'] },
+  { view: 'chat', label: 'Chat', key: '7', keywords: ['assistant', 'ask'] },
+  { view: 'models', label: 'Models', key: '8', keywords: ['embedding', 'reranker', 'llm'] },
+  { view: 'tools', label: 'Tools', key: '9', keywords: ['code tools'] },
+  { view: 'pipelines', label: 'Pipelines', key: '0', keywords: ['tester', 'evaluate'] },
+];
+
 export const ui = $state({
   view: 'library' as View,
   /** Bumped to ask the search view to focus its input. */
@@ -145,6 +160,12 @@ export function mayLeave(): boolean {
 export function setView(view: View): void {
   if (view === ui.view || !mayLeave()) return;
   ui.view = view;
+}
+
+/** Opens `view`; the search view with its input focused. */
+export function goTo(view: View): void {
+  if (view === 'search') focusSearch();
+  else setView(view);
 }
 
 /** Switches to the search view and focuses its input. */
