@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use quarry_core::audit::AuditSummary;
 use quarry_core::models::{ModelKind, ModelListing, RuntimeStatus, SetupProblem};
-use quarry_core::store::EmbeddingCoverage;
+use quarry_core::EmbeddingCoverage;
 use quarry_core::{
     ChunkId, ChunkInContext, Collection, DocumentId, DocumentRecord, SearchMode, SearchRequest,
     SearchResults, Source, SourceId, Stats,
@@ -204,10 +204,7 @@ pub async fn list_problems(
     source_id: Option<SourceId>,
 ) -> CommandResult<Vec<DocumentRecord>> {
     blocking(&engine, move |engine| {
-        Ok(engine
-            .library()
-            .store()
-            .problem_documents_in(source_id, 500)?)
+        Ok(engine.library().problem_documents(source_id, 500)?)
     })
     .await
 }
@@ -274,7 +271,6 @@ fn find_chunk(
     chunk_id: ChunkId,
 ) -> CommandResult<quarry_core::ChunkRecord> {
     library
-        .store()
         .chunks_by_id(&[chunk_id])?
         .into_iter()
         .next()

@@ -10,7 +10,7 @@ use quarry_core::llm::embedded::EmbeddedBackend;
 use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
 use quarry_core::orchestrator::BackendConfig;
 use quarry_core::pipeline::DEFAULT_PIPELINE;
-use quarry_core::store::EmbeddingCoverage;
+use quarry_core::EmbeddingCoverage;
 use quarry_core::{Library, Principal};
 use serde::Serialize;
 use tauri::ipc::Channel;
@@ -167,7 +167,7 @@ pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOve
     blocking(&engine, |engine| {
         let library = engine.library();
         // Only the coverage: `status()` would also walk the data folder on every refresh.
-        let coverage = library.store().embedding_coverage()?;
+        let coverage = library.embedding_coverage()?;
         let setup = library.models().setup_report();
         Ok(ModelsOverview {
             install_dir: library.models().install_dir().display().to_string(),

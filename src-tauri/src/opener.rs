@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use quarry_core::store::ChunkLocation;
+use quarry_core::ChunkLocation;
 
 use crate::error::{CommandResult, ShellError};
 

@@ -151,10 +151,8 @@ pub fn search_phases(data_dir: &Path, query: &str, mode: SearchMode) -> Result<E
             .verify()?;
         library.models().runtime_library()?;
         phases.check_model_files = lap(&mut clock);
-        let embedder = library.embedder(&model)?;
-        phases.load_model = lap(&mut clock);
-        embedder.embed_query(query)?;
-        phases.embed_query = lap(&mut clock);
+        (phases.load_model, phases.embed_query) =
+            quarry_core::bench::query_embedding_phases(&library, &model, query)?;
     }
     clock = Instant::now();
     let mut request = SearchRequest::new(query).with_mode(mode);

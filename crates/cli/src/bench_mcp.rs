@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use quarry_core::auth::{NewKey, PrincipalKind, Scope};
+use quarry_core::bench::percentile;
 use quarry_core::{IndexOptions, Library, SearchMode, SearchRequest};
 use serde_json::{json, Value};
 
@@ -106,20 +107,20 @@ pub fn mcp_bench(path: &Path, calls: usize) -> Result<ExitCode> {
     println!("first knowledge_search      {first_ms:.0} ms (loads the embedding model)");
     println!(
         "knowledge_search via MCP    p50 {:.1} ms, p95 {:.1} ms  ({} calls, {:.1} results each)",
-        super::bench::percentile(&mut warm.clone(), 0.5),
-        super::bench::percentile(&mut warm, 0.95),
+        percentile(&mut warm.clone(), 0.5),
+        percentile(&mut warm, 0.95),
         calls.max(1),
         results as f64 / calls.max(1) as f64
     );
     println!(
         "quarry search (a process)   p50 {:.0} ms, p95 {:.0} ms  (vector, top 5, 10 runs)",
-        super::bench::percentile(&mut processes.clone(), 0.5),
-        super::bench::percentile(&mut processes, 0.95)
+        percentile(&mut processes.clone(), 0.5),
+        percentile(&mut processes, 0.95)
     );
     println!(
         "the same search in-process  p50 {:.1} ms, p95 {:.1} ms",
-        super::bench::percentile(&mut in_process.clone(), 0.5),
-        super::bench::percentile(&mut in_process, 0.95)
+        percentile(&mut in_process.clone(), 0.5),
+        percentile(&mut in_process, 0.95)
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -305,8 +306,8 @@ pub fn flood_bench(path: &Path, calls: usize, keyless: usize, idle: usize) -> Re
     let summary = |times: &mut Vec<f64>| {
         format!(
             "p50 {:.1} ms, p90 {:.1} ms ({} calls)",
-            super::bench::percentile(&mut times.clone(), 0.5),
-            super::bench::percentile(times, 0.9),
+            percentile(&mut times.clone(), 0.5),
+            percentile(times, 0.9),
             times.len()
         )
     };

@@ -251,7 +251,7 @@ fn list(library: &Library, principal: &Principal, json: bool) -> Result<()> {
         return Ok(());
     }
     // The user's own conversations first; outside agents' sessions apart, by client.
-    let line = |c: &quarry_core::store::Conversation, name: &str| {
+    let line = |c: &quarry_core::orchestrator::Conversation, name: &str| {
         println!(
             "{}  {} r{} {}  {}",
             printable(&c.id),

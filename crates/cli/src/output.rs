@@ -53,7 +53,7 @@ pub fn sources(list: &[Source], as_json: bool) -> Result<()> {
             s.documents_indexed,
             s.documents_not_indexed,
             printable_path(&s.root),
-            if s.status == quarry_core::store::SourceStatus::Missing {
+            if s.status == quarry_core::SourceStatus::Missing {
                 "  [folder missing]"
             } else {
                 ""

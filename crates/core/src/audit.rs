@@ -4,7 +4,7 @@
 //!
 //! Anyone who can reach a server may present keys, so refused sign-ins are bounded: the same
 //! refusal (source, key prefix, reason) within a minute is one record that counts up
-//! ([`record_refused_sign_in`]), and the log keeps what its [`Retention`] says, pruned every
+//! (`record_refused_sign_in`), and the log keeps what its [`Retention`] says, pruned every
 //! [`PRUNE_EVERY`] records and whenever the retention is set (issue 38).
 
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ pub fn input_hash(input: &serde_json::Value) -> String {
 
 /// Appends a record; returns its id.
 #[allow(clippy::too_many_arguments)]
-pub fn record(
+pub(crate) fn record(
     store: &Store,
     principal: &str,
     action: &str,
@@ -122,7 +122,7 @@ const REFUSAL_WINDOW_MS: i64 = 60_000;
 /// the key: `127.0.0.1 over MCP HTTP`; `None`: this machine's own process) with `target` (the
 /// key's public prefix): the same refusal from the same source within a minute counts up the
 /// record already written instead of adding one.
-pub fn record_refused_sign_in(
+pub(crate) fn record_refused_sign_in(
     store: &Store,
     source: Option<&str>,
     target: &str,
@@ -188,22 +188,22 @@ fn bounded(detail: String) -> String {
 }
 
 /// The records `query` selects, newest first.
-pub fn query(store: &Store, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+pub(crate) fn query(store: &Store, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
     store.audit_records(query)
 }
 
 /// One record by id (`None`: pruned, or never written).
-pub fn record_by_id(store: &Store, id: i64) -> Result<Option<AuditRecord>> {
+pub(crate) fn record_by_id(store: &Store, id: i64) -> Result<Option<AuditRecord>> {
     store.audit_record(id)
 }
 
 /// The principals, actions and targets on record, to filter by.
-pub fn facets(store: &Store) -> Result<AuditFacets> {
+pub(crate) fn facets(store: &Store) -> Result<AuditFacets> {
     store.audit_facets()
 }
 
 /// What the audit log keeps.
-pub fn retention(store: &Store) -> Result<Retention> {
+pub(crate) fn retention(store: &Store) -> Result<Retention> {
     Ok(store
         .meta(RETENTION_KEY)?
         .and_then(|json| serde_json::from_str(&json).ok())
@@ -211,7 +211,7 @@ pub fn retention(store: &Store) -> Result<Retention> {
 }
 
 /// Sets what the audit log keeps and prunes it to that now; returns how many records went.
-pub fn set_retention(store: &Store, retention: &Retention) -> Result<u64> {
+pub(crate) fn set_retention(store: &Store, retention: &Retention) -> Result<u64> {
     retention.check()?;
     store.set_meta(
         RETENTION_KEY,
@@ -221,7 +221,7 @@ pub fn set_retention(store: &Store, retention: &Retention) -> Result<u64> {
 }
 
 /// Deletes what the retention no longer keeps; returns how many records went.
-pub fn prune(store: &Store) -> Result<u64> {
+pub(crate) fn prune(store: &Store) -> Result<u64> {
     let retention = retention(store)?;
     let before_ms = retention
         .days
@@ -230,7 +230,7 @@ pub fn prune(store: &Store) -> Result<u64> {
 }
 
 /// The audit log's size and retention.
-pub fn summary(store: &Store) -> Result<AuditSummary> {
+pub(crate) fn summary(store: &Store) -> Result<AuditSummary> {
     Ok(AuditSummary {
         size: store.audit_log_size()?,
         retention: retention(store)?,

@@ -307,7 +307,7 @@ pub(crate) fn random_hex(bytes: usize) -> Result<String> {
 }
 
 /// Creates a key and returns its secret (shown once).
-pub fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
+pub(crate) fn create_key(store: &Store, new: &NewKey) -> Result<CreatedKey> {
     Name::parse(NameKind::Key, &new.name).map_err(|bad| Error::InvalidSetting {
         field: "name".into(),
         reason: bad.to_string(),
@@ -372,19 +372,23 @@ fn key_by_name(store: &Store, name: &str) -> Result<ApiKey> {
 }
 
 /// Every key, newest last.
-pub fn keys(store: &Store) -> Result<Vec<ApiKey>> {
+pub(crate) fn keys(store: &Store) -> Result<Vec<ApiKey>> {
     Ok(store.api_keys()?.into_iter().map(key_from_row).collect())
 }
 
 /// Revokes a key by name; it stops working at once.
-pub fn revoke_key(store: &Store, name: &str) -> Result<ApiKey> {
+pub(crate) fn revoke_key(store: &Store, name: &str) -> Result<ApiKey> {
     key_by_name(store, name)?;
     store.revoke_api_key(name, now_unix())?;
     key_by_name(store, name)
 }
 
 /// Turns a key secret (and, for a service key, the user it acts for) into a principal.
-pub fn authenticate(store: &Store, secret: &str, acting_for: Option<&str>) -> Result<Principal> {
+pub(crate) fn authenticate(
+    store: &Store,
+    secret: &str,
+    acting_for: Option<&str>,
+) -> Result<Principal> {
     let prefix = secret
         .rsplit_once('_')
         .map(|(p, _)| p)

@@ -3,7 +3,7 @@
 //!
 //! The library builds it ([`crate::Library::engine_context`]), so the library stays the one
 //! module that knows every subsystem and nothing below it imports it back. Tests build one
-//! from a real [`Store`] and a stub [`Retrieval`], so a pipeline or a turn can be tested
+//! from a real store and a stub [`Retrieval`], so a pipeline or a turn can be tested
 //! without models or a full-text index.
 
 use std::sync::Arc;

@@ -365,7 +365,7 @@ impl EvidenceSession {
     }
 
     /// Opens a document reference and checks it is still the current revision and readable.
-    pub fn open_source(&self, store: &Store, reference: &str) -> Result<Claims> {
+    pub(crate) fn open_source(&self, store: &Store, reference: &str) -> Result<Claims> {
         let claims = self.open(reference, RefKind::Source)?;
         self.check_document(store, &claims)?;
         Ok(claims)
@@ -408,7 +408,7 @@ impl EvidenceSession {
 
     /// Revalidates a chunk reference against the library and returns the ledger entry it
     /// earns. The text comes from SQLite, never from the caller.
-    pub fn revalidate_chunk(
+    pub(crate) fn revalidate_chunk(
         &self,
         store: &Store,
         reference: &str,
@@ -433,7 +433,7 @@ impl EvidenceSession {
     /// Revalidates a chunk reference; a refusal is recorded in `ledger` with its reason, so a
     /// refused reference never silently vanishes. The entry is returned, not admitted (a chunk
     /// tool's output is a selection, admitted later).
-    pub fn revalidate_or_refuse(
+    pub(crate) fn revalidate_or_refuse(
         &self,
         store: &Store,
         reference: &str,
@@ -453,7 +453,7 @@ impl EvidenceSession {
     /// The one way a reference enters a ledger: revalidated, then admitted (each chunk once) or
     /// refused with its reason. Returns the ledger's entry for the chunk when admitted (the
     /// earlier one if the chunk was already there).
-    pub fn admit_chunk<'l>(
+    pub(crate) fn admit_chunk<'l>(
         &self,
         store: &Store,
         reference: &str,

@@ -14,7 +14,7 @@ use crate::auth::{self, ApiKey, CreatedKey, NewKey, Principal};
 use crate::context::{EngineContext, Retrieval};
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
-use crate::evidence::{EvidenceKey, EvidenceSession};
+use crate::evidence::{EvidenceKey, EvidenceSession, LedgerEntry};
 use crate::ids::CollectionId;
 use crate::models::ModelKind;
 use crate::pipeline::{
@@ -72,6 +72,18 @@ impl Library {
         }
         let key = EvidenceKey::load_or_create(self.store())?;
         Ok(self.evidence_key.get_or_init(|| key).clone())
+    }
+
+    /// Revalidates a chunk reference `session` issued (its signature, caller, run, expiry and
+    /// that the chunk is still indexed at the same revision) and returns the ledger entry it
+    /// earns, with the text read from the library, never from the caller.
+    pub fn revalidate_evidence(
+        &self,
+        session: &EvidenceSession,
+        reference: &str,
+        admitted_by: &str,
+    ) -> Result<LedgerEntry> {
+        session.revalidate_chunk(self.store(), reference, None, admitted_by)
     }
 
     // ---- tools ---------------------------------------------------------------------------

@@ -26,9 +26,10 @@
 mod assistant;
 pub mod audit;
 pub mod auth;
+pub mod bench;
 pub mod cancel;
 pub mod context;
-pub mod embed;
+mod embed;
 pub mod environment;
 mod error;
 pub mod eval;
@@ -49,7 +50,7 @@ pub mod orchestrator;
 pub mod pipeline;
 pub mod retrieve;
 mod serde_paths;
-pub mod store;
+mod store;
 pub mod tools;
 
 pub use auth::{Principal, Scope};
@@ -70,7 +71,10 @@ pub use retrieve::{
     Fusion, Hit, PageEvidence, RetrievalSettings, SearchMode, SearchRequest, SearchResults,
     WeightedQuery,
 };
-pub use store::{ChunkRecord, Collection, DocumentRecord, DocumentStatus, Source, Stats};
+pub use store::{
+    ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, EmbeddingCoverage,
+    ReasonCount, RepeatChanges, Source, SourceStatus, Stats,
+};
 pub use tools::{ToolDefinition, ToolType};
 
 /// Arms the fail points named in the `FAILPOINTS` environment variable (crash tests only;

@@ -189,7 +189,7 @@ impl Library {
 
     /// The embedding model `id`, loaded once per process: every handle of the process (the
     /// window's, the assistant's) shares one session per model file.
-    pub fn embedder(&self, id: &str) -> Result<Arc<Embedder>> {
+    pub(crate) fn embedder(&self, id: &str) -> Result<Arc<Embedder>> {
         load_cached(&self.embedders, id, || {
             let dir = self.models.find_kind(id, ModelKind::Embedding)?.dir;
             shared_in_process(&SEARCH_EMBEDDERS, (dir, self.ort_threads), || {
@@ -199,7 +199,7 @@ impl Library {
     }
 
     /// The reranker `id`, loaded once per process (shared like [`Library::embedder`]).
-    pub fn reranker(&self, id: &str) -> Result<Arc<Reranker>> {
+    pub(crate) fn reranker(&self, id: &str) -> Result<Arc<Reranker>> {
         load_cached(&self.rerankers, id, || {
             let dir = self.models.find_kind(id, ModelKind::Reranker)?.dir;
             shared_in_process(&RERANKERS, (dir, self.ort_threads), || {
@@ -210,7 +210,7 @@ impl Library {
 
     /// The in-memory sign bits of a collection's vectors: built on first use, then brought up
     /// to date with what was embedded since (by this process or another).
-    pub fn sign_index(
+    pub(crate) fn sign_index(
         &self,
         table: &VectorTable,
         collection_id: CollectionId,
@@ -256,7 +256,7 @@ impl Library {
     }
 
     /// The SQLite store, for read queries.
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         &self.store
     }
 
@@ -402,6 +402,12 @@ impl Library {
         )
     }
 
+    /// Counts of documents, chunks and skipped files (what [`Library::status`] reports, without
+    /// the sources and problem lists).
+    pub fn stats(&self) -> Result<Stats> {
+        self.store.stats()
+    }
+
     /// Counts, sources and recent problems.
     pub fn status(&self) -> Result<StatusReport> {
         Ok(StatusReport {
@@ -485,6 +491,36 @@ impl Library {
     /// The document with this id, if it is still in the index.
     pub fn document_by_id(&self, id: DocumentId) -> Result<Option<DocumentRecord>> {
         self.store.document_by_id(id)
+    }
+
+    /// The chunks with these ids that are still indexed, in the order given.
+    pub fn chunks_by_id(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>> {
+        self.store.chunks_by_id(ids)
+    }
+
+    /// Every indexed chunk's id, ascending.
+    pub fn chunk_ids(&self) -> Result<Vec<ChunkId>> {
+        self.store.all_chunk_ids()
+    }
+
+    /// Every document of a source, whatever its state (indexed, failed, skipped).
+    pub fn documents_of_source(&self, source: SourceId) -> Result<Vec<DocumentRecord>> {
+        self.store.documents_of_source(source)
+    }
+
+    /// The most recent failed files and indexed ones with a warning, of one source or of all,
+    /// at most `limit`.
+    pub fn problem_documents(
+        &self,
+        source: Option<SourceId>,
+        limit: usize,
+    ) -> Result<Vec<DocumentRecord>> {
+        self.store.problem_documents_in(source, limit)
+    }
+
+    /// Vectors per collection: how much of each is searchable by meaning.
+    pub fn embedding_coverage(&self) -> Result<Vec<EmbeddingCoverage>> {
+        self.store.embedding_coverage()
     }
 
     /// Compares SQLite's chunks with tantivy's committed documents.
@@ -759,4 +795,115 @@ fn dir_size(dir: &Path) -> u64 {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_handles_of_one_process_share_one_embedding_session() {
+        // Sessions are shared by model and thread count: a count no other test uses keeps
+        // this test's session its own.
+        let options = || LibraryOptions {
+            ort_threads: Some(3),
+            ..LibraryOptions::default()
+        };
+        let data = tempfile::tempdir().unwrap();
+        let first = Library::open_with(data.path(), options()).unwrap();
+        let second = Library::open_with(data.path(), options()).unwrap();
+        let id = crate::models::default_embedding_model();
+        let a = first.embedder(id).unwrap();
+        let b = second.embedder(id).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "one ONNX session, not two");
+        // Dropped by every handle, it is loaded afresh.
+        let weak = Arc::downgrade(&a);
+        drop((a, b, first, second));
+        assert!(
+            weak.upgrade().is_none(),
+            "nothing keeps a released session alive"
+        );
+    }
+
+    /// The in-memory sign bits stay in step with the library: vectors embedded after the copy
+    /// was made join it, and deleted ones drop out of results.
+    #[test]
+    fn the_copy_follows_new_and_deleted_vectors() {
+        use crate::store::Store;
+
+        const MODEL: &str = "all-minilm-l6-v2-int8";
+        let vector = |chunk: ChunkId| -> Vec<f32> {
+            (0..384)
+                .map(|d| {
+                    if (chunk.0 * 31 + d * 7) % 5 < 2 {
+                        1.0
+                    } else {
+                        -1.0
+                    }
+                })
+                .collect()
+        };
+        let reindex = |library: &mut Library| {
+            let options = IndexOptions::default();
+            library
+                .writer()
+                .unwrap()
+                .index_all(&options, &|_| {})
+                .unwrap();
+        };
+        // Stand-in vectors for every pending chunk, written as the embedding lane writes them.
+        let embed_everything = |library: &mut Library| -> usize {
+            let collection = library.collections().unwrap().remove(0);
+            let mut store = Store::open(library.store().path()).unwrap();
+            let pending = store.pending_chunks(collection.id, MODEL, 10_000).unwrap();
+            let table = store.ensure_vector_table(MODEL, 384).unwrap();
+            let rows: Vec<(ChunkId, Vec<f32>)> = pending
+                .iter()
+                .map(|p| (p.id, crate::embed::normalized(vector(p.id))))
+                .collect();
+            if let Some(last) = rows.last().map(|r| r.0) {
+                store
+                    .store_vectors(&table, collection.id, &rows, last)
+                    .unwrap();
+            }
+            rows.len()
+        };
+        let data = tempfile::tempdir().unwrap();
+        let docs = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            let text = format!("# Note {i}\n\nText number {i}.");
+            std::fs::write(docs.path().join(format!("{i}.md")), text).unwrap();
+        }
+        let mut library = Library::open(data.path()).unwrap();
+        library.add_source(docs.path(), "notes", &[], &[]).unwrap();
+        reindex(&mut library);
+        assert_eq!(embed_everything(&mut library), 5);
+        let collection = library.collections().unwrap().remove(0);
+        let table = library.store().vector_table(MODEL).unwrap().unwrap();
+        let index = library.sign_index(&table, collection.id).unwrap();
+        assert_eq!(index.lock().unwrap().len(), 5);
+
+        // Three new files, embedded after the copy was made: the next use picks them up.
+        for i in 5..8 {
+            let text = format!("# Note {i}\n\nMore text {i}.");
+            std::fs::write(docs.path().join(format!("{i}.md")), text).unwrap();
+        }
+        reindex(&mut library);
+        assert_eq!(embed_everything(&mut library), 3);
+        let index = library.sign_index(&table, collection.id).unwrap();
+        assert_eq!(index.lock().unwrap().len(), 8);
+
+        // A deleted file's vector is gone from results even though the copy still lists it.
+        let gone_id = library.document(&docs.path().join("6.md")).unwrap().chunks[0].id;
+        std::fs::remove_file(docs.path().join("6.md")).unwrap();
+        reindex(&mut library);
+        let query = crate::embed::normalized(vector(gone_id));
+        let mut guard = index.lock().unwrap();
+        let hits = library
+            .store()
+            .nearest_chunks(&table, collection.id, &query, 3, 4, Some(&mut guard))
+            .unwrap();
+        assert!(!hits.iter().any(|(id, _)| *id == gone_id), "{hits:?}");
+        assert_eq!(hits.len(), 3);
+    }
 }

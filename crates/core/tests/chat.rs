@@ -15,8 +15,7 @@ use quarry_core::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
 use quarry_core::llm::{ChatBackend, ChatMessage, ChatRequest, ToolSpec};
 use quarry_core::models::{default_llm_model, Models};
 use quarry_core::orchestrator::{
-    self, conversation, revisions, BackendConfig, ChatOptions, OrchestratorConfig, ToolChoice,
-    TurnResult, DEFAULT_CONFIG,
+    self, BackendConfig, ChatOptions, OrchestratorConfig, ToolChoice, TurnResult, DEFAULT_CONFIG,
 };
 use quarry_core::{Library, Principal, RunOptions};
 use serde_json::{json, Value};
@@ -331,8 +330,10 @@ fn knowledge_search_mode_admits_its_results_before_the_model_answers() {
 #[test]
 fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
     let f = fixture();
-    let store = f.library.store();
-    let first = revisions::revision(store, DEFAULT_CONFIG, None).unwrap();
+    let first = f
+        .library
+        .orchestrator_revision(DEFAULT_CONFIG, None)
+        .unwrap();
     assert_eq!(first.revision, 1);
     assert_eq!(first.applied_by, "seed");
     assert!(first.tools.contains_key("fetch_document_chunks"));
@@ -343,26 +344,35 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
     assert_eq!(started.revision, 1);
 
     // Edit the draft: nothing changes until it is applied.
-    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
     draft
         .modes
         .iter_mut()
         .for_each(|m| m.budget.evidence_tokens = 300);
-    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
+    f.library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
     assert_eq!(
-        revisions::revision(store, DEFAULT_CONFIG, None)
+        f.library
+            .orchestrator_revision(DEFAULT_CONFIG, None)
             .unwrap()
             .revision,
         1
     );
-    let applied = revisions::apply(store, DEFAULT_CONFIG, "alice").unwrap();
+    let applied = f
+        .library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("alice"))
+        .unwrap();
     assert_eq!(
         (applied.revision, applied.applied_by.as_str()),
         (2, "alice")
     );
     assert!(applied.applied_at > 0);
     assert_eq!(
-        revisions::revisions(store, DEFAULT_CONFIG).unwrap().len(),
+        f.library
+            .orchestrator_revisions(DEFAULT_CONFIG)
+            .unwrap()
+            .len(),
         2
     );
 
@@ -384,7 +394,10 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
         2
     );
     // Revision 1 is unchanged.
-    let old = revisions::revision(store, DEFAULT_CONFIG, Some(1)).unwrap();
+    let old = f
+        .library
+        .orchestrator_revision(DEFAULT_CONFIG, Some(1))
+        .unwrap();
     assert_eq!(old.config.modes[0].budget.evidence_tokens, 600);
 
     // Bad drafts are refused, naming the field; an empty allow-list fails with the manual's words.
@@ -396,7 +409,8 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
         .namespaces
         .clear();
     assert_eq!(
-        revisions::set_draft(store, DEFAULT_CONFIG, &bad)
+        f.library
+            .set_orchestrator_draft(DEFAULT_CONFIG, &bad)
             .unwrap_err()
             .to_string(),
         "at least one namespace must be configured under 'namespaces' at boot"
@@ -405,13 +419,18 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
     bad.modes[0]
         .direct_tools
         .push("retrieve-lexical-focused".into());
-    revisions::set_draft(store, DEFAULT_CONFIG, &bad).unwrap();
-    let e = revisions::apply(store, DEFAULT_CONFIG, "alice")
+    f.library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &bad)
+        .unwrap();
+    let e = f
+        .library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("alice"))
         .unwrap_err()
         .to_string();
     assert!(e.contains("only action tools"), "{e}");
     assert_eq!(
-        revisions::revision(store, DEFAULT_CONFIG, None)
+        f.library
+            .orchestrator_revision(DEFAULT_CONFIG, None)
             .unwrap()
             .revision,
         2
@@ -420,7 +439,8 @@ fn configurations_have_drafts_and_immutable_revisions_and_chats_keep_theirs() {
     assert_eq!(
         serde_json::to_value(&applied.tools["fetch_neighbors"]).unwrap(),
         serde_json::to_value(
-            &revisions::revision(store, DEFAULT_CONFIG, Some(2))
+            &f.library
+                .orchestrator_revision(DEFAULT_CONFIG, Some(2))
                 .unwrap()
                 .tools["fetch_neighbors"]
         )
@@ -508,10 +528,6 @@ fn another_callers_conversation_is_not_found() {
     refused(f.library.conversation_evidence(&bob, id).unwrap_err());
     refused(f.library.conversation_trace(&bob, id, None).unwrap_err());
     refused(f.library.conversation_trace(&bob, id, Some(1)).unwrap_err());
-    let store = f.library.store();
-    refused(conversation::messages(store, &bob, id).unwrap_err());
-    refused(conversation::evidence(store, &bob, id).unwrap_err());
-    refused(conversation::trace(store, &bob, id, None).unwrap_err());
     // The owner reads all of it.
     let admin = Principal::administrator();
     assert_eq!(
@@ -805,13 +821,16 @@ fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
 #[test]
 fn the_tool_filter_gate_vetoes_calls_outside_the_profile() {
     let f = fixture();
-    let store = f.library.store();
-    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
     let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
     agent.profile = "restricted".into();
     agent.tool_choice = ToolChoice::Model;
-    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
-    revisions::apply(store, DEFAULT_CONFIG, "admin").unwrap();
+    f.library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    f.library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
+        .unwrap();
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "pump"})),
         sse_tool_call(
@@ -981,7 +1000,9 @@ fn a_bad_model_file_is_a_clear_error_naming_it() {
 fn apply_works_on_a_fresh_library() {
     let f = Fixture::new();
     let library = &f.library;
-    let applied = revisions::apply(library.store(), DEFAULT_CONFIG, "carol").unwrap();
+    let applied = library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("carol"))
+        .unwrap();
     // The seed is revision 1, applied on first use; this is revision 2.
     assert_eq!(
         (applied.revision, applied.applied_by.as_str()),
@@ -1065,14 +1086,17 @@ fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
 #[test]
 fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
     let f = fixture();
-    let store = f.library.store();
-    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
     draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
         max_chars: 200,
         action: quarry_core::orchestrator::gates::GateAction::Veto,
     });
-    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
-    revisions::apply(store, DEFAULT_CONFIG, "admin").unwrap();
+    f.library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    f.library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
+        .unwrap();
     // Orchestrator-led (extractive): each passage is short enough, the whole result is not.
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("extractive".into());
@@ -1287,13 +1311,16 @@ fn conversations_are_renamed_deleted_and_their_last_turn_taken_back() {
 fn knowledge_search_answers_a_model_with_its_manuals_own_strings_and_field_order() {
     let f = fixture();
     // An explicit allow-list, so the tool's schema has an enum the generic check would use.
-    let store = f.library.store();
-    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
     for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
         mode.knowledge_search.as_mut().unwrap().namespaces = vec!["notes".into()];
     }
-    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
-    revisions::apply(store, DEFAULT_CONFIG, "test").unwrap();
+    f.library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    f.library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("test"))
+        .unwrap();
     // Empty query, then a namespace outside the allow-list, then a good call: the model reads
     // the manual's error strings (not the generic argument check's), then the manual's JSON.
     let script = serve_script(vec![
@@ -1377,14 +1404,17 @@ async def run(input, ctx):
 #[test]
 fn a_direct_tools_own_words_never_reach_the_model_and_a_committed_page_does() {
     let f = fixture();
-    let store = f.library.store();
     let tool = common::code_tool("embellisher", quarry_core::ToolType::Action, EMBELLISHER);
     f.library.create_tool(tool).unwrap();
-    let mut draft = revisions::draft(store, DEFAULT_CONFIG).unwrap();
+    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
     let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
     agent.direct_tools.push("embellisher".into());
-    revisions::set_draft(store, DEFAULT_CONFIG, &draft).unwrap();
-    revisions::apply(store, DEFAULT_CONFIG, "admin").unwrap();
+    f.library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    f.library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
+        .unwrap();
 
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "XR-200 pump"})),
@@ -1435,4 +1465,12 @@ fn a_direct_tools_own_words_never_reach_the_model_and_a_committed_page_does() {
     assert_eq!(page["text"], PUMP, "{page}");
     assert!(page["cite"].as_str().unwrap().starts_with('['), "{page}");
     assert!(page.get("withheld").is_none(), "{page}");
+}
+
+/// An administrator who signs what they apply with `label`.
+fn applier(label: &str) -> Principal {
+    Principal {
+        label: label.into(),
+        ..Principal::administrator()
+    }
 }

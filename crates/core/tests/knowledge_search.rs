@@ -11,11 +11,10 @@ use std::path::{Path, PathBuf};
 use quarry_core::auth::{PrincipalKind, Scope};
 use quarry_core::context::EngineContext;
 use quarry_core::evidence::EvidenceKey;
-use quarry_core::models::Models;
+use quarry_core::models::{ModelKind, Models};
 use quarry_core::orchestrator::knowledge_search::{
     KnowledgeSearch, KnowledgeSearchConfig, KnowledgeSearchOutcome,
 };
-use quarry_core::store::Store;
 use quarry_core::{LibraryOptions, Principal};
 use serde_json::{json, Value};
 
@@ -115,9 +114,15 @@ impl Fixture {
 
 /// A library with the three collections of [`CORPUS`], indexed and embedded with MiniLM.
 fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+/// [`fixture`] with its own model folders.
+fn fixture_with(models: Option<Models>) -> Fixture {
     installed_models();
     let mut base = common::Fixture::with_options(LibraryOptions {
         ort_threads: Some(1),
+        models,
         ..LibraryOptions::default()
     });
     for (collection, files) in CORPUS {
@@ -683,7 +688,17 @@ fn a_namespace_that_does_not_exist_is_a_warning_and_the_rest_still_answer() {
 
 #[test]
 fn a_namespace_embedded_with_another_model_is_a_warning_and_the_rest_still_answer() {
-    let mut fx = fixture();
+    // A second embedding model: MiniLM imported again under another id, in a models folder
+    // of this test's own (so nothing lands in the shared one).
+    let scratch = tempfile::tempdir().unwrap();
+    let mut dirs = vec![scratch.path().to_path_buf()];
+    dirs.extend(Models::discover(scratch.path()).dirs().iter().cloned());
+    let models = Models::at(dirs);
+    let installed = models.find(MODEL).unwrap().dir;
+    models
+        .import(&installed, Some("other-model"), ModelKind::Embedding)
+        .unwrap();
+    let mut fx = fixture_with(Some(models));
     add_collection(
         &mut fx,
         "legacy",
@@ -691,23 +706,20 @@ fn a_namespace_embedded_with_another_model_is_a_warning_and_the_rest_still_answe
         "old.md",
         "# Roses\n\nOld notes on pruning roses.\n",
     );
-    // Point `legacy` at another model and give it that model's vectors, as if it had been
-    // ingested with it.
-    let mut store = Store::open(fx.library.store().path()).unwrap();
-    store.set_collection_model("legacy", None).unwrap();
-    store
-        .set_collection_model("legacy", Some("other-model"))
+    // `legacy` is embedded by the other model.
+    fx.library
+        .use_embedding_model("legacy", "other-model")
         .unwrap();
-    let legacy = store.collection_by_name("legacy").unwrap().unwrap();
-    assert_eq!(legacy.embedding_model.as_deref(), Some("other-model"));
-    let table = store.ensure_vector_table("other-model", 8).unwrap();
-    let pending = store.pending_chunks(legacy.id, "other-model", 100).unwrap();
-    let rows: Vec<(quarry_core::ChunkId, Vec<f32>)> = pending
-        .iter()
-        .map(|p| (p.id, quarry_core::embed::normalized(vec![1.0; 8])))
-        .collect();
-    let last = rows.last().unwrap().0;
-    store.store_vectors(&table, legacy.id, &rows, last).unwrap();
+    fx.embed();
+    let legacy = fx
+        .library
+        .embedding_coverage()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.collection == "legacy")
+        .unwrap();
+    assert_eq!(legacy.model.as_deref(), Some("other-model"));
+    assert_eq!(legacy.embedded, legacy.total, "{legacy:?}");
 
     let out = boot(config(&["garden", "legacy"])).call(
         &fx.ctx(),
@@ -850,7 +862,6 @@ fn every_result_is_admitted_evidence_whose_text_is_the_content() {
     assert_eq!(out.entries.len(), items.len());
     let stored = fx
         .library
-        .store()
         .chunks_by_id(&out.entries.iter().map(|e| e.chunk_id).collect::<Vec<_>>())
         .unwrap();
     for ((item, entry), chunk) in items.iter().zip(&out.entries).zip(&stored) {
@@ -862,21 +873,24 @@ fn every_result_is_admitted_evidence_whose_text_is_the_content() {
         let score = f64::from(entry.score.unwrap());
         assert!((item["similarity"].as_f64().unwrap() - score).abs() < 1e-4);
         // The reference is bound to this session: it revalidates here and nowhere else.
-        let again = sess
-            .revalidate_chunk(fx.library.store(), &entry.evidence_ref, None, "check")
+        let again = fx
+            .library
+            .revalidate_evidence(&sess, &entry.evidence_ref, "check")
             .unwrap();
         assert_eq!(again.chunk_id, entry.chunk_id);
         let other_run = admin(&fx.library);
-        let err = other_run
-            .revalidate_chunk(fx.library.store(), &entry.evidence_ref, None, "check")
+        let err = fx
+            .library
+            .revalidate_evidence(&other_run, &entry.evidence_ref, "check")
             .unwrap_err();
         assert_eq!(err.code(), "evidence_rejected");
         let other_caller = session(
             &fx.library,
             scoped(&["garden", "kitchen", "space"], "restricted"),
         );
-        assert!(other_caller
-            .revalidate_chunk(fx.library.store(), &entry.evidence_ref, None, "check")
+        assert!(fx
+            .library
+            .revalidate_evidence(&other_caller, &entry.evidence_ref, "check")
             .is_err());
     }
 }

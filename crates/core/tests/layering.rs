@@ -39,7 +39,7 @@ const LAYERS: &[&[&str]] = &[
     &["orchestrator"],
     // The facade, and the files that extend it (`impl Library` blocks).
     &["library"],
-    &["assistant", "governance", "eval", "model_use"],
+    &["assistant", "governance", "eval", "model_use", "bench"],
 ];
 
 fn core_src() -> PathBuf {

@@ -371,8 +371,8 @@ fn fetch_source_document_reads_the_committed_text_once_with_its_structure() {
         let last_line = line + text.trim_end().matches('\n').count() as u32;
         assert!(!refs.is_empty(), "page at line {line} cites nothing");
         for reference in refs {
-            let entry = session
-                .revalidate_chunk(library.store(), reference, None, "test")
+            let entry = library
+                .revalidate_evidence(&session, reference, "test")
                 .unwrap();
             let (start, end) = (
                 entry.location.line_start.unwrap(),

@@ -468,8 +468,7 @@ fn seeded_retrieval_tools_have_the_described_settings() {
 /// read the library).
 fn refs(s: &EvidenceSession, library: &Library, n: usize) -> Vec<String> {
     let template = library
-        .store()
-        .chunks_by_id(&library.store().all_chunk_ids().unwrap()[..1])
+        .chunks_by_id(&library.chunk_ids().unwrap()[..1])
         .unwrap()
         .remove(0);
     (0..n)
@@ -701,20 +700,19 @@ fn action_tools_search_fetch_and_page_within_one_revision() {
 #[test]
 fn forged_foreign_expired_and_stale_references_are_rejected() {
     let mut f = fixture(&[("a.md", "# Alpha\n\nThe alpha document about gears.".into())]);
-    let store = || f.library.store();
     let s = admin(&f.library);
-    let chunk = store()
-        .chunks_by_id(&store().all_chunk_ids().unwrap())
+    let chunk = f
+        .library
+        .chunks_by_id(&f.library.chunk_ids().unwrap())
         .unwrap()
         .remove(0);
     let good = s.issue_chunk(&chunk);
-    let entry = s
-        .revalidate_chunk(store(), &good, Some(1.0), "test")
-        .unwrap();
+    let entry = f.library.revalidate_evidence(&s, &good, "test").unwrap();
     assert_eq!(entry.text, chunk.text, "the text comes from the library");
 
     let reason = |reference: &str, by: &EvidenceSession| {
-        by.revalidate_chunk(store(), reference, None, "t")
+        f.library
+            .revalidate_evidence(by, reference, "t")
             .unwrap_err()
             .to_string()
     };
@@ -756,16 +754,18 @@ fn forged_foreign_expired_and_stale_references_are_rejected() {
     )
     .unwrap();
     reindex(&mut f.library);
-    let stale = s
-        .revalidate_chunk(f.library.store(), &good, None, "t")
+    let stale = f
+        .library
+        .revalidate_evidence(&s, &good, "t")
         .unwrap_err()
         .to_string();
     assert!(stale.contains("superseded"), "{stale}");
     // Gone: the source is removed.
     let source_id = f.library.sources().unwrap()[0].id;
     f.library.remove_source(source_id).unwrap();
-    let gone = s
-        .revalidate_chunk(f.library.store(), &good, None, "t")
+    let gone = f
+        .library
+        .revalidate_evidence(&s, &good, "t")
         .unwrap_err()
         .to_string();
     assert!(gone.contains("no longer in the library"), "{gone}");

@@ -204,7 +204,6 @@ impl Churn {
 fn indexed(library: &Library) -> BTreeMap<PathBuf, String> {
     let source = &library.sources().unwrap()[0];
     library
-        .store()
         .documents_of_source(source.id)
         .unwrap()
         .into_iter()

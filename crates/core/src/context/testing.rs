@@ -20,7 +20,7 @@ pub(crate) struct StubEngine {
 
 impl StubEngine {
     /// A fresh store, filled by `seed` before the evidence key is made.
-    pub fn new(seed: impl FnOnce(&mut Store)) -> StubEngine {
+    pub(crate) fn new(seed: impl FnOnce(&mut Store)) -> StubEngine {
         let (dir, mut store) = temp_store();
         seed(&mut store);
         let key = EvidenceKey::load_or_create(&store).unwrap();

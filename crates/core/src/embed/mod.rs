@@ -8,5 +8,8 @@ mod optimized;
 mod rerank;
 mod runtime;
 
-pub use embedder::{normalized, Embedded, Embedder};
+pub use embedder::{normalized, Embedder};
 pub use rerank::Reranker;
+
+#[cfg(test)]
+mod tests;

@@ -12,10 +12,8 @@ use serde::Serialize;
 use super::beir::{self, BeirSet, EvalScores, ScoringControl};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::ids::ChunkId;
 use crate::pipeline::ResolvedPipeline;
 use crate::retrieve::{Fusion, RetrievalSettings, SearchMode};
-use crate::store::ChunkRecord;
 use crate::{IndexOptions, Library};
 
 impl Library {
@@ -69,16 +67,6 @@ impl Library {
                 .map(PathBuf::from)
                 .collect())
         })
-    }
-
-    /// The chunks with these ids that are still indexed, in the order given.
-    pub fn chunks_by_id(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>> {
-        self.store().chunks_by_id(ids)
-    }
-
-    /// Every indexed chunk's id, ascending.
-    pub fn chunk_ids(&self) -> Result<Vec<ChunkId>> {
-        self.store().all_chunk_ids()
     }
 }
 

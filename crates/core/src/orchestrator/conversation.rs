@@ -113,7 +113,7 @@ pub struct NewConversation<'a> {
 }
 
 /// Starts a conversation of `principal`.
-pub fn create(
+pub(crate) fn create(
     store: &Store,
     principal: &Principal,
     new: NewConversation<'_>,
@@ -138,20 +138,25 @@ pub fn create(
 }
 
 /// A conversation of `principal` (another caller's is "not found").
-pub fn get(store: &Store, principal: &Principal, id: &str) -> Result<Conversation> {
+pub(crate) fn get(store: &Store, principal: &Principal, id: &str) -> Result<Conversation> {
     store
         .conversation(id, &principal.id)?
         .ok_or_else(|| Error::ConversationNotFound(id.into()))
 }
 
 /// `principal`'s conversations, newest first.
-pub fn list(store: &Store, principal: &Principal) -> Result<Vec<Conversation>> {
+pub(crate) fn list(store: &Store, principal: &Principal) -> Result<Vec<Conversation>> {
     let ids = store.conversation_ids(&principal.id)?;
     ids.iter().map(|id| get(store, principal, id)).collect()
 }
 
 /// Renames a conversation of `principal` (the title is trimmed and cut to 80 characters).
-pub fn rename(store: &Store, principal: &Principal, id: &str, title: &str) -> Result<Conversation> {
+pub(crate) fn rename(
+    store: &Store,
+    principal: &Principal,
+    id: &str,
+    title: &str,
+) -> Result<Conversation> {
     let title: String = title.trim().chars().take(80).collect();
     if title.is_empty() {
         return Err(Error::InvalidSetting {
@@ -166,7 +171,7 @@ pub fn rename(store: &Store, principal: &Principal, id: &str, title: &str) -> Re
 }
 
 /// Deletes a conversation of `principal`, with everything recorded in it.
-pub fn delete(store: &Store, principal: &Principal, id: &str) -> Result<()> {
+pub(crate) fn delete(store: &Store, principal: &Principal, id: &str) -> Result<()> {
     if !store.delete_conversation(id, &principal.id)? {
         return Err(Error::ConversationNotFound(id.into()));
     }
@@ -175,7 +180,11 @@ pub fn delete(store: &Store, principal: &Principal, id: &str) -> Result<()> {
 
 /// Takes back the last turn of a conversation of `principal` (its question, answer, evidence
 /// and events) and returns its question, so it can be asked again or edited and resent.
-pub fn take_back_last_turn(store: &Store, principal: &Principal, id: &str) -> Result<String> {
+pub(crate) fn take_back_last_turn(
+    store: &Store,
+    principal: &Principal,
+    id: &str,
+) -> Result<String> {
     get(store, principal, id)?;
     let last = store.next_chat_turn(id)? - 1;
     let question = messages_of(store, id)?
@@ -221,7 +230,11 @@ pub(crate) fn add_message(
 
 /// The messages of a conversation of `principal`, in order (another caller's is "not found",
 /// as in [`get`]).
-pub fn messages(store: &Store, principal: &Principal, id: &str) -> Result<Vec<StoredMessage>> {
+pub(crate) fn messages(
+    store: &Store,
+    principal: &Principal,
+    id: &str,
+) -> Result<Vec<StoredMessage>> {
     get(store, principal, id)?;
     messages_of(store, id)
 }
@@ -287,7 +300,11 @@ fn parse_item(text: &str) -> Result<EvidenceItem> {
 
 /// The ledger of a conversation of `principal`, by number (another caller's is "not found",
 /// as in [`get`]).
-pub fn evidence(store: &Store, principal: &Principal, id: &str) -> Result<Vec<EvidenceItem>> {
+pub(crate) fn evidence(
+    store: &Store,
+    principal: &Principal,
+    id: &str,
+) -> Result<Vec<EvidenceItem>> {
     get(store, principal, id)?;
     evidence_of(store, id)
 }
@@ -321,7 +338,7 @@ pub(crate) fn record(
 
 /// The recorded events of a conversation of `principal` (of one turn, when given); another
 /// caller's is "not found", as in [`get`].
-pub fn trace(
+pub(crate) fn trace(
     store: &Store,
     principal: &Principal,
     id: &str,

@@ -62,7 +62,7 @@ fn not_found(name: &str) -> Error {
 }
 
 /// Installs the seeded configuration, applied as revision 1, on first use.
-pub fn ensure_seeded(store: &Store) -> Result<()> {
+pub(crate) fn ensure_seeded(store: &Store) -> Result<()> {
     if store.orchestrator_config_exists(DEFAULT_CONFIG)? {
         return Ok(());
     }
@@ -87,18 +87,18 @@ fn parse_config_row(name: &str, row: Option<(i64, String)>) -> Result<(i64, Orch
 }
 
 /// Every configuration's name (the seeded one at least).
-pub fn names(store: &Store) -> Result<Vec<String>> {
+pub(crate) fn names(store: &Store) -> Result<Vec<String>> {
     ensure_seeded(store)?;
     store.orchestrator_config_names()
 }
 
 /// A configuration's draft.
-pub fn draft(store: &Store, name: &str) -> Result<OrchestratorConfig> {
+pub(crate) fn draft(store: &Store, name: &str) -> Result<OrchestratorConfig> {
     config_row(store, name).map(|(_, c)| c)
 }
 
 /// Replaces (or creates) a draft; it is checked, but takes effect only when applied.
-pub fn set_draft(store: &Store, name: &str, config: &OrchestratorConfig) -> Result<()> {
+pub(crate) fn set_draft(store: &Store, name: &str, config: &OrchestratorConfig) -> Result<()> {
     ensure_seeded(store)?;
     Name::parse(NameKind::Configuration, name).map_err(|bad| Error::InvalidSetting {
         field: "name".into(),
@@ -111,7 +111,7 @@ pub fn set_draft(store: &Store, name: &str, config: &OrchestratorConfig) -> Resu
 
 /// Problems that stop a draft from being applied: unknown pipelines, direct tools that are
 /// missing or not action tools.
-pub fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
+pub(crate) fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
     let mut problems = Vec::new();
     for mode in &config.modes {
         if let Some(p) = &mode.pipeline {
@@ -138,7 +138,7 @@ pub fn problems(store: &Store, config: &OrchestratorConfig) -> Vec<String> {
 }
 
 /// Applies the draft as a new revision.
-pub fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevision> {
+pub(crate) fn apply(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRevision> {
     ensure_seeded(store)?;
     apply_draft(store, name, applied_by)
 }
@@ -192,7 +192,11 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
 }
 
 /// A revision (`None`: the newest).
-pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<AppliedRevision> {
+pub(crate) fn revision(
+    store: &Store,
+    name: &str,
+    revision: Option<i64>,
+) -> Result<AppliedRevision> {
     let (id, _) = config_row(store, name)?;
     let row = store
         .orchestrator_revision(id, revision)?
@@ -223,7 +227,7 @@ pub fn revision(store: &Store, name: &str, revision: Option<i64>) -> Result<Appl
 }
 
 /// Every revision of a configuration, newest first.
-pub fn revisions(store: &Store, name: &str) -> Result<Vec<RevisionSummary>> {
+pub(crate) fn revisions(store: &Store, name: &str) -> Result<Vec<RevisionSummary>> {
     let (id, _) = config_row(store, name)?;
     let mut out = Vec::new();
     for row in store.orchestrator_revisions(id)? {

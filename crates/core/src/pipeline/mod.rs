@@ -6,7 +6,7 @@
 //! saved pipeline's behaviour, until the pipeline is saved again (the tool manual's rule).
 //!
 //! Readiness problems (no default retrieval tool, a missing or mistyped tool, no Python for
-//! code tools, a missing model) are listed by [`check`] before anything runs; a run refuses
+//! code tools, a missing model) are listed by `check` before anything runs; a run refuses
 //! to start while a blocking one remains. Every run returns a trace of every stage.
 
 mod candidate;
@@ -241,7 +241,7 @@ fn insert_version(
 }
 
 /// Every pipeline's name.
-pub fn list(store: &Store) -> Result<Vec<String>> {
+pub(crate) fn list(store: &Store) -> Result<Vec<String>> {
     store.pipeline_names()
 }
 
@@ -257,7 +257,7 @@ fn latest_version(store: &Store, pipeline_id: i64) -> Result<Option<SavedPipelin
 }
 
 /// A pipeline with its draft and newest saved version.
-pub fn show(store: &Store, name: &str) -> Result<PipelineView> {
+pub(crate) fn show(store: &Store, name: &str) -> Result<PipelineView> {
     let (id, draft) = pipeline_row(store, name)?;
     let saved = latest_version(store, id)?;
     let versions = store.pipeline_version_numbers(id)?;
@@ -313,7 +313,7 @@ fn check_structure(name: &str, pipeline: &PipelineDefinition) -> Result<()> {
 }
 
 /// Creates a pipeline (a draft; save it to put it into service).
-pub fn create(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
+pub(crate) fn create(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
     validate_name(name)?;
     check_structure(name, pipeline)?;
     let inserted = store.create_pipeline(name, &serde_json::to_string(pipeline).expect("json"))?;
@@ -324,7 +324,7 @@ pub fn create(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Resul
 }
 
 /// Replaces a pipeline's draft. Runs keep using the saved version until it is saved.
-pub fn edit(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
+pub(crate) fn edit(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<()> {
     pipeline_row(store, name)?;
     check_structure(name, pipeline)?;
     store.set_pipeline_draft(name, &serde_json::to_string(pipeline).expect("json"))
@@ -332,7 +332,7 @@ pub fn edit(store: &Store, name: &str, pipeline: &PipelineDefinition) -> Result<
 
 /// Saves the draft as a new version, snapshotting its tools. Refused while the draft names a
 /// missing or mistyped tool or has no default retrieval tool.
-pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> {
+pub(crate) fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> {
     // Draft and tools are read inside the write transaction, so the snapshot is consistent.
     let tx = store.write()?;
     let (id, draft) = pipeline_row(store, name)?;
@@ -354,13 +354,13 @@ pub fn save(store: &Store, name: &str, saved_by: &str) -> Result<SavedPipeline> 
 }
 
 /// Deletes a pipeline and its versions.
-pub fn delete(store: &Store, name: &str) -> Result<()> {
+pub(crate) fn delete(store: &Store, name: &str) -> Result<()> {
     pipeline_row(store, name)?;
     store.delete_pipeline(name)
 }
 
 /// The pipelines whose draft or newest saved version use a tool.
-pub fn pipelines_using(store: &Store, slug: &str) -> Result<Vec<String>> {
+pub(crate) fn pipelines_using(store: &Store, slug: &str) -> Result<Vec<String>> {
     let mut users = Vec::new();
     for name in list(store)? {
         let (id, draft) = pipeline_row(store, &name)?;
@@ -374,7 +374,7 @@ pub fn pipelines_using(store: &Store, slug: &str) -> Result<Vec<String>> {
 
 /// Deletes a tool that no pipeline uses. (Here, not in `tools`, because only pipelines know
 /// who uses a tool.)
-pub fn delete_tool(store: &Store, slug: &str) -> Result<()> {
+pub(crate) fn delete_tool(store: &Store, slug: &str) -> Result<()> {
     // The check and the delete in one write transaction: no pipeline can start using the
     // tool in between.
     let tx = store.write()?;
@@ -415,7 +415,7 @@ fn resolve_live(
 }
 
 /// The pipeline to run: the newest saved version, or the draft with the live tools.
-pub fn resolve(store: &Store, name: &str, draft: bool) -> Result<ResolvedPipeline> {
+pub(crate) fn resolve(store: &Store, name: &str, draft: bool) -> Result<ResolvedPipeline> {
     let (id, definition) = pipeline_row(store, name)?;
     if draft {
         return resolve_live(store, name, &definition);
@@ -473,7 +473,7 @@ fn structural_problems(resolved: &ResolvedPipeline) -> Vec<ReadinessProblem> {
 /// problems first: its structure, its collections, Python and the sandbox for code tools
 /// (where the OS cannot confine them, only the administrator may run them), and the models
 /// its retrieval tools use.
-pub fn check(
+pub(crate) fn check(
     store: &Store,
     models: &Models,
     executor: &Executor,

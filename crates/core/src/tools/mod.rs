@@ -513,7 +513,7 @@ fn derive(slug: &str, tool_type: ToolType, source: &str, executor: &Executor) ->
 }
 
 /// The tools, optionally of one type and matching a search (slug, name or description).
-pub fn list(
+pub(crate) fn list(
     store: &Store,
     tool_type: Option<ToolType>,
     search: Option<&str>,
@@ -551,13 +551,13 @@ fn parse_stored(definition: &str) -> Result<ToolDefinition> {
 }
 
 /// One tool.
-pub fn get(store: &Store, slug: &str) -> Result<ToolDefinition> {
+pub(crate) fn get(store: &Store, slug: &str) -> Result<ToolDefinition> {
     let definition = store.tool_definition(slug)?;
     parse_stored(&definition.ok_or_else(|| Error::ToolNotFound(slug.into()))?)
 }
 
 /// Every saved version of a tool, newest first.
-pub fn versions(store: &Store, slug: &str) -> Result<Vec<ToolVersion>> {
+pub(crate) fn versions(store: &Store, slug: &str) -> Result<Vec<ToolVersion>> {
     let rows = store.tool_versions(slug)?;
     if rows.is_empty() {
         return Err(Error::ToolNotFound(slug.into()));
@@ -576,7 +576,7 @@ pub fn versions(store: &Store, slug: &str) -> Result<Vec<ToolVersion>> {
 
 /// Makes an older version the tool's definition again, as a new version (checked and derived
 /// like any save).
-pub fn restore(
+pub(crate) fn restore(
     store: &Store,
     executor: &Executor,
     slug: &str,
@@ -660,7 +660,7 @@ fn insert(tx: &Tx<'_>, tool: &ToolDefinition, seeded: bool) -> Result<()> {
 }
 
 /// Creates a tool (validated and derived first).
-pub fn create(
+pub(crate) fn create(
     store: &Store,
     executor: &Executor,
     tool: ToolDefinition,
@@ -686,7 +686,7 @@ fn create_confirmed(
 
 /// Replaces a tool's definition. Its type cannot change. Saved pipeline versions keep the
 /// definition they were saved with.
-pub fn update(
+pub(crate) fn update(
     store: &Store,
     executor: &Executor,
     slug: &str,
@@ -737,7 +737,7 @@ fn update_confirmed(
 }
 
 /// Copies a tool under a new slug (and name).
-pub fn duplicate(
+pub(crate) fn duplicate(
     store: &Store,
     executor: &Executor,
     slug: &str,
@@ -776,7 +776,7 @@ pub fn duplicate(
 }
 
 /// The export file for some tools (pretty, deterministic, ending in a newline).
-pub fn export(store: &Store, slugs: &[String]) -> Result<String> {
+pub(crate) fn export(store: &Store, slugs: &[String]) -> Result<String> {
     let tools = slugs
         .iter()
         .map(|s| get(store, s))
@@ -792,7 +792,7 @@ pub fn export(store: &Store, slugs: &[String]) -> Result<String> {
 /// Imports an export file: every tool is checked before any is written, and all are written
 /// in one transaction. An existing slug is refused unless `replace` (which keeps types fixed;
 /// a replaced tool keeps the egress origins it was saved with).
-pub fn import(
+pub(crate) fn import(
     store: &Store,
     executor: &Executor,
     bytes: &[u8],
