@@ -3,7 +3,7 @@
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use fastembed::{
     InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding, TokenizerFiles,
@@ -49,8 +49,9 @@ pub struct Embedder {
     /// Runs with every thread the caller allowed: queries, and texts when one worker embeds.
     session: Mutex<TextEmbedding>,
     /// One-thread sessions, one per thread allowed, that embed texts side by side when the
-    /// shape has more than one worker; made on first use.
-    workers: OnceLock<Vec<Mutex<TextEmbedding>>>,
+    /// shape has more than one worker; made when such a shape is set, dropped when a shape
+    /// with one worker is (the calibration tries both, and keeps one).
+    workers: Mutex<Option<Arc<[Mutex<TextEmbedding>]>>>,
     shape: Mutex<RunShape>,
     /// The run shape is this machine's measured one (or the environment's).
     calibrated: AtomicBool,
@@ -124,7 +125,7 @@ impl Embedder {
             model,
             dimension,
             session: Mutex::new(session),
-            workers: OnceLock::new(),
+            workers: Mutex::new(None),
             shape: Mutex::new(chosen.unwrap_or(DEFAULT_SHAPE)),
             calibrated: AtomicBool::new(chosen.is_some()),
             threads,
@@ -160,20 +161,36 @@ impl Embedder {
         };
         if shape.workers > 1 {
             self.worker_sessions()?;
+        } else {
+            // Their sessions and buffers are memory the one-worker shape never uses.
+            *self.workers.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         *self.shape.lock().unwrap_or_else(|e| e.into_inner()) = shape;
         Ok(())
     }
 
+    /// Replaces the session every thread runs with a fresh one: ONNX Runtime's arena keeps the
+    /// largest run's buffers for a session's life, and a calibration runs up to 16 texts at
+    /// once; the fresh one holds only what the runs after it need.
+    pub(super) fn renew_session(&self) -> Result<()> {
+        let fresh = new_session(&self.model, &self.runtime, &self.models_dir, self.threads)?;
+        *self.session.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+        crate::memory::return_freed_memory();
+        Ok(())
+    }
+
     /// The one-thread sessions, made on first use.
-    fn worker_sessions(&self) -> Result<&[Mutex<TextEmbedding>]> {
-        if let Some(workers) = self.workers.get() {
-            return Ok(workers);
+    fn worker_sessions(&self) -> Result<Arc<[Mutex<TextEmbedding>]>> {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(made) = workers.as_ref() {
+            return Ok(made.clone());
         }
-        let made = (0..self.threads.max(1))
+        let made: Arc<[Mutex<TextEmbedding>]> = (0..self.threads.max(1))
             .map(|_| new_session(&self.model, &self.runtime, &self.models_dir, 1).map(Mutex::new))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.workers.get_or_init(|| made))
+            .collect::<Result<Vec<_>>>()?
+            .into();
+        *workers = Some(made.clone());
+        Ok(made)
     }
 
     /// ONNX Runtime threads the model runs with.
@@ -234,7 +251,7 @@ impl Embedder {
             let done: Vec<Result<Vec<Vec<f32>>>> = std::thread::scope(|scope| {
                 let handles: Vec<_> = shares
                     .into_iter()
-                    .zip(workers)
+                    .zip(workers.iter())
                     .map(|(share, session)| {
                         scope.spawn(move || {
                             let mut part: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
