@@ -821,16 +821,11 @@ fn direct_tools_need_a_qualifying_pipeline_and_page_from_its_references() {
 #[test]
 fn the_tool_filter_gate_vetoes_calls_outside_the_profile() {
     let f = fixture();
-    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
-    let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
-    agent.profile = "restricted".into();
-    agent.tool_choice = ToolChoice::Model;
-    f.library
-        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
-        .unwrap();
-    f.library
-        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
-        .unwrap();
+    apply_edited(&f.library, |draft| {
+        let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
+        agent.profile = "restricted".into();
+        agent.tool_choice = ToolChoice::Model;
+    });
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "pump"})),
         sse_tool_call(
@@ -1086,17 +1081,12 @@ fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
 #[test]
 fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
     let f = fixture();
-    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
-    draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
-        max_chars: 200,
-        action: quarry_core::orchestrator::gates::GateAction::Veto,
+    apply_edited(&f.library, |draft| {
+        draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
+            max_chars: 200,
+            action: quarry_core::orchestrator::gates::GateAction::Veto,
+        });
     });
-    f.library
-        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
-        .unwrap();
-    f.library
-        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
-        .unwrap();
     // Orchestrator-led (extractive): each passage is short enough, the whole result is not.
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("extractive".into());
@@ -1311,16 +1301,11 @@ fn conversations_are_renamed_deleted_and_their_last_turn_taken_back() {
 fn knowledge_search_answers_a_model_with_its_manuals_own_strings_and_field_order() {
     let f = fixture();
     // An explicit allow-list, so the tool's schema has an enum the generic check would use.
-    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
-    for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
-        mode.knowledge_search.as_mut().unwrap().namespaces = vec!["notes".into()];
-    }
-    f.library
-        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
-        .unwrap();
-    f.library
-        .apply_orchestrator(DEFAULT_CONFIG, &applier("test"))
-        .unwrap();
+    apply_edited(&f.library, |draft| {
+        for mode in draft.modes.iter_mut().filter(|m| m.name == "agent") {
+            mode.knowledge_search.as_mut().unwrap().namespaces = vec!["notes".into()];
+        }
+    });
     // Empty query, then a namespace outside the allow-list, then a good call: the model reads
     // the manual's error strings (not the generic argument check's), then the manual's JSON.
     let script = serve_script(vec![
@@ -1406,15 +1391,10 @@ fn a_direct_tools_own_words_never_reach_the_model_and_a_committed_page_does() {
     let f = fixture();
     let tool = common::code_tool("embellisher", quarry_core::ToolType::Action, EMBELLISHER);
     f.library.create_tool(tool).unwrap();
-    let mut draft = f.library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
-    let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
-    agent.direct_tools.push("embellisher".into());
-    f.library
-        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
-        .unwrap();
-    f.library
-        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
-        .unwrap();
+    apply_edited(&f.library, |draft| {
+        let agent = draft.modes.iter_mut().find(|m| m.name == "agent").unwrap();
+        agent.direct_tools.push("embellisher".into());
+    });
 
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "XR-200 pump"})),
@@ -1465,6 +1445,18 @@ fn a_direct_tools_own_words_never_reach_the_model_and_a_committed_page_does() {
     assert_eq!(page["text"], PUMP, "{page}");
     assert!(page["cite"].as_str().unwrap().starts_with('['), "{page}");
     assert!(page.get("withheld").is_none(), "{page}");
+}
+
+/// Edits the default configuration's draft with `edit` and applies it as an administrator.
+fn apply_edited(library: &Library, edit: impl FnOnce(&mut OrchestratorConfig)) {
+    let mut draft = library.orchestrator_draft(DEFAULT_CONFIG).unwrap();
+    edit(&mut draft);
+    library
+        .set_orchestrator_draft(DEFAULT_CONFIG, &draft)
+        .unwrap();
+    library
+        .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
+        .unwrap();
 }
 
 /// An administrator who signs what they apply with `label`.
