@@ -47,7 +47,8 @@ pub struct Embedder {
     model: InstalledModel,
     dimension: usize,
     /// Runs with every thread the caller allowed: queries, and texts when one worker embeds.
-    session: Mutex<TextEmbedding>,
+    /// `None` only while [`Embedder::renew_session`] makes the next one.
+    session: Mutex<Option<TextEmbedding>>,
     /// One-thread sessions, one per thread allowed, that embed texts side by side when the
     /// shape has more than one worker; made when such a shape is set, dropped when a shape
     /// with one worker is (the calibration tries both, and keeps one).
@@ -124,7 +125,7 @@ impl Embedder {
         Ok(Embedder {
             model,
             dimension,
-            session: Mutex::new(session),
+            session: Mutex::new(Some(session)),
             workers: Mutex::new(None),
             shape: Mutex::new(chosen.unwrap_or(DEFAULT_SHAPE)),
             calibrated: AtomicBool::new(chosen.is_some()),
@@ -172,11 +173,27 @@ impl Embedder {
     /// Replaces the session every thread runs with a fresh one: ONNX Runtime's arena keeps the
     /// largest run's buffers for a session's life, and a calibration runs up to 16 texts at
     /// once; the fresh one holds only what the runs after it need.
+    /// The old one goes first, so the two never take memory at once.
     pub(super) fn renew_session(&self) -> Result<()> {
-        let fresh = new_session(&self.model, &self.runtime, &self.models_dir, self.threads)?;
-        *self.session.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+        let mut slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = None;
         crate::memory::return_freed_memory();
+        *slot = Some(new_session(
+            &self.model,
+            &self.runtime,
+            &self.models_dir,
+            self.threads,
+        )?);
         Ok(())
+    }
+
+    /// Runs `f` on the session every thread runs with.
+    fn with_session<R>(&self, f: impl FnOnce(&mut TextEmbedding) -> Result<R>) -> Result<R> {
+        let mut slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let session = slot.as_mut().ok_or_else(|| {
+            self.inference_error("its session could not be made again after calibrating".into())
+        })?;
+        f(session)
     }
 
     /// The one-thread sessions, made on first use.
@@ -227,8 +244,7 @@ impl Embedder {
     /// the order given and the tokens read.
     pub fn embed_counted(&self, texts: &[&str]) -> Result<Embedded> {
         let shape = self.shape();
-        let lengths = {
-            let session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let lengths = self.with_session(|session| {
             texts
                 .iter()
                 .map(|t| {
@@ -239,12 +255,12 @@ impl Embedder {
                         .map(|e| e.get_attention_mask().iter().filter(|&&m| m == 1).count())
                         .map_err(|e| self.inference_error(e.to_string()))
                 })
-                .collect::<Result<Vec<usize>>>()?
-        };
+                .collect::<Result<Vec<usize>>>()
+        })?;
         let runs = plan_runs(&lengths, shape.texts_per_run);
         let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         if shape.workers <= 1 || runs.len() <= 1 {
-            self.run_all(&self.session, texts, runs, &mut vectors)?;
+            self.with_session(|session| self.run_all(session, texts, runs, &mut vectors))?;
         } else {
             let workers = self.worker_sessions()?;
             let shares = share_runs(runs, &lengths, workers.len());
@@ -255,7 +271,8 @@ impl Embedder {
                     .map(|(share, session)| {
                         scope.spawn(move || {
                             let mut part: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-                            self.run_all(session, texts, share, &mut part)
+                            let mut session = session.lock().unwrap_or_else(|e| e.into_inner());
+                            self.run_all(&mut session, texts, share, &mut part)
                                 .map(|()| part)
                         })
                     })
@@ -300,12 +317,11 @@ impl Embedder {
     /// Runs `runs` (indices into `texts`) through one session, filling `vectors`.
     fn run_all(
         &self,
-        session: &Mutex<TextEmbedding>,
+        session: &mut TextEmbedding,
         texts: &[&str],
         runs: Vec<Vec<usize>>,
         vectors: &mut [Vec<f32>],
     ) -> Result<()> {
-        let mut session = session.lock().unwrap_or_else(|e| e.into_inner());
         for run in runs {
             let group: Vec<&str> = run.iter().map(|&i| texts[i]).collect();
             let out = session
