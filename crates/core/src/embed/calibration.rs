@@ -77,7 +77,7 @@ const REQUIRED_GAIN: f64 = 0.05;
 /// A shape with one-thread workers holds a session per worker beside the one every query
 /// uses (about 200 MB each for MiniLM, whose weights ONNX Runtime unfolds to f32): it must beat
 /// the best one-session shape by this share to be worth that memory. On a 2-core Xeon two
-/// workers gave 0–17% more tokens/s for about 400 MB more resident memory while indexing.
+/// workers gave −6% to +23% more tokens/s for about 400 MB more resident memory.
 const WORKER_REQUIRED_GAIN: f64 = 0.25;
 
 /// The record's file name, in the models folder.

@@ -172,8 +172,8 @@ impl Embedder {
 
     /// Replaces the session every thread runs with a fresh one: ONNX Runtime's arena keeps the
     /// largest run's buffers for a session's life, and a calibration runs up to 16 texts at
-    /// once; the fresh one holds only what the runs after it need.
-    /// The old one goes first, so the two never take memory at once.
+    /// once; the fresh one holds only what the runs after it need. The old one goes first, so
+    /// the two never take memory at once.
     pub(super) fn renew_session(&self) -> Result<()> {
         let mut slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
         *slot = None;
@@ -194,6 +194,15 @@ impl Embedder {
             self.inference_error("its session could not be made again after calibrating".into())
         })?;
         f(session)
+    }
+
+    /// Whether the one-thread workers' sessions are loaded.
+    #[cfg(test)]
+    pub(super) fn holds_worker_sessions(&self) -> bool {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// The one-thread sessions, made on first use.

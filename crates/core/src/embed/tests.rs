@@ -29,6 +29,11 @@ fn the_run_shape_is_measured_once_per_cpu_and_every_shape_embeds_alike() {
     assert_eq!(measured.rates.len(), calibration::shapes(2).len());
     assert!(measured.rates.iter().all(|r| r.tokens_per_sec > 0.0));
     assert_eq!(embedder.shape(), measured.shape);
+    assert_eq!(
+        embedder.holds_worker_sessions(),
+        measured.shape.workers > 1,
+        "the workers' sessions stay only when their shape was chosen"
+    );
     assert!(scratch.path().join(calibration::RECORD).is_file());
 
     // The next process on this CPU takes the kept shape without measuring.
@@ -46,6 +51,7 @@ fn the_run_shape_is_measured_once_per_cpu_and_every_shape_embeds_alike() {
     let one_by_one = again.embed_counted(&refs).unwrap();
     for shape in calibration::shapes(2) {
         again.set_shape(shape).unwrap();
+        assert_eq!(again.holds_worker_sessions(), shape.workers > 1, "{shape}");
         let embedded = again.embed_counted(&refs).unwrap();
         assert_eq!(embedded.tokens, one_by_one.tokens, "{shape}");
         assert_eq!(embedded.lengths, one_by_one.lengths, "{shape}");
