@@ -25,9 +25,11 @@ ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
   /usr/lib/*-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 # The desktop app (Tauri 2 on WebKitGTK) and its end-to-end tests (WebKitWebDriver under Xvfb).
 # libdbus-1-dev: the app keeps API keys in the Secret Service keyring over D-Bus.
+# Scans and images are read by Tesseract 5 (libtesseract, English data; other languages are
+# `tesseract-ocr-LANG` packages).
 for pkg in libwebkit2gtk-4.1-dev libgtk-3-dev libsoup-3.0-dev libjavascriptcoregtk-4.1-dev \
   libssl-dev librsvg2-dev libxdo-dev libdbus-1-dev file webkit2gtk-driver xvfb xauth imagemagick \
-  fonts-dejavu-core; do
+  fonts-dejavu-core tesseract-ocr tesseract-ocr-eng libtesseract-dev libleptonica-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)

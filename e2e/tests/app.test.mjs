@@ -237,6 +237,38 @@ describe('Quarry desktop', () => {
     assert.match(await toast.getText(), /Opened lighthouse\.md/);
   });
 
+  it('reads a scanned page by OCR, finds it by a word only its pixels hold, and previews it', async () => {
+    const scan = path.join(corpus, 'receipt.png');
+    // ImageMagick (scripts/setup.sh installs it) sets the text in pixels: no text layer.
+    const rendered = spawnSync('convert', [
+      '-density', '300', '-units', 'PixelsPerInch', '-background', 'white', '-fill', 'black',
+      '-font', 'DejaVu-Sans', '-pointsize', '12', '-size', '1950x',
+      'caption:Receipt from Quillfeather Stationers for two reams of paper.',
+      '-bordercolor', 'white', '-border', '75', '-colorspace', 'Gray', scan,
+    ]);
+    assert.equal(rendered.status, 0, String(rendered.stderr));
+    await chooseMode('lexical');
+    await eventually(browser, 'the scan in results', async () => {
+      await search('Quillfeather');
+      await browser.pause(300);
+      return (await resultPaths())[0] === scan;
+    });
+    const first = await browser.$(tid('result-row'));
+    assert.match(await first.getText(), /recognised text \(OCR\), page 1/);
+    await first.click();
+    const focus = await browser.$(`${tid('preview-pane')} ${tid('preview-focus')}`);
+    await focus.waitForDisplayed({ timeout: 10_000 });
+    assert.match(await focus.getText(), /Quillfeather/);
+    assert.match(await focus.getText(), /recognised text \(OCR\)/);
+    // Gone again, so the counts later tests check stay those of the corpus.
+    fs.rmSync(scan);
+    await eventually(browser, 'the scan gone from the results', async () => {
+      await search('Quillfeather');
+      await browser.pause(500);
+      return !(await resultPaths()).includes(scan);
+    });
+  });
+
   it('shows an edit to a watched file without searching again', async () => {
     // Lexical: a vector search always has nearest neighbours, so "no results" needs keywords.
     await search('zephyrine marmot');

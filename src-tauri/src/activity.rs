@@ -32,6 +32,8 @@ pub enum Phase {
     Scanning,
     /// Reading files.
     Indexing,
+    /// Reading scans and images by OCR (after every source's text).
+    Reading,
     /// Current.
     Done,
     /// Its folder is gone; its documents are kept.
@@ -246,6 +248,18 @@ impl ActivityState {
                     s.progress = Some(progress.clone());
                 }
             }
+            IndexEvent::OcrPage {
+                source_id,
+                progress,
+                ..
+            } => {
+                let s = self.started(*source_id);
+                if s.phase != Phase::Reading {
+                    s.phase = Phase::Reading;
+                    effects.milestone = true;
+                }
+                s.progress = Some(progress.clone());
+            }
             IndexEvent::FulltextCommitted { .. } => effects.index_changed = true,
             IndexEvent::Finished { progress } => {
                 if let Some(s) = self
@@ -256,7 +270,7 @@ impl ActivityState {
                     s.progress = Some(progress.clone());
                 }
                 for s in self.sources.values_mut() {
-                    if matches!(s.phase, Phase::Scanning | Phase::Indexing) {
+                    if matches!(s.phase, Phase::Scanning | Phase::Indexing | Phase::Reading) {
                         s.phase = Phase::Done;
                     }
                 }

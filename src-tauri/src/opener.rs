@@ -101,6 +101,7 @@ mod tests {
             line_end: Some(20),
             byte_start: None,
             byte_end: None,
+            ocr_confidence: None,
         };
         let words = command_words(
             "code --goto {path}:{line}",

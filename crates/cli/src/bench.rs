@@ -117,6 +117,25 @@ pub enum BenchCommand {
         /// A new or empty folder to write the files into
         dir: PathBuf,
     },
+    /// OCR: pages of known text rendered into DIR (fonts, sizes, clean, turned, grainy,
+    /// blurred; PNG and image-only PDF), indexed with one and two OCR workers: word recall by
+    /// kind of page, pages/s and peak RSS
+    Ocr {
+        /// A new or empty folder to write the pages into
+        dir: PathBuf,
+        /// The BEIR corpus whose abstracts are rendered
+        #[arg(long, default_value = "tests/data/cranfield/corpus.jsonl")]
+        corpus: PathBuf,
+        /// Texts rendered (each under four conditions, some also as PDF)
+        #[arg(long, default_value_t = 12)]
+        pages: usize,
+        /// Resolution PDF pages are rasterised at
+        #[arg(long, default_value_t = 300)]
+        dpi: u32,
+        /// Also time the text lane on this folder, alone and with OCR running beside it
+        #[arg(long)]
+        text: Option<PathBuf>,
+    },
     /// The embedded LLM: load time, RSS with the model loaded, time to first token and
     /// tokens/s by prompt size, then end-to-end chat turns (retrieval + generation) on `path`
     Chat {
@@ -167,6 +186,13 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
         BenchCommand::Hostile { dir } => {
             return crate::bench_hostile::hostile_bench(&dir, data_dir.as_deref())
         }
+        BenchCommand::Ocr {
+            dir,
+            corpus,
+            pages,
+            dpi,
+            text,
+        } => return crate::bench_ocr::ocr_bench(&dir, &corpus, pages, dpi, text.as_deref()),
         BenchCommand::Index {
             path,
             keep,

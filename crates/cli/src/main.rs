@@ -6,6 +6,7 @@ mod bench;
 mod bench_cold;
 mod bench_hostile;
 mod bench_mcp;
+mod bench_ocr;
 mod chat_cmd;
 mod demo;
 mod eval;
@@ -159,7 +160,14 @@ enum SourceCommand {
         /// directory or another source's folder); by default only links within it are followed
         #[arg(long)]
         follow_links: bool,
+        /// Languages its scans and images are read in by OCR, Tesseract codes joined by `+`
+        /// (`eng+deu`); each needs its language data (`apt install tesseract-ocr-deu`)
+        #[arg(long, default_value = "eng")]
+        ocr_languages: String,
     },
+    /// Set the languages a source's scans and images are read in by OCR (`eng+deu`); files
+    /// already read keep their text until they change
+    Ocr { source: String, languages: String },
     /// List sources
     List {
         #[arg(long)]
@@ -235,6 +243,15 @@ struct IndexArgs {
     /// help blocks, footers); 0 keeps every copy
     #[arg(long, default_value_t = 5)]
     repeat_documents: usize,
+    /// OCR workers, each reading one page of a scan or image at a time
+    #[arg(long, default_value_t = 1)]
+    ocr_threads: usize,
+    /// Longest one page may take to OCR, in seconds (the text read by then is kept)
+    #[arg(long, default_value_t = 60.0)]
+    ocr_page_time_budget: f64,
+    /// Read at most this many pages of one file by OCR (the rest are listed in its warning)
+    #[arg(long, default_value_t = 300)]
+    max_ocr_pages_per_file: usize,
     /// How to show progress
     #[arg(long, value_enum, default_value_t = ProgressStyle::Auto)]
     progress: ProgressStyle,
@@ -255,6 +272,10 @@ impl IndexArgs {
             std::time::Duration::from_secs_f64(self.file_time_budget.clamp(0.001, 86_400.0));
         options.retry_failed = self.retry_failed;
         options.repeat_documents = self.repeat_documents;
+        options.ocr_threads = self.ocr_threads.max(1);
+        options.ocr_page_time_budget =
+            std::time::Duration::from_secs_f64(self.ocr_page_time_budget.clamp(0.001, 86_400.0));
+        options.max_ocr_pages_per_file = self.max_ocr_pages_per_file;
         if let Some(t) = self.threads {
             options.threads = t;
         }
@@ -451,16 +472,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
             include,
             exclude,
             follow_links,
+            ocr_languages,
         }) => {
+            let languages = ocr_language_list(&ocr_languages);
+            // Checked before the source exists, so a refused language adds nothing.
+            Library::check_ocr_languages(&languages)?;
             let mut s = library.add_source(&path, &collection, &include, &exclude)?;
             if follow_links {
                 s = library.set_source_follow_links(s.id, true)?;
+            }
+            if languages != ["eng"] {
+                s = library.set_source_ocr_languages(s.id, &languages)?;
             }
             println!(
                 "added source {} ({}) to collection {}; run `quarry index` to index it",
                 s.id,
                 terminal::printable_path(&s.root),
                 terminal::printable(&s.collection)
+            );
+        }
+        Command::Source(SourceCommand::Ocr { source, languages }) => {
+            let s = library.find_source(&source)?;
+            let s = library.set_source_ocr_languages(s.id, &ocr_language_list(&languages))?;
+            println!(
+                "source {} reads scans in {}",
+                s.id,
+                terminal::printable(&s.ocr_languages.join("+"))
             );
         }
         Command::Source(SourceCommand::List { json }) => {
@@ -592,4 +629,14 @@ fn index(library: &mut Library, args: &IndexArgs) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// `eng+deu` (Tesseract's own way) or `eng,deu` as a list of language codes.
+fn ocr_language_list(languages: &str) -> Vec<String> {
+    languages
+        .split(['+', ','])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }

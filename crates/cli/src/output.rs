@@ -119,6 +119,9 @@ pub fn hits(results: &SearchResults, as_json: bool, explain: bool) -> Result<()>
             hit.score
         );
         println!("    {location}");
+        if let Some(note) = hit.location.ocr_note() {
+            println!("    {note}");
+        }
         if !hit.heading_path.is_empty() {
             println!("    § {}", printable(&hit.heading_path));
         }
@@ -205,6 +208,17 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
             String::new()
         }
     );
+    let ocr = &s.ocr;
+    if ocr.pages_read + ocr.pages_waiting > 0 {
+        let low = match ocr.pages_low_confidence {
+            0 => String::new(),
+            n => format!(" ({n} with low confidence)"),
+        };
+        println!(
+            "OCR          {} page(s) read{low}, {} waiting in {} file(s)",
+            ocr.pages_read, ocr.pages_waiting, ocr.documents_waiting
+        );
+    }
     println!("{}", crate::audit_cmd::describe(&report.audit));
     for e in &report.embeddings {
         println!(
@@ -424,6 +438,18 @@ impl ProgressReporter {
                     progress.chunks_written, progress.extracted_mb_per_sec, progress.files_failed
                 ));
             }
+            IndexEvent::OcrPage {
+                path,
+                page,
+                progress,
+                ..
+            } => bar.set_message(format!(
+                "OCR page {} of {}, {:.2} pages/s: {} page {page}",
+                progress.ocr_pages_done,
+                progress.ocr_pages_total,
+                progress.ocr_pages_per_sec,
+                printable_path(path)
+            )),
             IndexEvent::SourceMissing { root, .. } => bar.println(format!(
                 "source folder missing: {} (documents kept)",
                 printable_path(root)

@@ -15,6 +15,7 @@
 //! | `QUARRY_BWRAP` | bubblewrap's path, or `none` to turn the sandbox tier off |
 //! | `QUARRY_UNCONFINED_CODE_TOOLS` | `admin`: where the OS cannot confine code tools (no user namespaces, seccomp or Landlock), the administrator may still run them |
 //! | `OMP_WAIT_POLICY` | read to warn when llama.cpp's OpenMP threads will spin |
+//! | `TESSDATA_PREFIX` | Tesseract's language data folder for OCR (default: Debian's and other usual places) |
 //!
 //! An OpenAI-compatible backend's API key is read from the variable its configuration names
 //! ([`configured_secret`]), never stored in the library.
@@ -33,6 +34,11 @@ fn positive_count(name: &str) -> Option<usize> {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .filter(|n| *n > 0)
+}
+
+/// `TESSDATA_PREFIX`: Tesseract's language data (the folder itself, or its parent).
+pub fn tessdata_prefix() -> Option<PathBuf> {
+    non_empty("TESSDATA_PREFIX").map(PathBuf::from)
 }
 
 /// `QUARRY_DATA_DIR`.

@@ -49,6 +49,7 @@ pub mod names;
 pub mod orchestrator;
 pub mod pipeline;
 pub mod retrieve;
+pub mod scans;
 mod serde_paths;
 mod store;
 pub mod tools;
@@ -73,7 +74,7 @@ pub use retrieve::{
 };
 pub use store::{
     ChunkLocation, ChunkRecord, Collection, DocumentRecord, DocumentStatus, EmbeddingCoverage,
-    ReasonCount, RepeatChanges, Source, SourceStatus, Stats,
+    OcrCounts, ReasonCount, RepeatChanges, Source, SourceStatus, Stats,
 };
 pub use tools::{ToolDefinition, ToolType};
 

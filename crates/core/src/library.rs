@@ -14,8 +14,8 @@ use crate::fulltext::{language_by_name, FullText};
 use crate::ids::{ChunkId, CollectionId, DocumentId, SourceId};
 use crate::ingest::walk::overrides;
 use crate::ingest::{
-    backfill, index_scope, EmbedProgress, IndexEvent, IndexOptions, IndexProgress, Run, ScanScope,
-    WatchEvent, WatchOptions,
+    backfill, index_scope, ocr::read_queued, EmbedProgress, IndexEvent, IndexOptions,
+    IndexProgress, Run, ScanScope, WatchEvent, WatchOptions,
 };
 use crate::lock::WriterLock;
 use crate::models::{ModelKind, Models};
@@ -348,6 +348,30 @@ impl Library {
         self.store.set_source_follow_links(source, follow)
     }
 
+    /// The languages a source's scans and images are read in by OCR (Tesseract codes such as
+    /// `eng`, `deu`, `chi_sim`), each checked against the installed language data; a missing
+    /// one is refused with the command that installs it. Documents already read keep their
+    /// text until they change (or are re-read with `--retry-failed` when they failed).
+    pub fn set_source_ocr_languages(
+        &self,
+        source: SourceId,
+        languages: &[String],
+    ) -> Result<Source> {
+        Library::check_ocr_languages(languages)?;
+        self.store.set_source_ocr_languages(source, languages)
+    }
+
+    /// Whether OCR can read `languages` here: each a Tesseract code with its data installed
+    /// (a missing one is refused with the command that installs it).
+    pub fn check_ocr_languages(languages: &[String]) -> Result<()> {
+        crate::ingest::ocr::check_languages(languages)
+            .map(|_| ())
+            .map_err(|e| Error::InvalidSetting {
+                field: "ocr_languages".into(),
+                reason: e.message,
+            })
+    }
+
     /// All sources.
     pub fn sources(&self) -> Result<Vec<Source>> {
         self.store.sources()
@@ -565,8 +589,8 @@ impl LibraryWriter<'_> {
         on_event: &(dyn Fn(&IndexEvent) + Sync),
     ) -> Result<IndexProgress> {
         let mut run = Run::new(on_event);
+        let lib = &mut *self.library;
         for source in sources {
-            let lib = &mut *self.library;
             index_scope(
                 &mut lib.store,
                 &mut lib.fulltext,
@@ -575,6 +599,10 @@ impl LibraryWriter<'_> {
                 options,
                 &mut run,
             )?;
+        }
+        // Scans and images after every source's text: lexical search never waits for OCR.
+        for source in sources {
+            read_queued(&mut lib.store, &mut lib.fulltext, source, options, &mut run)?;
         }
         run.finish();
         Ok(run.progress)

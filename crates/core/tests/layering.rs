@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "serde_paths",
         "json_diff",
         "lock",
+        "scans",
     ],
     // Storage and what models are on disk.
     &["store", "models"],

@@ -475,6 +475,11 @@ export type ChunkLocation = {
 	byte_start: number | null,
 	/**  One past the last byte. */
 	byte_end: number | null,
+	/**
+	 *  Recognised from the page's pixels by OCR, with Tesseract's mean word confidence (0 to
+	 *  100); absent for text the file carries.
+	 */
+	ocr_confidence?: number | null,
 };
 
 /**  A stored chunk with what a hit needs to show it. */
@@ -525,6 +530,8 @@ export type Citation = {
 	line_start: number | null,
 	/**  Last line. */
 	line_end: number | null,
+	/**  Read from the page's pixels by OCR, with Tesseract's confidence (0 to 100). */
+	ocr_confidence?: number | null,
 	/**  The passage (first 300 characters). */
 	snippet: string,
 	/**  The chunk. */
@@ -874,6 +881,18 @@ export type IndexProgress = {
 	 *  their text for reading (`fetch_source_document`): a library from before Quarry kept it.
 	 */
 	files_reread_for_text: number,
+	/**  Files with pages that have no text layer, queued for the OCR lane. */
+	files_awaiting_ocr: number,
+	/**  Pages the OCR lane has to read in this run (queued now or before). */
+	ocr_pages_total: number,
+	/**  Pages it has read. */
+	ocr_pages_done: number,
+	/**  Of them, pages Tesseract was unsure of (see `store::LOW_OCR_CONFIDENCE`). */
+	ocr_pages_low_confidence: number,
+	/**  OCR rate, pages per second of the OCR lane's own time. */
+	ocr_pages_per_sec: number | null,
+	/**  Estimated time until the OCR lane is done. */
+	ocr_eta_ms: number | null,
 	/**  Chunks written. */
 	chunks_written: number,
 	/**  Bytes of text extracted. */
@@ -1088,6 +1107,18 @@ export type NewKey = {
 	acts_for?: string[] | null,
 };
 
+/**  Pages read by OCR and waiting for it (what `quarry status` shows). */
+export type OcrCounts = {
+	/**  Pages whose text was recognised from their pixels, in current revisions. */
+	pages_read: number,
+	/**  Of them, pages Tesseract was unsure of (mean word confidence under 60). */
+	pages_low_confidence: number,
+	/**  Pages waiting for the OCR lane. */
+	pages_waiting: number,
+	/**  Documents waiting for the OCR lane. */
+	documents_waiting: number,
+};
+
 /**
  *  One orchestrator configuration: its draft beside the newest applied revision, what the
  *  draft changes, what stops it from being applied, and every revision.
@@ -1117,6 +1148,8 @@ export type Phase =
 "scanning" | 
 /**  Reading files. */
 "indexing" | 
+/**  Reading scans and images by OCR (after every source's text). */
+"reading" | 
 /**  Current. */
 "done" | 
 /**  Its folder is gone; its documents are kept. */
@@ -1448,6 +1481,11 @@ export type Source = {
 	 *  directory or another source's folder). Default false.
 	 */
 	follow_links: boolean,
+	/**
+	 *  Tesseract languages its scans and images are read in (`eng`, `deu`, ...). Default
+	 *  `["eng"]`.
+	 */
+	ocr_languages: string[],
 };
 
 /**  One source's activity. */
@@ -1577,6 +1615,8 @@ export type Stats = {
 	outbox_pending: number,
 	/**  Skipped and failed files grouped by reason. */
 	not_indexed_by_reason: ReasonCount[],
+	/**  Pages read by OCR, and waiting for it. */
+	ocr: OcrCounts,
 };
 
 /**  Light, dark, or whatever the desktop uses. */

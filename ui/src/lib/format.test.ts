@@ -74,6 +74,12 @@ describe('paths, lists and messages', () => {
     expect(formatLocation({ page: 3, line_start: 10, line_end: 24 } as never)).toBe('p. 3 · lines 10–24');
     expect(formatLocation({ page: null, line_start: 7, line_end: 7 } as never)).toBe('line 7');
     expect(formatLocation(null)).toBe('');
+    expect(formatLocation({ page: 2, line_start: null, line_end: null, ocr_confidence: 91 } as never)).toBe(
+      'recognised text (OCR), page 2',
+    );
+    expect(formatLocation({ page: 1, line_start: null, line_end: null, ocr_confidence: 41 } as never)).toBe(
+      'recognised text (OCR), page 1 · low confidence (41%)',
+    );
   });
 
   test('file names from either separator, trailing ones ignored', () => {

@@ -98,11 +98,19 @@ export function formatRelativeSecs(secs: number | null | undefined, nowMs = Date
   return dateFmt.format(new Date(secs * 1000));
 }
 
-/** "p. 3 · lines 10–24", "line 7", or "" when the chunk has no location. */
+/** Below this OCR confidence a page is flagged (the engine's `LOW_OCR_CONFIDENCE`). */
+const LOW_OCR_CONFIDENCE = 60;
+
+/** "p. 3 · lines 10–24", "line 7", "recognised text (OCR), page 2", or "" when the chunk has no
+ * location. Text read from a scan's pixels says so, and a page Tesseract was unsure of is flagged. */
 export function formatLocation(loc: ChunkLocation | null | undefined): string {
   if (!loc) return '';
   const parts: string[] = [];
-  if (loc.page !== null) parts.push(`p. ${loc.page}`);
+  const ocr = loc.ocr_confidence;
+  if (ocr !== undefined && ocr !== null) {
+    parts.push(loc.page !== null ? `recognised text (OCR), page ${loc.page}` : 'recognised text (OCR)');
+    if (ocr < LOW_OCR_CONFIDENCE) parts.push(`low confidence (${ocr}%)`);
+  } else if (loc.page !== null) parts.push(`p. ${loc.page}`);
   if (loc.line_start !== null) {
     if (loc.line_end !== null && loc.line_end !== loc.line_start) {
       parts.push(`lines ${loc.line_start}–${loc.line_end}`);

@@ -14,7 +14,7 @@ use super::walk::FileStat;
 use crate::error::{Error, Result};
 use crate::ids::{DocumentId, SourceId};
 use crate::store::writes::{self, Extraction, FileFacts};
-use crate::store::{DocumentStatus, Store, Tx};
+use crate::store::{enqueue_ocr, DocumentStatus, Store, Tx};
 
 /// Collects outcomes and commits them in batches.
 pub(super) struct BatchWriter<'o> {
@@ -151,6 +151,19 @@ impl<'o> BatchWriter<'o> {
                 Ok(None)
             }
             Outcome::NotIndexed(file) => self.write_not_indexed(tx, file, progress),
+            Outcome::AwaitingOcr { stat, hash, pages } => {
+                let id = writes::write_not_indexed(
+                    tx,
+                    self.source_id,
+                    &facts(&stat),
+                    DocumentStatus::Skipped,
+                    "ocr_pending",
+                    &format!("no text layer: waiting for OCR ({pages} page(s))"),
+                )?;
+                enqueue_ocr(tx, id, &hash, pages)?;
+                progress.files_awaiting_ocr += 1;
+                Ok(None)
+            }
             Outcome::Renamed { .. } => {
                 Err(Error::Internal("rename outcome left unresolved".into()))
             }
@@ -171,13 +184,17 @@ impl<'o> BatchWriter<'o> {
             extracted_bytes: file.extracted_bytes as i64,
             reader_text: &file.reader_text,
         };
-        writes::write_revision(
+        let id = writes::write_revision(
             tx,
             self.source_id,
             &facts(&file.stat),
             &extraction,
             &file.chunks,
         )?;
+        if file.ocr_pages > 0 {
+            enqueue_ocr(tx, id, &file.hash, file.ocr_pages)?;
+            progress.files_awaiting_ocr += 1;
+        }
         progress.files_indexed += 1;
         progress.chunks_written += file.chunks.len() as u64;
         progress.bytes_extracted += file.extracted_bytes;
@@ -212,7 +229,7 @@ impl<'o> BatchWriter<'o> {
     }
 }
 
-fn facts(stat: &FileStat) -> FileFacts<'_> {
+pub(super) fn facts(stat: &FileStat) -> FileFacts<'_> {
     FileFacts {
         path: &stat.path,
         size: stat.size as i64,

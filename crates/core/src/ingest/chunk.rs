@@ -99,6 +99,7 @@ struct Piece {
     lines: Option<(u32, u32)>,
     bytes: Option<(u64, u64)>,
     reader: Option<(u64, u64)>,
+    ocr_confidence: Option<u8>,
 }
 
 /// Cuts blocks into chunks.
@@ -189,6 +190,7 @@ pub(crate) fn chunk_blocks(
             lines: block.lines,
             bytes: block.bytes,
             reader: block.reader,
+            ocr_confidence: block.ocr_confidence,
         });
     }
     emit(&mut chunks, &mut current, &chunk_heading);
@@ -220,6 +222,8 @@ fn to_chunk(pieces: &[Piece], heading_path: &str) -> NewChunk {
             line_end: max(|p| p.lines.map(|l| l.1 as u64)).map(|v| v as u32),
             byte_start: min(|p| p.bytes.map(|b| b.0)),
             byte_end: max(|p| p.bytes.map(|b| b.1)),
+            // A page break ends a chunk, so its pieces share one page and one confidence.
+            ocr_confidence: pieces.iter().find_map(|p| p.ocr_confidence),
         },
         reader_span: min(|p| p.reader.map(|r| r.0)).zip(max(|p| p.reader.map(|r| r.1))),
     }
@@ -271,6 +275,7 @@ fn windows(block: &Block, max: usize, overlap: usize) -> Vec<Piece> {
             reader: block
                 .reader
                 .map(|(r0, r1)| ((r0 + start as u64).min(r1), (r0 + end as u64).min(r1))),
+            ocr_confidence: block.ocr_confidence,
         });
         if last + 1 >= spans.len() {
             break;

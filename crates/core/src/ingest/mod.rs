@@ -14,6 +14,7 @@ mod batch;
 pub(crate) mod chunk;
 pub(crate) mod extract;
 mod indexer;
+pub mod ocr;
 mod options;
 mod outcome;
 mod progress;

@@ -29,6 +29,17 @@ pub struct IndexOptions {
     /// source (navigation, help blocks, footers, shared sections) is searched and embedded
     /// once, in the smallest of them; 0 indexes every copy. Default 5.
     pub repeat_documents: usize,
+    /// OCR workers, each reading one page at a time (Tesseract itself may use a second
+    /// thread per page). Default 1: the other core stays with the text and embedding lanes
+    /// and the window.
+    pub ocr_threads: usize,
+    /// Longest one page may take to OCR: past it, the text read so far is kept and the
+    /// document's warning says which pages were cut short. Default 60 s.
+    pub ocr_page_time_budget: std::time::Duration,
+    /// Most pages of one file read by OCR; the rest are listed in its warning. Default 300.
+    pub max_ocr_pages_per_file: usize,
+    /// Resolution PDF pages are rasterised at for OCR (see the OCR bench). Default 300.
+    pub ocr_dpi: u32,
     /// Limits on zip containers (DOCX, ODT, EPUB).
     pub(crate) limits: ExtractLimits,
 }
@@ -46,6 +57,10 @@ impl Default for IndexOptions {
             max_chunks_per_file: 20_000,
             file_time_budget: std::time::Duration::from_secs(60),
             repeat_documents: 5,
+            ocr_threads: 1,
+            ocr_page_time_budget: std::time::Duration::from_secs(60),
+            max_ocr_pages_per_file: 300,
+            ocr_dpi: 300,
             limits: ExtractLimits::default(),
         }
     }

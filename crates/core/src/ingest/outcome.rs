@@ -24,6 +24,13 @@ pub(super) enum Outcome {
     },
     /// New content.
     Indexed(IndexedFile),
+    /// New content with no text layer (an image, a scan): it waits for the OCR lane.
+    AwaitingOcr {
+        stat: FileStat,
+        hash: String,
+        /// Pages without a text layer.
+        pages: u32,
+    },
     /// Not indexed.
     NotIndexed(NotIndexedFile),
 }
@@ -39,6 +46,8 @@ pub(super) struct IndexedFile {
     pub chunks: Vec<NewChunk>,
     /// What `fetch_source_document` pages through.
     pub reader_text: String,
+    /// Pages with no text layer, which the OCR lane reads next.
+    pub ocr_pages: u32,
 }
 
 /// A file skipped or failed, with its reason.
@@ -147,6 +156,21 @@ pub(super) fn extract_outcome(
             None => capped,
         });
     }
+    let ocr_pages = extracted.ocr_pages.len() as u32;
+    if chunks.is_empty() && ocr_pages > 0 {
+        return Outcome::AwaitingOcr {
+            stat,
+            hash,
+            pages: ocr_pages,
+        };
+    }
+    if ocr_pages > 0 {
+        let note = format!("{ocr_pages} page(s) have no text layer; OCR reads them next");
+        extracted.warning = Some(match extracted.warning.take() {
+            Some(w) => format!("{w}; {note}"),
+            None => note,
+        });
+    }
     if chunks.is_empty() {
         return Outcome::not_indexed(
             stat,
@@ -165,6 +189,7 @@ pub(super) fn extract_outcome(
         format: extracted.format,
         warning: extracted.warning,
         reader_text: extracted.reader_text,
+        ocr_pages,
         chunks,
         hash,
         stat,
@@ -174,7 +199,7 @@ pub(super) fn extract_outcome(
 /// Stack of an extraction thread. No extractor of ours recurses over input nesting, and the
 /// parsers we do not own are kept from it (`pdf_scan`), so this is headroom, not a bound: a
 /// stack overflow aborts the process and cannot be caught.
-const EXTRACT_STACK: usize = 64 << 20;
+pub(super) const EXTRACT_STACK: usize = 64 << 20;
 
 /// Runs `work` on a thread of its own and waits at most `budget` for it; `None` when it took
 /// longer. The work checks the same deadline in its loops (`extract::Budget`), so it stops
@@ -229,7 +254,7 @@ fn abandon(thread: std::thread::JoinHandle<()>) {
     }
 }
 
-fn file_name(path: &Path) -> String {
+pub(super) fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()

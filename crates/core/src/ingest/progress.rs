@@ -29,6 +29,18 @@ pub struct IndexProgress {
     /// Of the files read, those unchanged since the last scan but read once more to keep
     /// their text for reading (`fetch_source_document`): a library from before Quarry kept it.
     pub files_reread_for_text: u64,
+    /// Files with pages that have no text layer, queued for the OCR lane.
+    pub files_awaiting_ocr: u64,
+    /// Pages the OCR lane has to read in this run (queued now or before).
+    pub ocr_pages_total: u64,
+    /// Pages it has read.
+    pub ocr_pages_done: u64,
+    /// Of them, pages Tesseract was unsure of (see `store::LOW_OCR_CONFIDENCE`).
+    pub ocr_pages_low_confidence: u64,
+    /// OCR rate, pages per second of the OCR lane's own time.
+    pub ocr_pages_per_sec: f64,
+    /// Estimated time until the OCR lane is done.
+    pub ocr_eta_ms: Option<u64>,
     /// Chunks written.
     pub chunks_written: u64,
     /// Bytes of text extracted.
@@ -107,6 +119,20 @@ pub enum IndexEvent {
         reason: String,
         /// Human message.
         message: String,
+    },
+    /// The OCR lane read a page.
+    OcrPage {
+        /// Source id.
+        source_id: SourceId,
+        /// The file.
+        #[serde(serialize_with = "crate::serde_paths::path")]
+        path: PathBuf,
+        /// 1-based page.
+        page: u32,
+        /// Tesseract's mean word confidence, 0 to 100.
+        confidence: u8,
+        /// Totals so far.
+        progress: IndexProgress,
     },
     /// A batch was committed to SQLite.
     BatchCommitted {

@@ -31,6 +31,7 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
 use serde::Serialize;
 
 use super::indexer::{index_scope, ScanScope};
+use super::ocr::read_queued;
 use super::options::IndexOptions;
 use super::progress::IndexEvent;
 use super::run::Run;
@@ -517,7 +518,9 @@ impl Lanes<'_> {
     /// an error: its rows are gone, so the scan's writes fail, and the next reload drops it.
     fn scan(&mut self, source: &Source, scope: &ScanScope, run: &mut Run<'_>) -> Result<bool> {
         let (store, fulltext, options) = (&mut *self.store, &mut *self.fulltext, self.options);
-        match index_scope(store, fulltext, source, scope, options, run) {
+        let scanned = index_scope(store, fulltext, source, scope, options, run)
+            .and_then(|()| read_queued(store, fulltext, source, options, run));
+        match scanned {
             Ok(()) => Ok(!options.is_cancelled()),
             Err(e) if matches!(store.source(source.id), Err(Error::SourceNotFound(_))) => {
                 tracing::info!(source = source.id.0, error = %e, "source removed during its scan");

@@ -50,7 +50,8 @@ pub struct EvidenceItem {
 }
 
 impl EvidenceItem {
-    /// `path` plus `p. N` / `lines a–b`.
+    /// `path` plus `p. N` / `lines a–b`, and `(recognised text, OCR)` for text read from a
+    /// scan's pixels.
     pub fn locator(&self) -> String {
         let mut s = self.path.display().to_string();
         if let Some(p) = self.location.page {
@@ -58,6 +59,9 @@ impl EvidenceItem {
         }
         if let (Some(a), Some(b)) = (self.location.line_start, self.location.line_end) {
             s.push_str(&format!(" lines {a}-{b}"));
+        }
+        if self.location.ocr_confidence.is_some() {
+            s.push_str(" (recognised text, OCR)");
         }
         s
     }

@@ -322,6 +322,7 @@ mod tests {
                 line_end: None,
                 byte_start: Some(5),
                 byte_end: Some(9),
+                ocr_confidence: None,
             };
             let document = json!({
                 "source_ref": session.issue_source(chunk.document_id, chunk.revision_id),

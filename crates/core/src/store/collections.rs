@@ -126,6 +126,21 @@ impl Store {
         self.source(id)
     }
 
+    /// The Tesseract languages a source's scans are read in (checked by the caller).
+    pub fn set_source_ocr_languages(&self, id: SourceId, languages: &[String]) -> Result<Source> {
+        let n = self.conn.execute(
+            "UPDATE sources SET ocr_languages = ?2 WHERE id = ?1",
+            params![
+                id,
+                serde_json::to_string(languages).expect("a list of strings serialises")
+            ],
+        )?;
+        if n == 0 {
+            return Err(Error::SourceNotFound(id.to_string()));
+        }
+        self.source(id)
+    }
+
     /// All sources with their collection's name.
     pub fn sources(&self) -> Result<Vec<Source>> {
         let mut stmt = self
@@ -203,7 +218,7 @@ const SOURCE_SELECT: &str = "SELECT s.id, s.collection_id, c.name, s.root, s.inc
     s.exclude_globs, s.status, s.last_error, s.last_scan_at,
     (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status = 'indexed'),
     (SELECT COUNT(*) FROM documents d WHERE d.source_id = s.id AND d.status != 'indexed'),
-    s.follow_links
+    s.follow_links, s.ocr_languages
     FROM sources s JOIN collections c ON c.id = s.collection_id";
 
 #[cfg(test)]

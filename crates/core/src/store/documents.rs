@@ -237,6 +237,7 @@ impl Store {
                  JOIN revisions r ON r.id = d.current_revision_id")?,
             outbox_pending: one("SELECT COUNT(*) FROM fulltext_outbox")?,
             not_indexed_by_reason: by_reason,
+            ocr: self.ocr_counts()?,
         })
     }
 }
@@ -268,6 +269,8 @@ pub struct Stats {
     pub outbox_pending: i64,
     /// Skipped and failed files grouped by reason.
     pub not_indexed_by_reason: Vec<ReasonCount>,
+    /// Pages read by OCR, and waiting for it.
+    pub ocr: super::OcrCounts,
 }
 
 /// How many files share a status and reason.
@@ -289,6 +292,6 @@ const DOCUMENT_SELECT: &str = "SELECT d.id, d.source_id, col.name, d.path, d.siz
 
 const CHUNK_SELECT: &str = "SELECT c.id, c.document_id, c.revision_id, c.ordinal, c.text,
     c.heading_path, c.page, c.line_start, c.line_end, c.byte_start, c.byte_end, c.token_count,
-    d.path, d.title, col.name, d.mtime_ns
+    d.path, d.title, col.name, d.mtime_ns, c.ocr_confidence
     FROM chunks c JOIN documents d ON d.id = c.document_id JOIN sources s ON s.id = d.source_id
     JOIN collections col ON col.id = s.collection_id";

@@ -259,6 +259,18 @@ const MIGRATIONS: &[&str] = &[
     // caller may read), which its later turns keep to.
     "ALTER TABLE conversations ADD COLUMN client TEXT;
     ALTER TABLE conversations ADD COLUMN collections TEXT;",
+    // Issue 36. OCR: each chunk read from pixels carries Tesseract's confidence (NULL: the
+    // file's own text); each source its OCR languages (a JSON list of Tesseract codes); and
+    // the documents whose pages wait for the OCR lane, with the content they were queued for
+    // and how many pages lack a text layer.
+    "ALTER TABLE chunks ADD COLUMN ocr_confidence INTEGER;
+    ALTER TABLE sources ADD COLUMN ocr_languages TEXT NOT NULL DEFAULT '[\"eng\"]';
+    CREATE TABLE ocr_queue(
+        document_id INTEGER PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+        content_hash TEXT NOT NULL,
+        pages INTEGER NOT NULL,
+        queued_at INTEGER NOT NULL
+    );",
 ];
 
 /// The schema version this build writes.

@@ -15,6 +15,7 @@ mod conversations;
 mod documents;
 mod keys;
 mod migrations;
+mod ocr;
 mod orchestrator;
 mod outbox;
 mod pipelines;
@@ -37,6 +38,8 @@ pub(crate) use conversations::{
 };
 pub use documents::{ReasonCount, Stats};
 pub(crate) use keys::{ApiKeyRow, NewApiKeyRow};
+pub(crate) use ocr::{dequeue_ocr, enqueue_ocr, OcrJob};
+pub use ocr::{OcrCounts, LOW_OCR_CONFIDENCE};
 pub(crate) use orchestrator::{
     insert_orchestrator_revision, next_orchestrator_revision, orchestrator_config_in,
 };

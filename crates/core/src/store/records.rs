@@ -121,6 +121,9 @@ pub struct Source {
     /// Follow symbolic links whose target is outside `root` (never into the library's data
     /// directory or another source's folder). Default false.
     pub follow_links: bool,
+    /// Tesseract languages its scans and images are read in (`eng`, `deu`, ...). Default
+    /// `["eng"]`.
+    pub ocr_languages: Vec<String>,
 }
 
 impl Source {
@@ -136,7 +139,7 @@ impl Source {
                     column,
                     rusqlite::types::Type::Text,
                     format!(
-                        "source {id} (`{}`) has unreadable {name} globs {text:?}: {e}; \
+                        "source {id} (`{}`) has unreadable {name} {text:?}: {e}; \
                          remove and re-add the source",
                         root.display()
                     )
@@ -144,12 +147,13 @@ impl Source {
                 )
             })
         };
+        let ocr_languages = globs(12, "OCR languages")?;
         Ok(Source {
             id,
             collection_id: r.get(1)?,
             collection: r.get(2)?,
-            include: globs(4, "include")?,
-            exclude: globs(5, "exclude")?,
+            include: globs(4, "include globs")?,
+            exclude: globs(5, "exclude globs")?,
             root,
             status: if r.get::<_, String>(6)? == "missing" {
                 SourceStatus::Missing
@@ -161,6 +165,7 @@ impl Source {
             documents_indexed: r.get(9)?,
             documents_not_indexed: r.get(10)?,
             follow_links: r.get(11)?,
+            ocr_languages,
         })
     }
 }
@@ -187,7 +192,7 @@ impl DocumentStatus {
         }
     }
 
-    fn parse(s: &str) -> Self {
+    pub(crate) fn parse(s: &str) -> Self {
         match s {
             "indexed" => DocumentStatus::Indexed,
             "skipped" => DocumentStatus::Skipped,
@@ -274,6 +279,26 @@ pub struct ChunkLocation {
     pub byte_start: Option<u64>,
     /// One past the last byte.
     pub byte_end: Option<u64>,
+    /// Recognised from the page's pixels by OCR, with Tesseract's mean word confidence (0 to
+    /// 100); absent for text the file carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocr_confidence: Option<u8>,
+}
+
+impl ChunkLocation {
+    /// How a hit or a citation from recognised text is marked: "recognised text (OCR), page
+    /// 3", flagged when Tesseract was unsure. `None` for text the file carries.
+    pub fn ocr_note(&self) -> Option<String> {
+        let confidence = self.ocr_confidence?;
+        let mut note = String::from("recognised text (OCR)");
+        if let Some(page) = self.page {
+            note.push_str(&format!(", page {page}"));
+        }
+        if confidence < super::LOW_OCR_CONFIDENCE {
+            note.push_str(&format!(", low confidence ({confidence}%)"));
+        }
+        Some(note)
+    }
 }
 
 /// A chunk about to be written.
@@ -338,6 +363,7 @@ impl ChunkRecord {
                 line_end: r.get(8)?,
                 byte_start: r.get::<_, Option<i64>>(9)?.map(|v| v as u64),
                 byte_end: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
+                ocr_confidence: r.get(16)?,
             },
             token_count: r.get(11)?,
             path: bytes_to_path(&r.get::<_, Vec<u8>>(12)?),

@@ -288,10 +288,10 @@ fn revive_copy(tx: &Transaction<'_>, id: ChunkId) -> Result<()> {
     tx.execute(
         "INSERT INTO chunks(document_id, revision_id, ordinal, text, heading_path, page,
          line_start, line_end, byte_start, byte_end, token_count, text_hash, repeated,
-         reader_start, reader_end)
+         reader_start, reader_end, ocr_confidence)
          SELECT document_id, revision_id, ordinal, text, heading_path, page,
          line_start, line_end, byte_start, byte_end, token_count, text_hash, 0,
-         reader_start, reader_end
+         reader_start, reader_end, ocr_confidence
          FROM chunks WHERE id = ?1",
         [id],
     )?;

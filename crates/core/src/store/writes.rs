@@ -179,12 +179,14 @@ pub(crate) fn write_revision(
         "UPDATE documents SET current_revision_id = ?2 WHERE id = ?1",
         params![doc_id, revision_id],
     )?;
+    // A job queued for the content this revision replaces is stale.
+    super::dequeue_ocr(tx, doc_id)?;
     write_reader_text(tx, doc_id, revision_id, extraction.reader_text)?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO chunks(document_id, revision_id, ordinal, text, heading_path, page,
          line_start, line_end, byte_start, byte_end, token_count, text_hash,
-         reader_start, reader_end)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         reader_start, reader_end, ocr_confidence)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?;
     let mut outbox = tx.prepare_cached(
         "INSERT INTO fulltext_outbox(op, chunk_id, document_id) VALUES ('upsert', ?1, ?2)",
@@ -208,6 +210,7 @@ pub(crate) fn write_revision(
             super::text_hash(&chunk.text),
             chunk.reader_span.map(|r| r.0 as i64),
             chunk.reader_span.map(|r| r.1 as i64),
+            loc.ocr_confidence,
         ])?;
         let new_id = tx.last_insert_rowid();
         outbox.execute(params![new_id, doc_id])?;
@@ -261,9 +264,9 @@ pub(crate) fn write_not_indexed(
     status: DocumentStatus,
     reason: &str,
     message: &str,
-) -> Result<()> {
+) -> Result<DocumentId> {
     let now = now_unix();
-    match document_id(tx, source_id, file.path)? {
+    let id = match document_id(tx, source_id, file.path)? {
         Some(id) => {
             if status == DocumentStatus::Skipped {
                 queue_chunk_deletes(tx, id)?;
@@ -287,6 +290,7 @@ pub(crate) fn write_not_indexed(
                     file.inode
                 ],
             )?;
+            id
         }
         None => {
             tx.execute(
@@ -306,8 +310,20 @@ pub(crate) fn write_not_indexed(
                     file.inode
                 ],
             )?;
+            DocumentId(tx.last_insert_rowid())
         }
-    }
+    };
+    // Whatever was queued for OCR belongs to content that is gone or unreadable now.
+    super::dequeue_ocr(tx, id)?;
+    Ok(id)
+}
+
+/// Replaces a document's warning (the OCR lane's note on pages it could not read).
+pub(crate) fn set_warning(tx: &Transaction<'_>, id: DocumentId, warning: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE documents SET warning = ?2 WHERE id = ?1",
+        params![id, warning],
+    )?;
     Ok(())
 }
 

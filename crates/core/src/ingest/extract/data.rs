@@ -72,6 +72,7 @@ pub(crate) fn extract_csv(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 
@@ -144,6 +145,7 @@ pub(crate) fn extract_json(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 

@@ -43,6 +43,7 @@ pub(crate) fn extract_markdown(
                 lines: Some(lines.lines_of(s, e)),
                 bytes: Some(((s + offset) as u64, (e + offset) as u64)),
                 reader: None,
+                ocr_confidence: None,
             });
         }
         buf.clear();
@@ -122,6 +123,7 @@ pub(crate) fn extract_markdown(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 
@@ -403,6 +405,7 @@ pub(crate) fn html_blocks(
         blocks: walker.blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 

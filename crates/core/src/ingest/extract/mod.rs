@@ -12,12 +12,14 @@ mod markup;
 mod office;
 mod pdf;
 mod pdf_scan;
-mod reader;
+pub(crate) mod pixels;
+pub(crate) mod reader;
 mod text;
 
 use std::path::Path;
 
 pub(crate) use budget::{timeout, Budget};
+pub(crate) use pdf::{extract_pages as extract_pdf_pages, RecognisedPage};
 pub(crate) use text::decode_text;
 
 /// What a block is, for the chunker's structure rules.
@@ -43,6 +45,8 @@ pub(crate) struct Block {
     pub bytes: Option<(u64, u64)>,
     /// Byte range in the revision's reader text (see `reader`).
     pub reader: Option<(u64, u64)>,
+    /// Read from the page's pixels by OCR, with Tesseract's mean word confidence (0 to 100).
+    pub ocr_confidence: Option<u8>,
 }
 
 impl Block {
@@ -54,6 +58,7 @@ impl Block {
             lines: None,
             bytes: None,
             reader: None,
+            ocr_confidence: None,
         }
     }
 }
@@ -69,6 +74,8 @@ pub(crate) struct Extracted {
     pub warning: Option<String>,
     /// The text `fetch_source_document` pages through (see `reader`).
     pub reader_text: String,
+    /// Pages (1-based) with no text layer, left for the OCR lane.
+    pub ocr_pages: Vec<u32>,
 }
 
 impl Extracted {
@@ -154,6 +161,8 @@ pub(crate) enum Format {
     Json,
     JsonLines,
     Code,
+    /// A picture (PNG, JPEG, TIFF, WebP, BMP, GIF): its text is read by OCR.
+    Image,
     /// Known text, or unknown extension to be sniffed.
     Text,
 }
@@ -183,6 +192,7 @@ pub(crate) fn format_of(path: &Path) -> Format {
         "json" => Format::Json,
         "jsonl" | "ndjson" => Format::JsonLines,
         e if CODE_EXTENSIONS.contains(&e) => Format::Code,
+        e if pixels::IMAGE_EXTENSIONS.contains(&e) => Format::Image,
         _ => Format::Text,
     }
 }
@@ -226,6 +236,19 @@ fn extract_format(
             Format::Docx => office::extract_docx(bytes, limits, budget).map(reader::joined),
             Format::Odt => office::extract_odt(bytes, limits, budget).map(reader::joined),
             Format::Epub => office::extract_epub(bytes, limits, budget).map(reader::joined),
+            Format::Image => {
+                // Only the header is read here (a bomb is refused by its declared size); the
+                // OCR lane decodes and reads the pixels.
+                pixels::checked_dimensions(bytes)?;
+                Ok(Extracted {
+                    title: None,
+                    format: "image",
+                    blocks: Vec::new(),
+                    warning: None,
+                    reader_text: String::new(),
+                    ocr_pages: vec![1],
+                })
+            }
             _ => {
                 if looks_binary(bytes) {
                     return Err(NotIndexed::skipped(
@@ -362,6 +385,7 @@ mod tests {
         assert_eq!(format_of(Path::new("a/B.MD")), Format::Markdown);
         assert_eq!(format_of(Path::new("x.rs")), Format::Code);
         assert_eq!(format_of(Path::new("LICENSE")), Format::Text);
+        assert_eq!(format_of(Path::new("scan.JPEG")), Format::Image);
         assert!(looks_binary(b"abc\0def"));
         assert!(!looks_binary(&[0xFF, 0xFE, b'a', 0]));
     }

@@ -202,6 +202,7 @@ pub(crate) fn extract_docx(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 
@@ -302,6 +303,7 @@ pub(crate) fn extract_odt(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 
@@ -372,6 +374,7 @@ pub(crate) fn extract_epub(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     })
 }
 

@@ -1,8 +1,37 @@
-//! PDF text through `pdf_oxide` (pure Rust): one block per paragraph, with its page.
+//! PDF text through `pdf_oxide` (pure Rust): one block per paragraph, with its page. Pages
+//! without a text layer (scans) are listed for the OCR lane, which reads them through the
+//! same function with a page reader.
+
+use pdf_oxide::PdfDocument;
 
 use super::{paragraphs, pdf_scan, Block, BlockKind, Budget, Extracted, NotIndexed};
 
+/// Fewer visible characters than this on a page and it has no text layer worth the name (a
+/// scan, perhaps with a stamped page number): OCR reads it.
+pub(crate) const MIN_PAGE_TEXT_CHARS: usize = 32;
+
+/// Text recognised from a page's pixels.
+pub(crate) struct RecognisedPage {
+    pub text: String,
+    /// Tesseract's mean word confidence, 0 to 100.
+    pub confidence: u8,
+}
+
+/// Reads a page (0-based) that has no text layer; `None` leaves it unread.
+pub(crate) type PageReader<'a> =
+    dyn FnMut(&PdfDocument, usize) -> Result<Option<RecognisedPage>, NotIndexed> + 'a;
+
+/// The text lane: pages without a text layer are only listed (`Extracted::ocr_pages`).
 pub(crate) fn extract(bytes: &[u8], budget: &Budget) -> Result<Extracted, NotIndexed> {
+    extract_pages(bytes, budget, None)
+}
+
+/// Every page's text: its text layer, or what `read_scan` recognises when it has none.
+pub(crate) fn extract_pages(
+    bytes: &[u8],
+    budget: &Budget,
+    mut read_scan: Option<&mut PageReader<'_>>,
+) -> Result<Extracted, NotIndexed> {
     if !bytes.starts_with(b"%PDF")
         && !bytes[..bytes.len().min(1024)]
             .windows(4)
@@ -26,6 +55,7 @@ pub(crate) fn extract(bytes: &[u8], budget: &Budget) -> Result<Extracted, NotInd
         .page_count()
         .map_err(|e| NotIndexed::failed("parse_error", format!("malformed PDF: {e}")))?;
     let mut blocks = Vec::new();
+    let mut ocr_pages = Vec::new();
     let mut failed_pages = 0usize;
     let mut offset = 0u64;
     'pages: for page in 0..pages {
@@ -37,12 +67,33 @@ pub(crate) fn extract(bytes: &[u8], budget: &Budget) -> Result<Extracted, NotInd
                 continue;
             }
         };
+        let mut confidence = None;
+        let visible = text.chars().filter(|c| !c.is_whitespace()).count();
+        let text = if visible >= MIN_PAGE_TEXT_CHARS {
+            text
+        } else {
+            match read_scan
+                .as_mut()
+                .map(|read| read(&doc, page))
+                .transpose()?
+            {
+                Some(Some(recognised)) => {
+                    confidence = Some(recognised.confidence);
+                    recognised.text
+                }
+                _ => {
+                    ocr_pages.push(page as u32 + 1);
+                    text
+                }
+            }
+        };
         for (start, end) in paragraphs(&text) {
             if !budget.admit(end - start) {
                 break 'pages;
             }
             let mut block = Block::new(BlockKind::Text, text[start..end].to_string());
             block.page = Some(page as u32 + 1);
+            block.ocr_confidence = confidence;
             block.bytes = Some((offset + start as u64, offset + end as u64));
             blocks.push(block);
         }
@@ -62,6 +113,16 @@ pub(crate) fn extract(bytes: &[u8], budget: &Budget) -> Result<Extracted, NotInd
                 "parse_error",
                 format!("malformed PDF: none of its {pages} page(s) could be read"),
             )
+        } else if !ocr_pages.is_empty() {
+            // A scan: nothing to index until OCR has read it.
+            return Ok(Extracted {
+                title: None,
+                format: "pdf",
+                blocks,
+                warning: None,
+                reader_text: String::new(),
+                ocr_pages,
+            });
         } else {
             NotIndexed::skipped(
                 "no_text",
@@ -84,5 +145,6 @@ pub(crate) fn extract(bytes: &[u8], budget: &Budget) -> Result<Extracted, NotInd
         blocks,
         warning,
         reader_text: String::new(),
+        ocr_pages,
     })
 }

@@ -61,6 +61,7 @@ mod tests {
             blocks,
             warning: None,
             reader_text: String::new(),
+            ocr_pages: Vec::new(),
         }
     }
 

@@ -88,6 +88,7 @@ pub(crate) fn extract_plain(
             lines: Some(lines.lines_of(start, end)),
             bytes: Some(((start + offset) as u64, (end + offset) as u64)),
             reader: None,
+            ocr_confidence: None,
         })
         .collect();
     Extracted {
@@ -96,6 +97,7 @@ pub(crate) fn extract_plain(
         blocks,
         warning: None,
         reader_text: String::new(),
+        ocr_pages: Vec::new(),
     }
 }
 

@@ -36,6 +36,9 @@ pub struct Citation {
     pub line_start: Option<u32>,
     /// Last line.
     pub line_end: Option<u32>,
+    /// Read from the page's pixels by OCR, with Tesseract's confidence (0 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocr_confidence: Option<u8>,
     /// The passage (first 300 characters).
     pub snippet: String,
     /// The chunk.
@@ -54,6 +57,7 @@ impl Citation {
             page: item.location.page,
             line_start: item.location.line_start,
             line_end: item.location.line_end,
+            ocr_confidence: item.location.ocr_confidence,
             snippet: item.text.chars().take(300).collect(),
             chunk_id: item.chunk_id,
         }
