@@ -488,3 +488,45 @@ fn hostile_files_are_recorded_and_the_rest_is_searchable() {
             .join("\n")
     );
 }
+
+/// A scan is read by OCR and marked so in search and status; a missing OCR language is refused
+/// with the package to install, before the source is added.
+#[test]
+fn scans_are_read_by_ocr_and_a_missing_language_names_its_package() {
+    let env = TestEnv::new();
+    let d = env.docs();
+    write(
+        &d.join("receipt.png"),
+        quarry_core::scans::text_png(
+            "Receipt from Quillfeather Stationers for two reams of paper.",
+        ),
+    );
+    let dir = d.to_str().unwrap();
+    let refused = env.run(&[
+        "source",
+        "add",
+        dir,
+        "-c",
+        "docs",
+        "--ocr-languages",
+        "eng+zzz",
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("sudo apt install tesseract-ocr-zzz"),
+        "{stderr}"
+    );
+    assert_eq!(env.json(&["source", "list"]).as_array().unwrap().len(), 0);
+
+    env.ok(&["source", "add", dir, "-c", "docs", "--ocr-languages", "eng"]);
+    env.ok(&["index", "--no-embed"]);
+    let found = env.ok(&["search", "--mode", "lexical", "Quillfeather"]);
+    assert!(found.contains("receipt.png"), "{found}");
+    assert!(found.contains("recognised text (OCR), page 1"), "{found}");
+    let status = env.ok(&["status"]);
+    assert!(
+        status.contains("OCR          1 page(s) read, 0 waiting"),
+        "{status}"
+    );
+}
