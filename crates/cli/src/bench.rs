@@ -117,8 +117,8 @@ pub enum BenchCommand {
         /// A new or empty folder to write the files into
         dir: PathBuf,
     },
-    /// OCR: pages of known text rendered into DIR (fonts, sizes, clean, turned, grainy,
-    /// blurred; PNG and image-only PDF), indexed with one and two OCR workers: word recall by
+    /// OCR: pages of known text rendered into DIR (fonts, sizes; clean, turned, grainy, blurred,
+    /// a poor copy; PNG and image-only PDF), indexed with one and two OCR workers: word recall by
     /// kind of page, pages/s and peak RSS
     Ocr {
         /// A new or empty folder to write the pages into
@@ -126,7 +126,7 @@ pub enum BenchCommand {
         /// The BEIR corpus whose abstracts are rendered
         #[arg(long, default_value = "tests/data/cranfield/corpus.jsonl")]
         corpus: PathBuf,
-        /// Texts rendered (each under four conditions, some also as PDF)
+        /// Texts rendered (each under five conditions, two also as PDF)
         #[arg(long, default_value_t = 12)]
         pages: usize,
         /// Resolution PDF pages are rasterised at

@@ -1,5 +1,5 @@
 //! `quarry bench ocr DIR`: renders pages of known text (abstracts from a BEIR corpus) into DIR
-//! in several fonts and sizes, clean and damaged (turned, grainy, blurred), as PNG files and
+//! in several fonts and sizes, clean and damaged (turned, grainy, blurred, a poor copy), as PNG files and
 //! as image-only PDFs; indexes the folder with one and with two OCR workers; and prints the
 //! word recall of each kind of page, the pages per second and the peak RSS. With `--text`,
 //! it also times the text lane on that folder alone and with OCR running beside it.
@@ -47,7 +47,22 @@ fn conditions(font: &str, points: u32) -> Vec<(&'static str, Render)> {
                 ..clean.clone()
             },
         ),
-        ("blurred", Render { blur: 1.2, ..clean }),
+        (
+            "blurred",
+            Render {
+                blur: 1.2,
+                ..clean.clone()
+            },
+        ),
+        (
+            "poor copy",
+            Render {
+                rotate: 3.0,
+                noise: 1.5,
+                blur: 1.6,
+                ..clean
+            },
+        ),
     ]
 }
 
@@ -116,7 +131,7 @@ fn page_texts(corpus: &Path, pages: usize) -> Result<Vec<String>> {
 }
 
 /// Each text in a font and size of its own, under every condition, as a PNG; the clean and
-/// the turned ones also as a one-page image-only PDF.
+/// the turned ones also as a one-page image-only PDF (rasterised again at `--dpi` for OCR).
 fn write_samples(dir: &Path, texts: &[String]) -> Result<Vec<Sample>> {
     let styles = [
         ("DejaVu-Sans", 12),
