@@ -264,6 +264,7 @@ const MIGRATIONS: &[&str] = &[
     // the documents whose pages wait for the OCR lane, with the content they were queued for
     // and how many pages lack a text layer.
     "ALTER TABLE chunks ADD COLUMN ocr_confidence INTEGER;
+    CREATE INDEX chunks_ocr ON chunks(document_id, page) WHERE ocr_confidence IS NOT NULL;
     ALTER TABLE sources ADD COLUMN ocr_languages TEXT NOT NULL DEFAULT '[\"eng\"]';
     CREATE TABLE ocr_queue(
         document_id INTEGER PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,

@@ -88,27 +88,23 @@ impl Store {
 
     /// Pages read by OCR and waiting for it, library-wide.
     pub fn ocr_counts(&self) -> Result<OcrCounts> {
-        let pages_read = |filter: &str| -> Result<i64> {
-            Ok(self.conn.query_row(
-                &format!(
-                    "SELECT COUNT(*) FROM (SELECT DISTINCT c.document_id, c.page FROM chunks c
-                     JOIN documents d ON d.id = c.document_id AND d.current_revision_id = c.revision_id
-                     WHERE c.ocr_confidence IS NOT NULL {filter})"
-                ),
-                [],
-                |r| r.get(0),
-            )?)
-        };
+        // A page's chunks share its confidence (a page break ends a chunk).
+        let (pages_read, pages_low_confidence) = self.conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(confidence < ?1), 0) FROM (
+                 SELECT MIN(c.ocr_confidence) AS confidence FROM chunks c
+                 JOIN documents d ON d.id = c.document_id AND d.current_revision_id = c.revision_id
+                 WHERE c.ocr_confidence IS NOT NULL GROUP BY c.document_id, c.page)",
+            [LOW_OCR_CONFIDENCE],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         let (documents_waiting, pages_waiting) = self.conn.query_row(
             "SELECT COUNT(*), COALESCE(SUM(pages), 0) FROM ocr_queue",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         Ok(OcrCounts {
-            pages_read: pages_read("")?,
-            pages_low_confidence: pages_read(&format!(
-                "AND c.ocr_confidence < {LOW_OCR_CONFIDENCE}"
-            ))?,
+            pages_read,
+            pages_low_confidence,
             pages_waiting,
             documents_waiting,
         })

@@ -448,3 +448,27 @@ impl super::Store {
         )?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognised_text_says_so_and_flags_an_unsure_page() {
+        let mut location = ChunkLocation {
+            page: Some(3),
+            ..ChunkLocation::default()
+        };
+        assert_eq!(location.ocr_note(), None, "the file's own text");
+        location.ocr_confidence = Some(91);
+        assert_eq!(
+            location.ocr_note().as_deref(),
+            Some("recognised text (OCR), page 3")
+        );
+        location.ocr_confidence = Some(41);
+        assert_eq!(
+            location.ocr_note().as_deref(),
+            Some("recognised text (OCR), page 3, low confidence (41%)")
+        );
+    }
+}

@@ -8,7 +8,7 @@ use super::{paragraphs, pdf_scan, Block, BlockKind, Budget, Extracted, NotIndexe
 
 /// Fewer visible characters than this on a page and it has no text layer worth the name (a
 /// scan, perhaps with a stamped page number): OCR reads it.
-pub(crate) const MIN_PAGE_TEXT_CHARS: usize = 32;
+const MIN_PAGE_TEXT_CHARS: usize = 32;
 
 /// Text recognised from a page's pixels.
 pub(crate) struct RecognisedPage {

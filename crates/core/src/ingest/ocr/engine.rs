@@ -1,6 +1,6 @@
 //! Tesseract 5 through its C API: one engine per OCR worker, one page at a time, each page
 //! bounded by a deadline and stopped by a pause (Tesseract's progress monitor asks between
-//! words). Pixels come decoded by Rust (`extract::image`, the PDF renderer): Tesseract never
+//! words). Pixels come decoded by Rust (`extract::pixels`, the PDF renderer): Tesseract never
 //! parses a file.
 
 use std::ffi::{c_int, c_void, CStr, CString};
@@ -84,8 +84,8 @@ impl Tesseract {
         }
     }
 
-    /// Reads one page of grey pixels scanned at `dpi`, for at most `time`, stopping early
-    /// when `cancelled` says so.
+    /// Reads one page of grey pixels scanned at `dpi` (0: unknown, Tesseract estimates it),
+    /// for at most `time`, stopping early when `cancelled` says so.
     pub(crate) fn read_page(
         &mut self,
         page: &GrayImage,
@@ -123,6 +123,15 @@ impl Tesseract {
             TessMonitorSetCancelThis(monitor, (&mut watch as *mut Watch<'_>).cast::<c_void>());
             TessBaseAPIRecognize(self.api, monitor);
             TessMonitorDelete(monitor);
+            if watch.stopped_by_cancel {
+                // Not kept; and nothing more is asked of the engine once paused.
+                return PageText {
+                    text: String::new(),
+                    confidence: 0,
+                    timed_out: false,
+                    cancelled: true,
+                };
+            }
             let raw = TessBaseAPIGetUTF8Text(self.api);
             let text = if raw.is_null() {
                 String::new()
@@ -136,8 +145,8 @@ impl Tesseract {
         PageText {
             text,
             confidence,
-            timed_out: !watch.stopped_by_cancel && started.elapsed() >= time,
-            cancelled: watch.stopped_by_cancel,
+            timed_out: started.elapsed() >= time,
+            cancelled: false,
         }
     }
 }
@@ -167,7 +176,7 @@ unsafe extern "C" fn stop_requested(this: *mut c_void, _words: c_int) -> bool {
 
 /// Where Tesseract's language data is: `TESSDATA_PREFIX` when set, else Debian's and other
 /// common places.
-pub fn tessdata_dir() -> Option<PathBuf> {
+fn tessdata_dir() -> Option<PathBuf> {
     if let Some(prefix) = crate::environment::tessdata_prefix() {
         let nested = prefix.join("tessdata");
         return Some(if nested.is_dir() { nested } else { prefix });
@@ -181,27 +190,7 @@ pub fn tessdata_dir() -> Option<PathBuf> {
     ]
     .iter()
     .map(PathBuf::from)
-    .find(|dir| dir.join("eng.traineddata").is_file() || dir.is_dir())
-}
-
-/// The languages whose data is installed.
-pub fn installed_languages() -> Vec<String> {
-    let Some(dir) = tessdata_dir() else {
-        return Vec::new();
-    };
-    let mut languages: Vec<String> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".traineddata")
-                .filter(|l| *l != "osd")
-                .map(str::to_string)
-        })
-        .collect();
-    languages.sort();
-    languages
+    .find(|dir| dir.is_dir())
 }
 
 /// Checks each language code and that its data is installed; the data directory when so.

@@ -9,5 +9,5 @@
 mod engine;
 mod lane;
 
-pub use engine::{check_languages, installed_languages, tessdata_dir, OcrSetupError};
+pub use engine::{check_languages, OcrSetupError};
 pub(crate) use lane::read_queued;
