@@ -765,6 +765,15 @@ describe('Quarry desktop', () => {
     assert.match(await (await llm.$(tid('model-sha256'))).getText(), /^[0-9a-f]{64}$/);
     assert.match(await (await browser.$(tid('models-runtime'))).getAttribute('data-ok'), /true/);
 
+    // Measure times each installed chat model here; the row shows its speed, and the seeded
+    // modes' `auto` model stays the default where nothing more accurate is installed.
+    await (await browser.$(tid('models-measure'))).click();
+    const speed = await llm.$(tid('model-speed'));
+    await speed.waitForDisplayed({ timeout: 120_000, timeoutMsg: 'no measured speed on the chat model' });
+    assert.match(await speed.getText(), /\d+ prompt tokens\/s, [\d.]+ generated tokens\/s; first token about [\d.]+ s/);
+    assert.match(await (await browser.$(tid('models-auto'))).getText(), new RegExp(`auto model is ${chatModel.replace(/\./g, '\\.')}`));
+    assert.ok(await (await llm.$(tid('model-auto'))).isExisting(), 'the default is auto\'s choice');
+
     // The seeded configuration answers with it: the engine refuses, naming who uses it.
     await (await llm.$(tid('model-remove'))).click();
     await (await llm.$(tid('model-remove-confirm'))).click();

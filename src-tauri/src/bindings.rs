@@ -50,6 +50,7 @@ pub fn builder() -> Builder<tauri::Wry> {
             chat::chat_trace,
             chat::chat_choose_backend,
             models::models_overview,
+            models::models_measure,
             models::models_install,
             models::models_cancel,
             models::models_import,

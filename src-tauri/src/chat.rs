@@ -167,6 +167,9 @@ fn assistant_status(library: &Library, chosen: Option<BackendConfig>) -> Assista
         let mode = config.mode(&config.default_mode).ok()?.clone();
         Some(mode.backend)
     });
+    // `auto` is shown as the model it stands for on this machine now.
+    let effective =
+        effective.map(|config| quarry_core::orchestrator::resolve_auto(library.models(), config).0);
     let mut status = AssistantStatus {
         backend: effective
             .as_ref()

@@ -36,6 +36,7 @@ pub const COMMAND_NAMES: &[&str] = &[
     "chat_trace",
     "chat_choose_backend",
     "models_overview",
+    "models_measure",
     "models_install",
     "models_cancel",
     "models_import",

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use quarry_core::llm::embedded::EmbeddedBackend;
+use quarry_core::llm::speed::{self, ChatSpeed, Choice};
 use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
 use quarry_core::orchestrator::BackendConfig;
 use quarry_core::pipeline::DEFAULT_PIPELINE;
@@ -56,6 +57,10 @@ pub struct ModelRow {
     users: Vec<String>,
     /// A chat model held in memory now.
     loaded: bool,
+    /// A chat model's speed as measured on this machine.
+    speed: Option<ChatSpeed>,
+    /// Its predicted first tokens against the budget, in words.
+    first_tokens: Option<String>,
 }
 
 /// A collection's embedding model and how far its vectors are.
@@ -75,6 +80,8 @@ pub struct ModelsOverview {
     collections: Vec<CollectionModel>,
     /// The reranker of the default pipeline's retrieval tool (`None`: it does not rerank).
     pipeline_reranker: Option<String>,
+    /// The chat model `auto` (the seeded modes' model) answers with, and why.
+    auto: Choice,
 }
 
 /// The model the assistant's chosen backend (the desktop's own setting) answers with, if it
@@ -110,6 +117,7 @@ fn row(
 ) -> CommandResult<ModelRow> {
     let catalogue = spec(id);
     let loaded = EmbeddedBackend::shared_now().iter().any(|(m, _)| m == id);
+    let measured = speed::recorded(library.models(), id);
     let (verified, problem) = match installed.map(InstalledModel::verify) {
         None => (None, None),
         Some(Ok(())) => (Some(true), None),
@@ -146,6 +154,8 @@ fn row(
         problem,
         users: users_of(library, assistant_model, id)?,
         loaded,
+        first_tokens: measured.as_ref().map(speed::first_tokens),
+        speed: measured,
     })
 }
 
@@ -165,26 +175,49 @@ fn model_rows(library: &Library, data_dir: &Path) -> CommandResult<Vec<ModelRow>
 #[specta::specta]
 pub async fn models_overview(engine: EngineState<'_>) -> CommandResult<ModelsOverview> {
     blocking(&engine, |engine| {
-        let library = engine.library();
-        // Only the coverage: `status()` would also walk the data folder on every refresh.
-        let coverage = library.embedding_coverage()?;
-        let setup = library.models().setup_report();
-        Ok(ModelsOverview {
-            install_dir: library.models().install_dir().display().to_string(),
-            runtime: setup.runtime,
-            models: model_rows(&library, engine.data_dir())?,
-            collections: library
-                .collections()?
-                .into_iter()
-                .map(|c| CollectionModel {
-                    coverage: coverage.iter().find(|e| e.collection == c.name).cloned(),
-                    collection: c.name,
-                })
-                .collect(),
-            pipeline_reranker: library.pipeline_reranker(DEFAULT_PIPELINE)?,
-        })
+        overview(&engine.library(), engine.data_dir())
     })
     .await
+}
+
+/// Times every installed chat model's prompt and generation on this machine (a few seconds
+/// each), keeps the figures, and returns the overview with them and `auto`'s new choice.
+#[tauri::command]
+#[specta::specta]
+pub async fn models_measure(engine: EngineState<'_>) -> CommandResult<ModelsOverview> {
+    blocking(&engine, |engine| {
+        // The library stays free for searches and chat meanwhile.
+        let models = engine.library().models().clone();
+        for model in models.installed() {
+            if model.kind == ModelKind::Llm {
+                let measured = speed::measure(&models, &model.id)?;
+                speed::remember(&models, &measured);
+            }
+        }
+        overview(&engine.library(), engine.data_dir())
+    })
+    .await
+}
+
+fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview> {
+    // Only the coverage: `status()` would also walk the data folder on every refresh.
+    let coverage = library.embedding_coverage()?;
+    let setup = library.models().setup_report();
+    Ok(ModelsOverview {
+        install_dir: library.models().install_dir().display().to_string(),
+        runtime: setup.runtime,
+        models: model_rows(library, data_dir)?,
+        collections: library
+            .collections()?
+            .into_iter()
+            .map(|c| CollectionModel {
+                coverage: coverage.iter().find(|e| e.collection == c.name).cloned(),
+                collection: c.name,
+            })
+            .collect(),
+        pipeline_reranker: library.pipeline_reranker(DEFAULT_PIPELINE)?,
+        auto: speed::choose(library.models()),
+    })
 }
 
 /// Makes `model` (`None`: none) the reranker of the default pipeline, saved as its new

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use quarry_core::llm::speed;
 use quarry_core::models::{
     default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, RUNTIME_ID,
 };
@@ -42,6 +43,15 @@ pub enum ModelsCommand {
         /// What it is
         #[arg(long, default_value = "reranker", value_parser = ["embedding", "reranker", "llm"])]
         kind: String,
+    },
+    /// Time each installed chat model's prompt and generation speed on this machine, and say
+    /// which one `auto` (the default modes' model) now answers with
+    Measure {
+        /// Chat model ids [default: every installed chat model]
+        ids: Vec<String>,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
     },
     /// Delete an installed model
     Remove { id: String },
@@ -83,6 +93,9 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                         printable(&r.description),
                         if r.default { " [default]" } else { "" }
                     );
+                    if let Some(speed) = speed::recorded(models, &r.id) {
+                        println!("{:<36} measured here: {}", "", speed_line(&speed));
+                    }
                     if let Some(provenance) = &r.provenance {
                         println!(
                             "{:<36} licence {}; {}",
@@ -92,6 +105,12 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                         );
                     }
                 }
+                let choice = speed::choose(models);
+                println!(
+                    "auto (the default modes' chat model) answers with {}: {}",
+                    printable(&choice.model),
+                    printable(&choice.why)
+                );
             }
         }
         ModelsCommand::Fetch {
@@ -136,7 +155,27 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                 let model = models.fetch(&id, &on_progress)?;
                 bar.finish_and_clear();
                 println!("installed {} at {}", model.id, model.dir.display());
+                if model.kind == ModelKind::Llm {
+                    // What `auto` chooses by: measured once, when the model arrives.
+                    measure_and_print(models, std::slice::from_ref(&model.id), false)?;
+                }
             }
+        }
+        ModelsCommand::Measure { ids, json } => {
+            let ids = if ids.is_empty() {
+                models
+                    .installed()
+                    .into_iter()
+                    .filter(|m| m.kind == ModelKind::Llm)
+                    .map(|m| m.id)
+                    .collect()
+            } else {
+                ids.clone()
+            };
+            if ids.is_empty() {
+                anyhow::bail!("no chat model is installed (see `quarry models list`)");
+            }
+            measure_and_print(models, &ids, *json)?;
         }
         ModelsCommand::Import { folder, id, kind } => {
             let kind = ModelKind::parse(kind).expect("clap checked the value");
@@ -151,6 +190,47 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
         ModelsCommand::Remove { .. } | ModelsCommand::Use { .. } => return Ok(false),
     }
     Ok(true)
+}
+
+/// Measures each chat model in `ids`, keeps the figures, and prints them with what `auto`
+/// chooses now.
+fn measure_and_print(models: &Models, ids: &[String], json: bool) -> Result<()> {
+    let mut measured = Vec::new();
+    for id in ids {
+        if !json {
+            eprintln!("measuring {id} …");
+        }
+        let speed = speed::measure(models, id)?;
+        speed::remember(models, &speed);
+        if !json {
+            println!("{:<36} {}", printable(id), speed_line(&speed));
+        }
+        measured.push(speed);
+    }
+    let choice = speed::choose(models);
+    if json {
+        let report = serde_json::json!({"measured": measured, "auto": choice});
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "auto answers with {}: {}",
+            printable(&choice.model),
+            printable(&choice.why)
+        );
+    }
+    Ok(())
+}
+
+/// A measured speed on one line.
+fn speed_line(speed: &speed::ChatSpeed) -> String {
+    format!(
+        "{:.0} prompt tokens/s, {:.1} generated tokens/s on {} thread(s), loads in {} ms; {}",
+        speed.prompt_tokens_per_sec,
+        speed.generation_tokens_per_sec,
+        speed.threads,
+        speed.load_ms,
+        speed::first_tokens(speed)
+    )
 }
 
 /// An intact copy (every file matches its recorded sha256) is already there.

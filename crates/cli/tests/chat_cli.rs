@@ -60,9 +60,19 @@ fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_mode
     let env = demo_library();
     let result = chat_json(&env, &["How does an LRU cache evict entries?"]);
     assert_eq!(result["mode"], "grounded");
+    // The seeded mode answers with `auto`: the trace says which model that stood for and
+    // why, and that model answered (the default where nothing better is measured).
+    let chosen = result["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "model.chosen")
+        .expect("the automatic choice is traced")["detail"]
+        .clone();
+    assert!(chosen["why"].as_str().unwrap().contains("the"), "{chosen}");
     assert_eq!(
         result["backend"],
-        "embedded qwen2.5-coder-0.5b-instruct-q4_k_m"
+        format!("embedded {}", chosen["model"].as_str().unwrap())
     );
     assert!(!result["answer"].as_str().unwrap().is_empty());
     assert_cited_from_ledger(&env, &result);
@@ -83,6 +93,7 @@ fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_mode
         kinds,
         [
             "turn.start",
+            "model.chosen",
             "tool.invoke",
             "tool.result",
             "evidence.selected",
@@ -91,13 +102,13 @@ fn one_shot_chat_on_the_demo_library_gives_a_cited_answer_with_the_embedded_mode
             "answer"
         ]
     );
-    let selected = &result["trace"][3]["detail"];
+    let selected = &result["trace"][4]["detail"];
     assert!(
         selected["shown"].as_array().is_some_and(|s| !s.is_empty()),
         "{selected}"
     );
     assert!(selected["shown_chars"].as_u64() < selected["admitted_chars"].as_u64());
-    assert!(result["trace"][5]["detail"]["draft"].is_string());
+    assert!(result["trace"][6]["detail"]["draft"].is_string());
     assert!(
         result["basis"].as_str().unwrap().starts_with("found in"),
         "{}",

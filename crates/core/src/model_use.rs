@@ -36,6 +36,8 @@ impl Library {
                 users.push(format!("tool `{}` (its reranker)", summary.slug));
             }
         }
+        // A mode answering with `auto` uses the model it stands for now.
+        let auto = crate::llm::speed::choose(self.models()).model;
         for name in self.orchestrator_configs()? {
             let applied = self
                 .orchestrator_revision(&name, None)
@@ -45,7 +47,7 @@ impl Library {
             let modes: Vec<String> = [applied, draft]
                 .iter()
                 .flatten()
-                .flat_map(|config| modes_answering_with(config, id))
+                .flat_map(|config| modes_answering_with(config, id, &auto))
                 .collect();
             if let Some(mode) = modes.first() {
                 users.push(format!(
@@ -71,12 +73,17 @@ impl Library {
     }
 }
 
-/// The modes of `config` whose embedded backend is the model `id`.
-fn modes_answering_with(config: &OrchestratorConfig, id: &str) -> Vec<String> {
+/// The modes of `config` whose embedded backend is the model `id` (or `auto`, standing for
+/// the model `auto` now).
+fn modes_answering_with(config: &OrchestratorConfig, id: &str, auto: &str) -> Vec<String> {
+    let answers_with =
+        |model: &str| model == id || (model == crate::llm::speed::AUTO && auto == id);
     config
         .modes
         .iter()
-        .filter(|m| matches!(&m.backend, BackendConfig::Embedded { model, .. } if model == id))
+        .filter(
+            |m| matches!(&m.backend, BackendConfig::Embedded { model, .. } if answers_with(model)),
+        )
         .map(|m| m.name.clone())
         .collect()
 }

@@ -152,8 +152,10 @@ fn a_model_in_use_is_not_removed_and_the_refusal_names_its_users() {
     assert!(e.to_string().contains("collection `notes`"), "{e}");
     assert!(models.find(embedder).is_ok(), "nothing was removed");
 
-    // The default chat model answers the seeded configuration's modes.
-    let llm = quarry_core::models::default_llm_model();
+    // The chat model `auto` stands for (the default, unless this machine measured a better
+    // one) answers the seeded configuration's modes.
+    let llm = quarry_core::llm::speed::choose(models).model;
+    let llm = llm.as_str();
     let e = f.library.remove_model(llm).unwrap_err();
     assert!(
         e.to_string()

@@ -66,6 +66,11 @@ export const commands = {
 	 */
 	chatChooseBackend: (backend: BackendConfig | null, apiKey: string | null) => __TAURI_INVOKE<string>("chat_choose_backend", { backend, apiKey }),
 	modelsOverview: () => __TAURI_INVOKE<ModelsOverview>("models_overview"),
+	/**
+	 *  Times every installed chat model's prompt and generation on this machine (a few seconds
+	 *  each), keeps the figures, and returns the overview with them and `auto`'s new choice.
+	 */
+	modelsMeasure: () => __TAURI_INVOKE<ModelsOverview>("models_measure"),
 	/**  Installs a catalogue model, streaming progress to `events`; `models_cancel(id)` stops it. */
 	modelsInstall: (id: string, events: Channel<InstallProgress>) => __TAURI_INVOKE<ModelRow>("models_install", { id, events }),
 	/**  Stops an install; what was downloaded stays for the next one to resume. */
@@ -419,6 +424,22 @@ export type ChatOverview = {
 	assistant: AssistantStatus,
 };
 
+/**  One model's speed on one machine. */
+export type ChatSpeed = {
+	/**  The CPU model (`/proc/cpuinfo`'s model name). */
+	cpu: string,
+	/**  The chat model's id. */
+	model: string,
+	/**  Generation threads (the prompt is read on every core). */
+	threads: number,
+	/**  Prompt tokens evaluated per second. */
+	prompt_tokens_per_sec: number | null,
+	/**  Tokens generated per second. */
+	generation_tokens_per_sec: number | null,
+	/**  Milliseconds to load the model. */
+	load_ms: number,
+};
+
 /**  One recorded event of a turn, its detail as JSON text. */
 export type ChatTraceEvent = {
 	/**  Milliseconds since the epoch. */
@@ -445,6 +466,14 @@ export type ChatTurn = {
 	first_token_ms: number | null,
 	completion_tokens: number | null,
 	took_ms: number | null,
+};
+
+/**  The model [`AUTO`] stands for now, and why. */
+export type Choice = {
+	/**  The installed model's id. */
+	model: string,
+	/**  One line on why. */
+	why: string,
 };
 
 /**  A chunk (`chunks.id`): also the vector rowid and the full-text `chunk_id`. */
@@ -1080,6 +1109,10 @@ export type ModelRow = {
 	users: string[],
 	/**  A chat model held in memory now. */
 	loaded: boolean,
+	/**  A chat model's speed as measured on this machine. */
+	speed: ChatSpeed | null,
+	/**  Its predicted first tokens against the budget, in words. */
+	first_tokens: string | null,
 };
 
 /**  What the Models view shows. */
@@ -1091,6 +1124,8 @@ export type ModelsOverview = {
 	collections: CollectionModel[],
 	/**  The reranker of the default pipeline's retrieval tool (`None`: it does not rerank). */
 	pipeline_reranker: string | null,
+	/**  The chat model `auto` (the seeded modes' model) answers with, and why. */
+	auto: Choice,
 };
 
 /**  What a new key may do. */

@@ -24,6 +24,12 @@ describe('a turn trace in words', () => {
     ]);
   });
 
+  test('the automatic model choice names the model and why', () => {
+    expect(traceSummary('model.chosen', { model: 'qwen-1.5b', why: 'fits the budget here' })).toBe(
+      'auto chose qwen-1.5b: fits the budget here',
+    );
+  });
+
   test('the check shows the draft and every sentence it dropped or re-pointed, with the reason', () => {
     const d = {
       draft: 'Set CARGO_FLAGS. [1] It is fast. [1]',

@@ -21,6 +21,8 @@ export function traceSummary(kind: string, d: Detail): string {
   switch (kind) {
     case 'turn.start':
       return `mode ${d.mode}, ${d.backend}, revision ${d.revision} of ${d.config}`;
+    case 'model.chosen':
+      return `auto chose ${d.model}: ${d.why}`;
     case 'tool.invoke':
       return `${d.tool} by ${d.by} with ${JSON.stringify(d.arguments)}`;
     case 'tool.result': {

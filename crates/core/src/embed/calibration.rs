@@ -107,19 +107,6 @@ pub struct ShapeRate {
     pub tokens_per_sec: f64,
 }
 
-/// The CPU model name, what a calibration is kept by.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, name)| name.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
 /// Times `sample` under every shape and leaves `embedder` on the fastest.
 pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<Calibration> {
     let baseline = RunShape {
@@ -153,7 +140,7 @@ pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<C
     embedder.renew_session()?;
     embedder.set_shape(shape)?;
     Ok(Calibration {
-        cpu: cpu_model(),
+        cpu: crate::models::cpu_model(),
         model: embedder.id().to_string(),
         threads,
         shape,
@@ -190,7 +177,7 @@ fn read_all(models_dir: &Path) -> Vec<Calibration> {
 
 /// This machine's calibration for `model` at `threads`, if one was kept.
 pub fn recorded(models_dir: &Path, model: &str, threads: usize) -> Option<Calibration> {
-    let cpu = cpu_model();
+    let cpu = crate::models::cpu_model();
     read_all(models_dir)
         .into_iter()
         .find(|c| c.cpu == cpu && c.model == model && c.threads == threads)
@@ -260,7 +247,7 @@ mod tests {
     fn calibrations_are_kept_per_cpu_model_and_threads_and_a_bad_record_counts_as_none() {
         let dir = tempfile::tempdir().unwrap();
         let mine = Calibration {
-            cpu: cpu_model(),
+            cpu: crate::models::cpu_model(),
             model: "m".into(),
             threads: 2,
             shape: shape(2, 1),

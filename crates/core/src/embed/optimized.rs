@@ -44,7 +44,7 @@ pub(super) fn model_bytes(
     let key = blake3::hash(
         format!(
             "{}\n{}\n{}",
-            super::calibration::cpu_model(),
+            crate::models::cpu_model(),
             runtime.display(),
             source.sha256
         )

@@ -70,10 +70,13 @@ impl EmbeddedConfig {
     }
 
     /// A config for what a user names a model by: a GGUF path (anything ending in `.gguf` or
-    /// holding a `/`), else an installed chat model's id.
+    /// holding a `/`), [`super::speed::AUTO`] (the most accurate model this machine affords),
+    /// else an installed chat model's id.
     pub fn named(models: &Models, model: &str) -> Result<EmbeddedConfig> {
         if model.ends_with(".gguf") || model.contains('/') {
             Ok(EmbeddedConfig::for_file(Path::new(model)))
+        } else if model == super::speed::AUTO {
+            EmbeddedConfig::installed(models, &super::speed::choose(models).model)
         } else {
             EmbeddedConfig::installed(models, model)
         }

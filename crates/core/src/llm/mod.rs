@@ -8,6 +8,7 @@
 
 pub mod embedded;
 pub mod openai;
+pub mod speed;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -98,6 +98,11 @@ pub struct ModelSpec {
     /// it beside the licence.
     #[serde(default)]
     pub provenance: Option<String>,
+    /// Chat models: the share of `tests/data/grounded-qa`'s answerable questions whose
+    /// grounded answer held the fact (`quarry eval --chat`, release build); what the automatic
+    /// model choice ranks installed models by (`llm::speed`).
+    #[serde(default)]
+    pub answers: Option<f64>,
 }
 
 /// A file joined from parts, each pinned on its own by its package, the whole pinned again.

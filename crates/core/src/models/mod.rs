@@ -162,3 +162,17 @@ pub fn fix_command(id: &str) -> String {
         format!("quarry models import <folder> --id {id}")
     }
 }
+
+/// The CPU model name, what a measurement of a model on this machine (the embedder's
+/// calibration, a chat model's speed) is kept by.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}

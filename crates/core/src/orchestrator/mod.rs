@@ -28,9 +28,9 @@ pub use knowledge_search::{KnowledgeSearch, KnowledgeSearchConfig};
 pub use revisions::{AppliedRevision, RevisionSummary};
 pub use turn::{
     agent_call, agent_tools, chat, citation_grammar, cited_documents, client_label, open_backend,
-    open_backend_with_key, read_document, start_agent_session, AgentCall, AgentDocument,
-    ChatOptions, Citation, PipelineCalls, TurnEvent, TurnResult, MAX_CLIENT_NAME_CHARS,
-    RUN_PIPELINE,
+    open_backend_with_key, read_document, resolve_auto, start_agent_session, AgentCall,
+    AgentDocument, ChatOptions, Citation, PipelineCalls, TurnEvent, TurnResult,
+    MAX_CLIENT_NAME_CHARS, RUN_PIPELINE,
 };
 
 /// The answer when retrieval admitted nothing.

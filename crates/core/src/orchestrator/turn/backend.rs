@@ -7,6 +7,7 @@ use super::setup::Turn;
 use super::{OpenBackend, TurnEvent};
 use crate::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
 use crate::llm::openai::{OpenAiBackend, OpenAiConfig};
+use crate::llm::speed::{self, Choice, AUTO};
 use crate::llm::ChatBackend;
 use crate::models::Models;
 use crate::orchestrator::config::BackendConfig;
@@ -55,6 +56,22 @@ pub fn open_backend_with_key(
             Some(shared_http(OpenAiConfig::ollama(base_url, model))?)
         }
     })
+}
+
+/// `config` with an embedded model of [`AUTO`] replaced by the model it stands for now, and
+/// the choice (`None` when nothing was chosen).
+pub fn resolve_auto(models: &Models, config: BackendConfig) -> (BackendConfig, Option<Choice>) {
+    match config {
+        BackendConfig::Embedded { model, threads } if model == AUTO => {
+            let choice = speed::choose(models);
+            let config = BackendConfig::Embedded {
+                model: choice.model.clone(),
+                threads,
+            };
+            (config, Some(choice))
+        }
+        other => (other, None),
+    }
 }
 
 type HttpBackend = (OpenAiConfig, Arc<OpenAiBackend>);

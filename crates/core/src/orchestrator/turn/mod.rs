@@ -45,7 +45,7 @@ pub use agent::{
     agent_call, agent_tools, cited_documents, client_label, read_document, start_agent_session,
     AgentCall, AgentDocument, MAX_CLIENT_NAME_CHARS,
 };
-pub use backend::{open_backend, open_backend_with_key};
+pub use backend::{open_backend, open_backend_with_key, resolve_auto};
 pub use citations::Citation;
 pub use grounded::citation_grammar;
 pub use setup::{ChatOptions, TurnEvent, TurnResult};
@@ -112,7 +112,9 @@ fn run(
         .backend
         .clone()
         .unwrap_or_else(|| turn.mode.backend.clone());
+    let (backend_config, chosen) = backend::resolve_auto(ctx.models, backend_config);
     turn.record_start(&backend_config, options.backend.is_some())?;
+    turn.record_choice(chosen.as_ref())?;
     let history = turn.history()?;
     turn.store_question()?;
     let backend = turn.open_backend_or_notice(open, &backend_config, on_event)?;

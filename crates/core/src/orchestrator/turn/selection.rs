@@ -158,6 +158,22 @@ impl Selection {
         self.shown.iter().max_by(|a, b| a.score.total_cmp(&b.score))
     }
 
+    /// The sentence closest in meaning to the question, when the evidence answers and it is
+    /// close enough to quote: what the documents say when the model's words did not hold. The
+    /// best-scored sentence may lean on the question's words while another says the same in
+    /// other words.
+    pub fn closest_quotable(&self) -> Option<&ScoredSentence> {
+        self.shown
+            .iter()
+            .filter(|s| s.semantic.is_some_and(|v| v >= QUOTABLE))
+            .max_by(|a, b| {
+                a.semantic
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.semantic.unwrap_or(0.0))
+            })
+            .filter(|_| self.support.answers())
+    }
+
     /// The best sentence, when the evidence answers and that sentence itself is close enough
     /// in meaning to the question to quote as what the documents say.
     pub fn quotable(&self) -> Option<&ScoredSentence> {
@@ -526,6 +542,23 @@ mod tests {
             .is_none());
         // No embedder, no quote.
         assert!(select(question, &items(), None, 400).quotable().is_none());
+        assert!(select(question, &items(), None, 400)
+            .closest_quotable()
+            .is_none());
+        // The closest in meaning, though another scores better on the question's words.
+        let in_other_words = |texts: &[&str]| -> Result<Vec<f32>> {
+            Ok(texts
+                .iter()
+                .map(|t| if t.contains("overflow") { 0.65 } else { 0.3 })
+                .collect())
+        };
+        let selection = select(question, &items(), Some(&in_other_words), 400);
+        assert_eq!(selection.best().unwrap().text, "An i32 takes four bytes.");
+        assert!(selection.quotable().is_none());
+        assert_eq!(
+            selection.closest_quotable().unwrap().text,
+            "Integers overflow in release builds."
+        );
     }
 
     #[test]

@@ -236,6 +236,17 @@ impl<'a> Turn<'a> {
         )
     }
 
+    /// Records which model the automatic choice took, and why (`model.chosen`).
+    pub(super) fn record_choice(&self, choice: Option<&crate::llm::speed::Choice>) -> Result<()> {
+        match choice {
+            Some(choice) => self.record(
+                "model.chosen",
+                json!({"model": choice.model, "why": choice.why}),
+            ),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn notice(
         &mut self,
         text: &str,
