@@ -770,7 +770,7 @@ describe('Quarry desktop', () => {
     await (await browser.$(tid('models-measure'))).click();
     const speed = await llm.$(tid('model-speed'));
     await speed.waitForDisplayed({ timeout: 120_000, timeoutMsg: 'no measured speed on the chat model' });
-    assert.match(await speed.getText(), /\d+ prompt tokens\/s, [\d.]+ generated tokens\/s; first token about [\d.]+ s/);
+    assert.match(await speed.getText(), /\d+ prompt tokens\/s on \d+ thread\(s\),\s+[\d.]+ generated tokens\/s on \d+; first token about [\d.]+ s/);
     assert.match(await (await browser.$(tid('models-auto'))).getText(), new RegExp(`auto model is ${chatModel.replace(/\./g, '\\.')}`));
     assert.ok(await (await llm.$(tid('model-auto'))).isExisting(), 'the default is auto\'s choice');
 

@@ -190,7 +190,7 @@ pub async fn models_measure(engine: EngineState<'_>) -> CommandResult<ModelsOver
         let models = engine.library().models().clone();
         for model in models.installed() {
             if model.kind == ModelKind::Llm {
-                let measured = speed::measure(&models, &model.id)?;
+                let measured = speed::measure(&models, &model.id, None)?;
                 speed::remember(&models, &measured);
             }
         }

@@ -49,6 +49,10 @@ pub enum ModelsCommand {
     Measure {
         /// Chat model ids [default: every installed chat model]
         ids: Vec<String>,
+        /// Read the prompt and generate on this many threads [default: the prompt on every
+        /// core while no background lane computes, generation on all but one]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        threads: Option<u16>,
         /// Print JSON
         #[arg(long)]
         json: bool,
@@ -157,11 +161,11 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                 println!("installed {} at {}", model.id, model.dir.display());
                 if model.kind == ModelKind::Llm {
                     // What `auto` chooses by: measured once, when the model arrives.
-                    measure_and_print(models, std::slice::from_ref(&model.id), false)?;
+                    measure_and_print(models, std::slice::from_ref(&model.id), None, false)?;
                 }
             }
         }
-        ModelsCommand::Measure { ids, json } => {
+        ModelsCommand::Measure { ids, threads, json } => {
             let ids = if ids.is_empty() {
                 models
                     .installed()
@@ -175,7 +179,7 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
             if ids.is_empty() {
                 anyhow::bail!("no chat model is installed (see `quarry models list`)");
             }
-            measure_and_print(models, &ids, *json)?;
+            measure_and_print(models, &ids, threads.map(usize::from), *json)?;
         }
         ModelsCommand::Import { folder, id, kind } => {
             let kind = ModelKind::parse(kind).expect("clap checked the value");
@@ -194,13 +198,18 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
 
 /// Measures each chat model in `ids`, keeps the figures, and prints them with what `auto`
 /// chooses now.
-fn measure_and_print(models: &Models, ids: &[String], json: bool) -> Result<()> {
+fn measure_and_print(
+    models: &Models,
+    ids: &[String],
+    threads: Option<usize>,
+    json: bool,
+) -> Result<()> {
     let mut measured = Vec::new();
     for id in ids {
         if !json {
             eprintln!("measuring {id} …");
         }
-        let speed = speed::measure(models, id)?;
+        let speed = speed::measure(models, id, threads)?;
         speed::remember(models, &speed);
         if !json {
             println!("{:<36} {}", printable(id), speed_line(&speed));
@@ -224,8 +233,9 @@ fn measure_and_print(models: &Models, ids: &[String], json: bool) -> Result<()> 
 /// A measured speed on one line.
 fn speed_line(speed: &speed::ChatSpeed) -> String {
     format!(
-        "{:.0} prompt tokens/s, {:.1} generated tokens/s on {} thread(s), loads in {} ms; {}",
+        "{:.0} prompt tokens/s on {} thread(s), {:.1} generated tokens/s on {}, loads in {} ms; {}",
         speed.prompt_tokens_per_sec,
+        speed.prompt_threads,
         speed.generation_tokens_per_sec,
         speed.threads,
         speed.load_ms,

@@ -277,6 +277,50 @@ impl Drop for LlamaServer {
     }
 }
 
+#[test]
+fn models_measure_times_prompt_and_generation_on_the_threads_asked_and_keeps_the_figures() {
+    let env = TestEnv::new();
+    let checkout_models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/cache");
+    let mine = tempfile::tempdir().unwrap();
+    let models_dir = std::env::join_paths([mine.path().to_path_buf(), checkout_models]).unwrap();
+    let measure = |threads: &str| {
+        env.command(&[
+            "models",
+            "measure",
+            "smollm2-135m-instruct-q4_1",
+            "--threads",
+            threads,
+            "--json",
+        ])
+        .env("QUARRY_MODELS_DIR", &models_dir)
+        .output()
+        .unwrap()
+    };
+    let out = measure("1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let speed = &report["measured"][0];
+    assert_eq!(speed["model"], "smollm2-135m-instruct-q4_1", "{report:#}");
+    assert_eq!(speed["threads"], 1, "{report:#}");
+    assert_eq!(speed["prompt_threads"], 1, "{report:#}");
+    assert!(speed["prompt_tokens_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(speed["generation_tokens_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(report["auto"]["model"].is_string(), "{report:#}");
+    // Kept in the first models folder, beside the measurements at other thread counts.
+    let kept: Value =
+        serde_json::from_slice(&std::fs::read(mine.path().join("chat-speed.json")).unwrap())
+            .unwrap();
+    assert_eq!(kept[0]["prompt_threads"], 1, "{kept:#}");
+
+    let refused = measure("0");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--threads"));
+}
+
 fn llama_server() -> LlamaServer {
     use std::io::{Read, Write};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -29,6 +29,7 @@ pub mod auth;
 pub mod bench;
 pub mod cancel;
 pub mod context;
+pub mod cores;
 mod embed;
 pub mod environment;
 mod error;

@@ -76,6 +76,15 @@ fn the_system_prompt_is_evaluated_once_and_reused_with_the_same_answers() {
         .chat(&request(system, "What do ferns grow from?"), &mut |_| {})
         .unwrap();
     assert_eq!(first.usage.cached_prompt_tokens, 0);
+    // The prompt on every core (all but one while another test's embedding lane runs beside
+    // this one), generation on all but one.
+    let threads = first.threads.expect("an embedded backend says its threads");
+    assert_eq!(threads.generation, quarry_core::cores::all_but_one());
+    assert!(
+        threads.prompt == quarry_core::cores::all()
+            || threads.prompt == quarry_core::cores::all_but_one(),
+        "{threads:?}"
+    );
     let second_request = request(system, "How often is the pump serviced?");
     let second = cached.chat(&second_request, &mut |_| {}).unwrap();
     assert!(

@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "names",
         "environment",
         "cancel",
+        "cores",
         "memory",
         "serde_paths",
         "json_diff",

@@ -430,8 +430,10 @@ export type ChatSpeed = {
 	cpu: string,
 	/**  The chat model's id. */
 	model: string,
-	/**  Generation threads (the prompt is read on every core). */
+	/**  Generation threads. */
 	threads: number,
+	/**  Threads that read the prompt (records from before this field: every core). */
+	prompt_threads?: number,
 	/**  Prompt tokens evaluated per second. */
 	prompt_tokens_per_sec: number | null,
 	/**  Tokens generated per second. */

@@ -30,6 +30,17 @@ describe('a turn trace in words', () => {
     );
   });
 
+  test('a generation says how fast and on how many threads it read and wrote', () => {
+    const d = { took_ms: 3000, first_token_ms: 1000, completion_tokens: 40, finish_reason: 'stop' };
+    expect(traceSummary('llm.generate', { ...d, threads: { prompt: 2, generation: 1 } })).toBe(
+      '40 tokens, first after 1000 ms, 3000 ms in all (stop) · 20.0 tokens/s · prompt on 2 thread(s), generation on 1',
+    );
+    // A server's own threads are not known.
+    expect(traceSummary('llm.generate', { ...d, threads: null })).toBe(
+      '40 tokens, first after 1000 ms, 3000 ms in all (stop) · 20.0 tokens/s',
+    );
+  });
+
   test('the check shows the draft and every sentence it dropped or re-pointed, with the reason', () => {
     const d = {
       draft: 'Set CARGO_FLAGS. [1] It is fast. [1]',

@@ -49,7 +49,9 @@ export function traceSummary(kind: string, d: Detail): string {
       const first = Number(d.first_token_ms);
       const tokens = Number(d.completion_tokens);
       const rate = ms > first && tokens ? ` · ${(tokens / ((ms - first) / 1000)).toFixed(1)} tokens/s` : '';
-      return `${tokens} tokens, first after ${first} ms, ${ms} ms in all (${d.finish_reason})${rate}`;
+      const threads = d.threads as { prompt: number; generation: number } | null | undefined;
+      const on = threads ? ` · prompt on ${threads.prompt} thread(s), generation on ${threads.generation}` : '';
+      return `${tokens} tokens, first after ${first} ms, ${ms} ms in all (${d.finish_reason})${rate}${on}`;
     }
     case 'answer.checked':
       return `${d.sentences} sentence(s) checked: ${d.dropped} dropped, ${d.citations_moved} re-pointed`;

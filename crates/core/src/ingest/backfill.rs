@@ -104,7 +104,10 @@ pub(crate) fn backfill(
             // Chunks that kept their vector from the revision before only move the cursor.
             let missing: Vec<_> = pending.iter().filter(|p| !p.has_vector).collect();
             let texts: Vec<&str> = missing.iter().map(|p| p.text.as_str()).collect();
+            // The assistant reads its prompt on a core fewer meanwhile.
+            let busy = crate::cores::LaneBusy::begin();
             let embedded = seen.embed(&embedder, &texts)?;
+            drop(busy);
             let rows: Vec<(ChunkId, Vec<f32>)> =
                 missing.iter().map(|p| p.id).zip(embedded.vectors).collect();
             store.store_vectors(&table, collection.id, &rows, last)?;

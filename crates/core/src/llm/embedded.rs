@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::{
     BackendInfo, Cancel, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
-    StreamEvent, ToolCall, ToolSpec, Usage, CANCELLED,
+    StreamEvent, ThreadUse, ToolCall, ToolSpec, Usage, CANCELLED,
 };
 use crate::models::{ModelKind, Models};
 use crate::{Error, Result};
@@ -49,7 +49,8 @@ pub struct EmbeddedConfig {
     pub model_path: PathBuf,
     /// Its name in reports (the catalogue id, or the file name).
     pub model_id: String,
-    /// Generation threads; `None`: all cores but one.
+    /// Threads for the prompt and for generation; `None`: generation on all cores but one, the
+    /// prompt on every core while no background lane computes (see [`crate::cores`]).
     pub threads: Option<usize>,
     /// Context window in tokens (capped at what the model was trained with).
     pub context_tokens: u32,
@@ -98,11 +99,18 @@ impl EmbeddedConfig {
 /// The default thread count: every core but one (generation on all cores competes with the
 /// UI and the indexer), at least one.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .saturating_sub(1)
-        .max(1)
+    crate::cores::all_but_one()
+}
+
+/// The threads a request reads its prompt and generates on, decided when it starts: the
+/// prompt is one short burst that every core speeds up, unless a background lane is computing
+/// (then the two would halve each other); generation is long and token by token, so it leaves
+/// a core to the rest of the machine. `configured` (a mode's `threads`) sets both.
+fn thread_use(configured: Option<usize>, generation: usize) -> ThreadUse {
+    ThreadUse {
+        prompt: configured.map_or_else(crate::cores::for_burst, |t| t.max(1)),
+        generation,
+    }
 }
 
 /// The tracing target llama.cpp's own log arrives under (`llama-cpp-2` forwards it), for log
@@ -135,7 +143,6 @@ pub struct EmbeddedBackend {
     config: EmbeddedConfig,
     model: LlamaModel,
     threads: usize,
-    batch_threads: usize,
     /// One generation at a time: creating contexts from one model in parallel is unsound in
     /// llama.cpp, and two generations on two cores would only halve each other's speed.
     busy: Mutex<()>,
@@ -175,15 +182,10 @@ impl EmbeddedBackend {
         let model = LlamaModel::load_from_file(backend, &config.model_path, &Default::default())
             .map_err(|e| failed(format!("llama.cpp cannot load it: {e}")))?;
         let threads = config.threads.unwrap_or_else(default_threads).max(1);
-        let batch_threads = match config.threads {
-            Some(t) => t.max(1),
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
         Ok(EmbeddedBackend {
             config,
             model,
             threads,
-            batch_threads,
             busy: Mutex::new(()),
             system_prefix: Mutex::new(None),
         })
@@ -228,7 +230,7 @@ impl EmbeddedBackend {
         shared_models().iter().any(|b| b.config.model_path == path)
     }
 
-    /// The thread count in use.
+    /// The generation thread count.
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -497,7 +499,8 @@ impl ChatBackend for EmbeddedBackend {
         let grammar = self.grammar(request)?;
         let tokens = self.tokenize(&prompt);
         let n_ctx = self.context_size(tokens.len(), request)?;
-        let mut ctx = self.new_context(backend, n_ctx)?;
+        let threads = thread_use(self.config.threads, self.threads);
+        let mut ctx = self.new_context(backend, n_ctx, threads)?;
         let mut sampler = self.sampler(grammar.as_deref(), request.temperature)?;
         let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
         let (position, cached_prompt_tokens) = self.evaluate_with_prefix(
@@ -542,6 +545,7 @@ impl ChatBackend for EmbeddedBackend {
             first_token_ms: generated.first_token_ms,
             total_ms: started.elapsed().as_millis() as u64,
             notices: Vec::new(),
+            threads: Some(threads),
         })
     }
 }
@@ -593,16 +597,14 @@ impl EmbeddedBackend {
         &'m self,
         backend: &'m LlamaBackend,
         n_ctx: u32,
+        threads: ThreadUse,
     ) -> Result<LlamaContext<'m>> {
-        let threads = i32::try_from(self.threads).unwrap_or(1);
-        // The prompt is evaluated in one short burst that every core speeds up; generation is
-        // long and token by token, so it leaves a core to the rest of the machine.
-        let batch_threads = i32::try_from(self.batch_threads).unwrap_or(threads);
+        let count = |n: usize| i32::try_from(n).unwrap_or(1);
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_batch(BATCH_TOKENS as u32)
-            .with_n_threads(threads)
-            .with_n_threads_batch(batch_threads);
+            .with_n_threads(count(threads.generation))
+            .with_n_threads_batch(count(threads.prompt));
         self.model
             .new_context(backend, params)
             .map_err(|e| self.failed(format!("cannot create a context: {e}")))
@@ -750,6 +752,20 @@ fn split_tool_calls(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prompt_leaves_a_core_to_a_busy_lane_unless_threads_are_configured() {
+        let lane = crate::cores::LaneBusy::begin();
+        let busy = thread_use(None, default_threads());
+        assert_eq!(busy.prompt, crate::cores::all_but_one());
+        assert_eq!(busy.generation, default_threads());
+        assert_eq!(
+            thread_use(Some(2), 2).prompt,
+            2,
+            "a mode's threads are kept"
+        );
+        drop(lane);
+    }
 
     #[test]
     fn strings_get_length_limits_and_enums_do_not() {

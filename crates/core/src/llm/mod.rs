@@ -217,6 +217,18 @@ pub struct ChatResponse {
     pub total_ms: u64,
     /// Notices raised (also streamed as [`StreamEvent::Notice`]).
     pub notices: Vec<String>,
+    /// Threads that read the prompt and that generated, where the backend runs here (a
+    /// server's own are not known).
+    pub threads: Option<ThreadUse>,
+}
+
+/// How many threads a request ran on, here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ThreadUse {
+    /// Threads that read the prompt.
+    pub prompt: usize,
+    /// Threads that generated the answer, token by token.
+    pub generation: usize,
 }
 
 /// What a backend is and can do.

@@ -7,7 +7,9 @@
 //! machine too slow for anything better, that is the default.
 //!
 //! Measured by `quarry models measure` (and the Models view's "Measure"), and after a chat
-//! model is fetched; kept per CPU model and thread count in [`RECORD`].
+//! model is fetched; kept per CPU model and thread counts in [`RECORD`]. [`choose`] reads the
+//! measurement at the threads a turn uses while the background lanes are idle (the prompt on
+//! every core, generation on all but one); `quarry models measure --threads N` measures others.
 
 use std::path::Path;
 use std::time::Instant;
@@ -51,8 +53,11 @@ pub struct ChatSpeed {
     pub cpu: String,
     /// The chat model's id.
     pub model: String,
-    /// Generation threads (the prompt is read on every core).
+    /// Generation threads.
     pub threads: usize,
+    /// Threads that read the prompt (records from before this field: every core).
+    #[serde(default = "crate::cores::all")]
+    pub prompt_threads: usize,
     /// Prompt tokens evaluated per second.
     pub prompt_tokens_per_sec: f64,
     /// Tokens generated per second.
@@ -96,9 +101,11 @@ pub fn first_tokens(speed: &ChatSpeed) -> String {
 }
 
 /// Loads the installed chat model `id` on its own (not shared: measuring every model must
-/// not keep them all in memory), and times a typical prompt and a short generation.
-pub fn measure(models: &Models, id: &str) -> Result<ChatSpeed> {
-    let config = EmbeddedConfig::installed(models, id)?;
+/// not keep them all in memory), and times a typical prompt and a short generation, on
+/// `threads` for both where given, else on the threads a turn uses now.
+pub fn measure(models: &Models, id: &str, threads: Option<usize>) -> Result<ChatSpeed> {
+    let mut config = EmbeddedConfig::installed(models, id)?;
+    config.threads = threads;
     let started = Instant::now();
     let backend = EmbeddedBackend::load(config)?;
     let load_ms = started.elapsed().as_millis() as u64;
@@ -113,6 +120,7 @@ pub fn measure(models: &Models, id: &str) -> Result<ChatSpeed> {
     let repeats = SLOW_PROMPT_TOKENS / 20;
     let mut prompt = f64::MAX;
     let mut generation: f64 = 0.0;
+    let mut prompt_threads = crate::cores::all();
     for _ in 0..2 {
         let mut request = ChatRequest::new(vec![ChatMessage::user(format!(
             "{}\nWrite a short paragraph about pump maintenance.",
@@ -120,6 +128,9 @@ pub fn measure(models: &Models, id: &str) -> Result<ChatSpeed> {
         ))]);
         request.max_tokens = GENERATED as usize;
         let response = backend.chat(&request, &mut |_| {})?;
+        if let Some(used) = response.threads {
+            prompt_threads = used.prompt;
+        }
         let first_ms = response.first_token_ms.unwrap_or(response.total_ms) as f64;
         prompt = prompt.min(first_ms.max(1.0) / response.usage.prompt_tokens.max(1) as f64);
         let generating_ms = (response.total_ms as f64 - first_ms).max(1.0);
@@ -130,6 +141,7 @@ pub fn measure(models: &Models, id: &str) -> Result<ChatSpeed> {
         cpu: cpu_model(),
         model: id.to_string(),
         threads: backend.threads(),
+        prompt_threads,
         prompt_tokens_per_sec: 1000.0 / prompt,
         generation_tokens_per_sec: generation,
         load_ms,
@@ -144,15 +156,17 @@ fn read_all(dir: &Path) -> Vec<ChatSpeed> {
         .unwrap_or_default()
 }
 
-/// This machine's measurement of `model` at the default thread count, if one was kept.
+/// This machine's measurement of `model` at the default thread counts (the prompt on every
+/// core, generation on all but one), if one was kept.
 pub fn recorded(models: &Models, model: &str) -> Option<ChatSpeed> {
     let cpu = cpu_model();
-    let threads = default_threads();
-    models
-        .dirs()
-        .iter()
-        .flat_map(|d| read_all(d))
-        .find(|s| s.cpu == cpu && s.model == model && s.threads == threads)
+    let (threads, prompt_threads) = (default_threads(), crate::cores::all());
+    models.dirs().iter().flat_map(|d| read_all(d)).find(|s| {
+        s.cpu == cpu
+            && s.model == model
+            && s.threads == threads
+            && s.prompt_threads == prompt_threads
+    })
 }
 
 /// Keeps `speed` in the install folder, replacing an older one for the same CPU, model and
@@ -160,7 +174,12 @@ pub fn recorded(models: &Models, model: &str) -> Option<ChatSpeed> {
 pub fn remember(models: &Models, speed: &ChatSpeed) {
     let dir = models.install_dir();
     let mut all = read_all(dir);
-    all.retain(|s| !(s.cpu == speed.cpu && s.model == speed.model && s.threads == speed.threads));
+    all.retain(|s| {
+        !(s.cpu == speed.cpu
+            && s.model == speed.model
+            && s.threads == speed.threads
+            && s.prompt_threads == speed.prompt_threads)
+    });
     all.push(speed.clone());
     crate::models::write_record(&dir.join(RECORD), &all);
 }
@@ -250,6 +269,7 @@ mod tests {
             cpu: "test".into(),
             model: model.into(),
             threads: 1,
+            prompt_threads: 2,
             prompt_tokens_per_sec,
             generation_tokens_per_sec: 10.0,
             load_ms: 100,
@@ -324,7 +344,16 @@ mod tests {
         let mut mine = speed("small", 300.0);
         mine.cpu = cpu_model();
         mine.threads = default_threads();
+        mine.prompt_threads = crate::cores::all();
         remember(&models, &mine);
+        // Measured on other threads (`--threads 1`): kept beside it, never what `auto` reads.
+        let mut one_thread = mine.clone();
+        one_thread.prompt_threads = 1;
+        one_thread.threads = 1;
+        one_thread.prompt_tokens_per_sec = 100.0;
+        if crate::cores::all() > 1 {
+            remember(&models, &one_thread);
+        }
         let mut other_cpu = mine.clone();
         other_cpu.cpu = "another CPU".into();
         remember(&models, &other_cpu);
@@ -333,7 +362,15 @@ mod tests {
         again.prompt_tokens_per_sec = 320.0;
         remember(&models, &again);
         assert_eq!(recorded(&models, "small"), Some(again));
-        assert_eq!(read_all(dir.path()).len(), 2);
+        let kept = if crate::cores::all() > 1 { 3 } else { 2 };
+        assert_eq!(read_all(dir.path()).len(), kept);
         assert!(recorded(&models, "big").is_none());
+    }
+
+    #[test]
+    fn a_record_from_before_prompt_threads_reads_as_every_core() {
+        let old = r#"[{"cpu":"c","model":"m","threads":1,"prompt_tokens_per_sec":146.0,"generation_tokens_per_sec":22.3,"load_ms":601}]"#;
+        let speeds: Vec<ChatSpeed> = serde_json::from_str(old).unwrap();
+        assert_eq!(speeds[0].prompt_threads, crate::cores::all());
     }
 }

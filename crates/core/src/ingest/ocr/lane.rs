@@ -73,7 +73,9 @@ pub(crate) fn read_queued(
                             confidence: text.confidence,
                         });
                     };
+                    let busy = crate::cores::LaneBusy::begin();
                     let read = read_document(&mut engine, job, options, &on_page);
+                    drop(busy);
                     if tx.send(Message::Document(job, read)).is_err() {
                         break;
                     }

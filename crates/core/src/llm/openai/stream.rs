@@ -247,6 +247,7 @@ impl<'e, 'f> Collector<'e, 'f> {
             first_token_ms: self.first_token_ms,
             total_ms: self.started.elapsed().as_millis() as u64,
             notices: Vec::new(),
+            threads: None,
         }
     }
 }

@@ -189,6 +189,7 @@ impl Turn<'_> {
                 "backend": backend.info(),
                 "prompt_tokens": response.usage.prompt_tokens,
                 "cached_prompt_tokens": response.usage.cached_prompt_tokens,
+                "threads": response.threads,
                 "completion_tokens": response.usage.completion_tokens,
                 "first_token_ms": response.first_token_ms,
                 "took_ms": started.elapsed().as_millis() as u64,
