@@ -79,8 +79,19 @@ export async function startApp({ dataDir, env = {} }) {
     {
       env: { ...process.env, QUARRY_DATA_DIR: dataDir, QUARRY_LOG: 'info', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
+      // A process group of its own: stopping it stops WebKitWebDriver and the app too, even
+      // when the app outlives its session (it inherits the driver's pipes, and a live app
+      // once kept the whole test run waiting on them).
+      detached: true,
     },
   );
+  const killGroup = () => {
+    try {
+      process.kill(-driver.pid, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+  };
   const keep = (chunk) => {
     output = (output + chunk.toString()).slice(-20_000);
   };
@@ -97,7 +108,7 @@ export async function startApp({ dataDir, env = {} }) {
       capabilities: { 'tauri:options': { application } },
     });
   } catch (e) {
-    driver.kill('SIGTERM');
+    killGroup();
     throw new Error(`could not start the app through tauri-driver: ${e.message}\n${output}`);
   }
   return {
@@ -109,8 +120,11 @@ export async function startApp({ dataDir, env = {} }) {
       } catch {
         // the app may already be gone
       }
-      driver.kill('SIGTERM');
-      await new Promise((r) => (driver.exitCode !== null ? r() : driver.once('exit', r)));
+      const exited = new Promise((r) => (driver.exitCode !== null || driver.signalCode !== null ? r() : driver.once('exit', r)));
+      killGroup();
+      await exited;
+      driver.stdout.destroy();
+      driver.stderr.destroy();
     },
   };
 }
