@@ -199,6 +199,16 @@ describe('Quarry desktop', () => {
     assert.match(await trace.getText(), /lexical/);
     await (await browser.$(tid('explain-toggle'))).click();
 
+    // Deep: the plain results stay while the chat model's pass runs, then its note says
+    // what it did (judged the candidates, or found the first ranking sure).
+    await (await browser.$(tid('deep-toggle'))).click();
+    const note = await browser.$(tid('deep-note'));
+    await note.waitForDisplayed({ timeout: 60_000, timeoutMsg: 'the deep pass never answered' });
+    assert.match(await note.getText(), /^Deep: (chat model \S+ judged \d+ of \d+ candidate|the first ranking was sure)/);
+    assert.equal((await resultPaths())[0], hit);
+    await (await browser.$(tid('deep-toggle'))).click();
+    await note.waitForExist({ reverse: true, timeout: 10_000 });
+
     await chooseMode('lexical');
     await eventually(browser, 'lexical results', async () => (await resultPaths())[0] === hit);
   });

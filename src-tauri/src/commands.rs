@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use quarry_core::audit::AuditSummary;
 use quarry_core::models::{ModelKind, ModelListing, RuntimeStatus, SetupProblem};
+use quarry_core::retrieve::RerankSettings;
 use quarry_core::EmbeddingCoverage;
 use quarry_core::{
     ChunkId, ChunkInContext, Collection, DocumentId, DocumentRecord, SearchMode, SearchRequest,
@@ -222,6 +223,10 @@ pub struct SearchArgs {
     mode: SearchMode,
     collections: Vec<String>,
     limit: usize,
+    /// Deep search: the local chat model judges the best candidates when the first search
+    /// is unsure (seconds, not milliseconds: the view runs it after the plain search).
+    #[serde(default)]
+    deep: bool,
 }
 
 #[tauri::command]
@@ -231,6 +236,10 @@ pub async fn search(engine: EngineState<'_>, args: SearchArgs) -> CommandResult<
         let mut request = SearchRequest::new(args.query.trim()).with_mode(args.mode);
         request.collections = args.collections;
         request.settings.limit = args.limit.clamp(1, 200);
+        if args.deep {
+            let model = quarry_core::retrieve::deep_search_model(engine.library().models())?;
+            request.settings.rerank = Some(RerankSettings::judged_by(model));
+        }
         if request.query.is_empty() {
             return Ok(SearchResults {
                 hits: Vec::new(),
@@ -238,6 +247,7 @@ pub async fn search(engine: EngineState<'_>, args: SearchArgs) -> CommandResult<
                 mode: args.mode,
                 trace: Vec::new(),
                 readiness: Vec::new(),
+                certainty: None,
             });
         }
         Ok(engine.library().search(&request)?)

@@ -247,6 +247,8 @@ pub async fn eval_run(
             keep: None,
             per_query: true,
             baseline: false,
+            deep: None,
+            export_corpus: None,
         };
         let key = format!("eval:{id}");
         let cancel: Cancel = stops.start(&key);

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 use quarry_core::cancel::Cancel;
+use quarry_core::models::Models;
 use quarry_core::orchestrator::BackendConfig;
 use quarry_core::{
     run_chat_evaluation, run_evaluation, ChatEvalPlan, ChatEvalReport, EvalPlan, Library,
@@ -61,6 +62,18 @@ pub struct EvalArgs {
     /// Also score whole-document BM25, the baseline for page ranking
     #[arg(long)]
     baseline: bool,
+    /// Also score a deep hybrid search: the local chat model judges the best candidates when
+    /// the first search is unsure (or `always`) [model: --deep-model, else the default chat
+    /// model]
+    #[arg(long, num_args = 0..=1, default_missing_value = "unsure", value_parser = ["unsure", "always"])]
+    deep: Option<String>,
+    /// With --deep: the chat model that judges (an installed id or a GGUF path)
+    #[arg(long, requires = "deep")]
+    deep_model: Option<String>,
+    /// Write the set's documents, as Quarry extracted them, to this BEIR corpus.jsonl (for
+    /// baselines computed outside Quarry: bench/bm25_textbook.py)
+    #[arg(long)]
+    export_corpus: Option<PathBuf>,
 }
 
 pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
@@ -82,6 +95,20 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         Some(json) => serde_json::from_str(json)?,
         None => RetrievalSettings::default(),
     };
+    let deep = match &args.deep {
+        Some(when) => {
+            let model = match &args.deep_model {
+                Some(model) => model.clone(),
+                None => quarry_core::retrieve::deep_search_model(&Models::discover(data_dir))?,
+            };
+            let mut rerank = quarry_core::retrieve::RerankSettings::judged_by(model);
+            if when == "always" {
+                rerank.when = quarry_core::retrieve::RerankWhen::Always;
+            }
+            Some(rerank)
+        }
+        None => None,
+    };
     let plan = EvalPlan {
         set: beir.clone(),
         modes: args.mode.clone(),
@@ -91,6 +118,8 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         keep: args.keep.clone(),
         per_query: args.per_query,
         baseline: args.baseline,
+        deep,
+        export_corpus: args.export_corpus.clone(),
     };
     let report = run_evaluation(&plan, &|_| {}, &Cancel::new())?;
     if args.json {
@@ -108,14 +137,27 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
         report.judged_queries
     );
     println!(
-        "{:<20} {:>8} {:>11} {:>7} {:>10}",
+        "{:<28} {:>8} {:>11} {:>7} {:>10}",
         "mode", "nDCG@10", "Recall@100", "MRR@10", "queries/s"
     );
     for r in &report.rows {
         println!(
-            "{:<20} {:>8.4} {:>11.4} {:>7.4} {:>10.1}",
+            "{:<28} {:>8.4} {:>11.4} {:>7.4} {:>10.1}",
             r.name, r.ndcg_at_10, r.recall_at_100, r.mrr_at_10, r.queries_per_sec
         );
+        for g in &r.groups {
+            let name = format!("  {} ({})", g.name, g.queries);
+            println!(
+                "{name:<28} {:>8.4} {:>11.4} {:>7.4}",
+                g.ndcg_at_10, g.recall_at_100, g.mrr_at_10
+            );
+        }
+        if r.model_runs > 0 {
+            println!(
+                "  the chat model judged on {} of {} queries: {:.0} ms per query over all",
+                r.model_runs, r.queries, r.model_ms_per_query
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

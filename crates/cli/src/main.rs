@@ -301,6 +301,10 @@ struct SearchArgs {
     /// Rerank the best candidates with a cross-encoder [default model: the first installed reranker]
     #[arg(long, num_args = 0..=1, default_missing_value = "")]
     rerank: Option<String>,
+    /// Deep search: when the first search is unsure (or `always`), the local chat model
+    /// judges the best candidates [model: --rerank's, else the default chat model]
+    #[arg(long, num_args = 0..=1, default_missing_value = "unsure", value_parser = ["unsure", "always"])]
+    deep: Option<String>,
     /// Show every stage's scores and what each stage did
     #[arg(long)]
     explain: bool,
@@ -332,7 +336,17 @@ fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettin
     } else {
         settings.max_per_document
     };
-    if let Some(model) = &args.rerank {
+    if let Some(when) = &args.deep {
+        let model = match args.rerank.as_deref() {
+            Some(model) if !model.is_empty() => model.to_string(),
+            _ => quarry_core::retrieve::deep_search_model(models)?,
+        };
+        let mut rerank = RerankSettings::judged_by(model);
+        if when == "always" {
+            rerank.when = quarry_core::retrieve::RerankWhen::Always;
+        }
+        settings.rerank = Some(rerank);
+    } else if let Some(model) = &args.rerank {
         let model = if model.is_empty() {
             models
                 .installed()

@@ -139,6 +139,103 @@ fn hybrid_search_finds_the_meaning_that_lexical_search_misses() {
     assert!(v["hits"][0]["scores"]["freshness"].as_f64().unwrap() > 0.99);
 }
 
+/// The rerank stage of a search's trace.
+fn rerank_stage(v: &serde_json::Value) -> String {
+    let trace = v["trace"].as_array().unwrap();
+    let stage = trace.iter().find(|t| t["stage"] == "rerank");
+    stage.unwrap_or_else(|| panic!("no rerank stage: {v:#}"))["detail"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_deep_search_has_the_chat_model_judge_the_candidates_when_the_first_search_is_unsure() {
+    installed_models();
+    let env = TestEnv::new();
+    write_everyday_corpus(env.docs());
+    env.add_docs_source("everyday");
+    env.ok(&["index"]);
+    let small = "smollm2-135m-instruct-q4_1";
+    let query = "automobile troubleshooting";
+
+    // Always, no time budget: the real model reads every candidate and its judgement is
+    // blended by position.
+    let settings = format!(r#"{{"rerank": {{"model": "{small}", "candidates": 10}}}}"#);
+    let v = env.json(&["search", query, "--settings", &settings]);
+    let detail = rerank_stage(&v);
+    let hits = v["hits"].as_array().unwrap();
+    assert!(
+        detail.starts_with(&format!(
+            "chat model {small} judged {} of {}",
+            hits.len(),
+            hits.len()
+        )),
+        "{detail}"
+    );
+    assert!(detail.contains("certainty"), "{detail}");
+    for pair in hits.windows(2) {
+        assert!(
+            pair[0]["score"].as_f64() >= pair[1]["score"].as_f64(),
+            "{v:#}"
+        );
+    }
+    for hit in hits {
+        let judged = hit["scores"]["judged"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&judged), "{hit:#}");
+        assert_eq!(hit["score"], hit["scores"]["rerank"]);
+    }
+    let certainty = v["certainty"]["value"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&certainty), "{v:#}");
+    // `--deep always` is the same judge within its 2.5 s budget (on a busy machine it may
+    // leave the last candidates unjudged, and says so).
+    let deep = env.json(&["search", query, "--deep", "always", "--rerank", small]);
+    let detail = rerank_stage(&deep);
+    assert!(
+        detail.starts_with(&format!("chat model {small} judged")),
+        "{detail}"
+    );
+    assert!(
+        !detail.contains("unjudged") || detail.contains("left unjudged by the time budget"),
+        "{detail}"
+    );
+
+    // Unsure only: a search at least this sure is left as it was, and costs no model time.
+    let sure = env.json(&[
+        "search",
+        query,
+        "--settings",
+        &format!(r#"{{"rerank": {{"model": "{small}", "when": "unsure", "unsure_below": 0.0}}}}"#),
+    ]);
+    assert!(
+        rerank_stage(&sure).starts_with("skipped: the first search is sure"),
+        "{sure:#}"
+    );
+    assert!(sure["hits"][0]["scores"]["judged"].is_null());
+    assert_eq!(hit_names(&sure)[0], "car.md");
+
+    // A chat model that is not installed is named, with the command that installs it; the
+    // search still answers from its first ranking.
+    let missing = env.json(&[
+        "search",
+        query,
+        "--deep",
+        "always",
+        "--rerank",
+        "qwen2.5-3b-instruct-q4_k_m",
+    ]);
+    let issue = &missing["readiness"][0];
+    assert_eq!(issue["component"], "reranker", "{missing:#}");
+    assert!(
+        issue["message"]
+            .as_str()
+            .unwrap()
+            .contains("quarry models fetch qwen2.5-3b-instruct-q4_k_m"),
+        "{missing:#}"
+    );
+    assert_eq!(hit_names(&missing)[0], "car.md");
+}
+
 #[test]
 fn the_embedding_lane_resumes_and_follows_every_change() {
     installed_models();
@@ -722,9 +819,47 @@ fn long_pages_rank_at_least_as_well_as_whole_document_bm25_on_the_toolchain_book
         );
     }
     let env = TestEnv::new();
-    let rows = eval_rows(&env, &set, &["--mode", "lexical", "--baseline"]);
+    let corpus = env.data.path().join("corpus.jsonl");
+    let rows = eval_rows(
+        &env,
+        &set,
+        &[
+            "--mode",
+            "lexical",
+            "--baseline",
+            "--export-corpus",
+            corpus.to_str().unwrap(),
+        ],
+    );
     eprintln!("{}", serde_json::to_string_pretty(&rows).unwrap());
     assert_eq!(rows[0]["queries"], 72);
+    // Tuned on one half, reported on the other: the halves share no judged page.
+    let group = |name: &str| {
+        rows[1]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name)
+            .unwrap_or_else(|| panic!("no group {name}: {rows:?}"))
+            .clone()
+    };
+    assert_eq!(group("tuning")["queries"], 36);
+    assert_eq!(group("held_out")["queries"], 36);
+    assert_eq!(group("held_out/no_overlap")["queries"], 12);
+    // The text a baseline outside Quarry ranks: one line per judged page's document.
+    let exported = std::fs::read_to_string(&corpus).unwrap();
+    let ids: Vec<String> = exported
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 230, "{exported:.300}");
+    assert!(ids.iter().any(|id| id == "cargo/reference/profiles.html"));
+    assert!(ids.iter().any(|id| id == "cargo/print.html"));
     let by_fragment = eval_rows(
         &env,
         &set,

@@ -17,9 +17,10 @@ use crate::ingest::{
     backfill, index_scope, ocr::read_queued, EmbedProgress, IndexEvent, IndexOptions,
     IndexProgress, Run, ScanScope, WatchEvent, WatchOptions,
 };
+use crate::llm::embedded::{EmbeddedBackend, EmbeddedConfig};
 use crate::lock::WriterLock;
 use crate::models::{ModelKind, Models};
-use crate::retrieve::{self, SearchContext, SearchRequest, SearchResults};
+use crate::retrieve::{self, RerankScorer, SearchContext, SearchRequest, SearchResults};
 use crate::store::{
     ChunkRecord, Collection, DocumentRecord, EmbeddingCoverage, SharedSignIndex, SignIndex, Source,
     Stats, Store, VectorTable,
@@ -198,14 +199,25 @@ impl Library {
         })
     }
 
-    /// The reranker `id`, loaded once per process (shared like [`Library::embedder`]).
-    pub(crate) fn reranker(&self, id: &str) -> Result<Arc<Reranker>> {
-        load_cached(&self.rerankers, id, || {
+    /// The reranker `id`, loaded once per process (shared like [`Library::embedder`]): an
+    /// installed cross-encoder, or a chat model (an installed one's id, or a GGUF path),
+    /// shared with the assistant's.
+    pub(crate) fn reranker(&self, id: &str) -> Result<RerankScorer> {
+        let chat_model = id.ends_with(".gguf")
+            || id.contains('/')
+            || crate::models::spec(id).is_some_and(|m| m.kind == ModelKind::Llm)
+            || self.models.find_kind(id, ModelKind::Llm).is_ok();
+        if chat_model {
+            let config = EmbeddedConfig::named(&self.models, id)?;
+            return Ok(RerankScorer::ChatModel(EmbeddedBackend::shared(config)?));
+        }
+        let cross_encoder = load_cached(&self.rerankers, id, || {
             let dir = self.models.find_kind(id, ModelKind::Reranker)?.dir;
             shared_in_process(&RERANKERS, (dir, self.ort_threads), || {
                 Reranker::load(&self.models, id, self.ort_threads)
             })
-        })
+        })?;
+        Ok(RerankScorer::CrossEncoder(cross_encoder))
     }
 
     /// The in-memory sign bits of a collection's vectors: built on first use, then brought up

@@ -379,6 +379,18 @@ export type Budget = {
 	max_evidence?: number,
 };
 
+/**  The first search's certainty and what it was made of. */
+export type Certainty = {
+	/**  The mean of the signals present, 0 to 1. */
+	value: number | null,
+	/**  Lexical and vector best pages in common (`None` unless hybrid). */
+	agreement: number | null,
+	/**  The best page's lead over the second, relative to its score. */
+	margin: number | null,
+	/**  The query's content words found in the best hit. */
+	coverage: number | null,
+};
+
 /**  What the window asks. */
 export type ChatAsk = {
 	/**  The window's id for this turn (its Stop button names it). */
@@ -832,6 +844,15 @@ export type EvalScores = {
 	queries: number,
 	/**  Queries per second (search only). */
 	queries_per_sec: number | null,
+	/**
+	 *  The same scores per group of queries the set names (its split, the questions' style),
+	 *  by group name.
+	 */
+	groups?: GroupScores[],
+	/**  Queries on which a chat model judged the candidates (a deep search). */
+	model_runs: number,
+	/**  The chat model's milliseconds per query, over every query (0 on those it skipped). */
+	model_ms_per_query: number | null,
 	/**  Each judged query's scores, in the set's order (empty unless asked for). */
 	per_query?: QueryScore[],
 };
@@ -842,6 +863,20 @@ export type EvidenceLedger = {
 	entries: LedgerEntry[],
 	/**  Refused references. */
 	rejected: RejectedRef[],
+};
+
+/**  The mean scores of one group of a set's queries. */
+export type GroupScores = {
+	/**  `tuning`, `held_out`, `no_overlap`, `held_out/no_overlap`, … */
+	name: string,
+	/**  Queries in it. */
+	queries: number,
+	/**  Mean nDCG@10. */
+	ndcg_at_10: number | null,
+	/**  Mean Recall@100. */
+	recall_at_100: number | null,
+	/**  Mean MRR@10. */
+	mrr_at_10: number | null,
 };
 
 /**  One earlier message of the conversation a tester run continues, as query tools receive it. */
@@ -1287,6 +1322,8 @@ export type QueryScore = {
 	recall_at_100: number | null,
 	/**  MRR@10. */
 	mrr_at_10: number | null,
+	/**  Milliseconds a chat model spent judging its candidates, when it ran. */
+	model_ms?: number | null,
 };
 
 /**  Something that keeps a search from being all it was configured to be. */
@@ -1417,6 +1454,11 @@ export type SearchArgs = {
 	mode: SearchMode,
 	collections: string[],
 	limit: number,
+	/**
+	 *  Deep search: the local chat model judges the best candidates when the first search
+	 *  is unsure (seconds, not milliseconds: the view runs it after the plain search).
+	 */
+	deep?: boolean,
 };
 
 /**  Which candidate streams a search uses. */
@@ -1440,6 +1482,8 @@ export type SearchResults = {
 	trace: StageTrace[],
 	/**  What was missing or partial. */
 	readiness: ReadinessIssue[],
+	/**  How sure the first ranking was (before any rerank); `None` when nothing was found. */
+	certainty: Certainty | null,
 };
 
 /**  What the user chose. */
@@ -1602,8 +1646,13 @@ export type StageScores = {
 	fused: number | null,
 	/**  Freshness multiplier applied, when freshness is on. */
 	freshness: number | null,
-	/**  Cross-encoder score, when reranked. */
+	/**
+	 *  Rerank score, when reranked: the cross-encoder's, or a chat model's judgement blended
+	 *  with the fused rank.
+	 */
 	rerank: number | null,
+	/**  A chat model's judgement, P("yes") to "does this answer the query?", when it judged. */
+	judged: number | null,
 	/**
 	 *  How many of the query's rare identifiers the chunk contains exactly; hybrid search
 	 *  ranks more of them first (see `identifiers_first`).

@@ -81,6 +81,10 @@ export const search = $state({
   /** A collection name; '' searches all. */
   collection: '',
   explain: false,
+  /** Deep search: after the plain results, the local chat model judges an unsure ranking. */
+  deep: false,
+  /** The deep search is running (the plain results are shown meanwhile). */
+  deepPending: false,
   results: null as SearchResults | null,
   /** The query the shown results are for. */
   resultsQuery: '',

@@ -33,6 +33,10 @@ pub struct BeirSet {
     pub queries: Vec<(String, String)>,
     /// Query id → document id → graded relevance (> 0 only).
     pub qrels: HashMap<String, HashMap<String, u32>>,
+    /// Query id → the groups it is scored in besides the whole set: its `metadata.split`
+    /// (`tuning`, `held_out`), its `metadata.style` (`no_overlap`, …) and both
+    /// (`held_out/no_overlap`).
+    pub groups: HashMap<String, Vec<String>>,
 }
 
 /// A corpus of real files: the files under `folder` that match `include`.
@@ -116,9 +120,50 @@ pub struct EvalScores {
     pub queries: usize,
     /// Queries per second (search only).
     pub queries_per_sec: f64,
+    /// The same scores per group of queries the set names (its split, the questions' style),
+    /// by group name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupScores>,
+    /// Queries on which a chat model judged the candidates (a deep search).
+    pub model_runs: usize,
+    /// The chat model's milliseconds per query, over every query (0 on those it skipped).
+    pub model_ms_per_query: f64,
     /// Each judged query's scores, in the set's order (empty unless asked for).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub per_query: Vec<QueryScore>,
+}
+
+/// The mean scores of one group of a set's queries.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct GroupScores {
+    /// `tuning`, `held_out`, `no_overlap`, `held_out/no_overlap`, …
+    pub name: String,
+    /// Queries in it.
+    pub queries: usize,
+    /// Mean nDCG@10.
+    pub ndcg_at_10: f64,
+    /// Mean Recall@100.
+    pub recall_at_100: f64,
+    /// Mean MRR@10.
+    pub mrr_at_10: f64,
+}
+
+/// One query's ranking, and what a chat model spent on it.
+pub(crate) struct QueryRanking {
+    /// Documents' files, best first.
+    pub paths: Vec<PathBuf>,
+    /// Milliseconds a chat model spent judging, when it ran.
+    pub model_ms: Option<f64>,
+}
+
+impl From<Vec<PathBuf>> for QueryRanking {
+    fn from(paths: Vec<PathBuf>) -> Self {
+        QueryRanking {
+            paths,
+            model_ms: None,
+        }
+    }
 }
 
 /// One query's scores.
@@ -135,6 +180,9 @@ pub struct QueryScore {
     pub recall_at_100: f64,
     /// MRR@10.
     pub mrr_at_10: f64,
+    /// Milliseconds a chat model spent judging its candidates, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_ms: Option<f64>,
 }
 
 /// How a scoring run reports and stops: `on_query(done, total)` after each query; a pressed
@@ -239,9 +287,11 @@ impl BeirSet {
         }
         let queries_path = dir.join("queries.jsonl");
         let mut queries = Vec::new();
+        let mut groups = HashMap::new();
         read_jsonl(&queries_path, |v| {
             let id = field(&v, "_id", &queries_path)?;
             if qrels.contains_key(&id) {
+                groups.insert(id.clone(), query_groups(&v));
                 queries.push((id, field(&v, "text", &queries_path)?));
             }
             Ok(())
@@ -254,6 +304,7 @@ impl BeirSet {
             corpus_folder,
             queries,
             qrels,
+            groups,
         })
     }
 
@@ -284,6 +335,23 @@ impl BeirSet {
         }
         Ok(())
     }
+}
+
+/// The groups a query's metadata puts it in: its split, its style, and the two together.
+fn query_groups(query: &serde_json::Value) -> Vec<String> {
+    let label = |key: &str| {
+        query
+            .pointer(&format!("/metadata/{key}"))
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let (split, style) = (label("split"), label("style"));
+    let both = split
+        .as_ref()
+        .zip(style.as_ref())
+        .map(|(a, b)| format!("{a}/{b}"));
+    [split, style, both].into_iter().flatten().collect()
 }
 
 /// Document ids become file names: anything but letters, digits, `-`, `_` and `.` is escaped.
@@ -354,7 +422,7 @@ pub(crate) fn evaluate_ranked(
     set: &BeirSet,
     name: &str,
     control: ScoringControl<'_>,
-    mut rank: impl FnMut(&str) -> Result<Vec<PathBuf>>,
+    mut rank: impl FnMut(&str) -> Result<QueryRanking>,
 ) -> Result<EvalScores> {
     let mut per_query = Vec::with_capacity(set.queries.len());
     let started = Instant::now();
@@ -363,7 +431,9 @@ pub(crate) fn evaluate_ranked(
             return Err(Error::Cancelled);
         }
         let mut seen = std::collections::HashSet::new();
-        let ranking: Vec<String> = rank(text)?
+        let ranked = rank(text)?;
+        let ranking: Vec<String> = ranked
+            .paths
             .iter()
             .filter_map(|p| set.document_id(p))
             .filter(|id| seen.insert(id.clone()))
@@ -375,21 +445,56 @@ pub(crate) fn evaluate_ranked(
             ndcg_at_10: n,
             recall_at_100: r,
             mrr_at_10: m,
+            model_ms: ranked.model_ms,
         });
         (control.on_query)(done + 1, set.queries.len());
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
-    let count = set.queries.len() as f64;
-    let mean = |metric: fn(&QueryScore) -> f64| per_query.iter().map(metric).sum::<f64>() / count;
+    let all = group_scores(name, per_query.iter());
+    let model_ms: Vec<f64> = per_query.iter().filter_map(|q| q.model_ms).collect();
     Ok(EvalScores {
         name: name.to_string(),
+        ndcg_at_10: all.ndcg_at_10,
+        recall_at_100: all.recall_at_100,
+        mrr_at_10: all.mrr_at_10,
+        queries: set.queries.len(),
+        queries_per_sec: set.queries.len() as f64 / secs,
+        groups: groups(set, &per_query),
+        model_runs: model_ms.len(),
+        model_ms_per_query: model_ms.iter().sum::<f64>() / set.queries.len().max(1) as f64,
+        per_query,
+    })
+}
+
+/// The mean scores of `queries`.
+fn group_scores<'q>(name: &str, queries: impl Iterator<Item = &'q QueryScore>) -> GroupScores {
+    let queries: Vec<&QueryScore> = queries.collect();
+    let count = queries.len().max(1) as f64;
+    let mean =
+        |metric: fn(&QueryScore) -> f64| queries.iter().map(|q| metric(q)).sum::<f64>() / count;
+    GroupScores {
+        name: name.to_string(),
+        queries: queries.len(),
         ndcg_at_10: mean(|q| q.ndcg_at_10),
         recall_at_100: mean(|q| q.recall_at_100),
         mrr_at_10: mean(|q| q.mrr_at_10),
-        queries: set.queries.len(),
-        queries_per_sec: count / secs,
-        per_query,
-    })
+    }
+}
+
+/// Scores per group the set's queries name, by name.
+fn groups(set: &BeirSet, per_query: &[QueryScore]) -> Vec<GroupScores> {
+    let mut names: Vec<&String> = set.groups.values().flatten().collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let members = per_query
+                .iter()
+                .filter(|q| set.groups.get(&q.id).is_some_and(|g| g.contains(name)));
+            group_scores(name, members)
+        })
+        .collect()
 }
 
 /// Scores retrieval settings on `set`, already indexed into the library `retrieval` searches.
@@ -410,13 +515,21 @@ pub fn evaluate(
     evaluate_ranked(set, name, control, |text| {
         let mut request = SearchRequest::new(text);
         request.settings = settings.clone();
-        Ok(retrieval
-            .search(&request)?
-            .hits
-            .into_iter()
-            .map(|h| h.path)
-            .collect())
+        let results = retrieval.search(&request)?;
+        Ok(QueryRanking {
+            model_ms: model_ms(&results.trace),
+            paths: results.hits.into_iter().map(|h| h.path).collect(),
+        })
     })
+}
+
+/// The time a chat model spent judging in a search, when it did (a rerank stage by a chat
+/// model that was not skipped).
+fn model_ms(trace: &[crate::retrieve::StageTrace]) -> Option<f64> {
+    trace
+        .iter()
+        .find(|t| t.stage == "rerank" && t.detail.starts_with("chat model"))
+        .map(|t| t.took_us as f64 / 1000.0)
 }
 
 /// Scores a whole pipeline (query tools, retrieval, chunk tools) on `set`, already indexed into
@@ -438,7 +551,8 @@ pub fn evaluate_pipeline(
         control,
         |text| {
             let run = run_resolved(engine, &pipeline, text, &admin, &Default::default())?;
-            Ok(run.evidence.entries.into_iter().map(|e| e.path).collect())
+            let paths: Vec<PathBuf> = run.evidence.entries.into_iter().map(|e| e.path).collect();
+            Ok(paths.into())
         },
     )
 }
@@ -488,6 +602,7 @@ mod tests {
             corpus_folder: None,
             queries: vec![("q1".into(), "turbine".into())],
             qrels: HashMap::from([("q1".to_string(), HashMap::from([("secret".to_string(), 1)]))]),
+            groups: HashMap::new(),
         }
     }
 
@@ -541,6 +656,57 @@ mod tests {
             (scores.ndcg_at_10, scores.recall_at_100, scores.mrr_at_10),
             (1.0, 1.0, 1.0)
         );
+    }
+
+    #[test]
+    fn queries_are_scored_per_split_and_style_as_well_as_together() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("qrels")).unwrap();
+        std::fs::write(
+            dir.path().join("corpus.jsonl"),
+            "{\"_id\":\"a\",\"text\":\"x\"}\n{\"_id\":\"b\",\"text\":\"y\"}\n",
+        )
+        .unwrap();
+        let query = |id: &str, split: &str, style: &str| {
+            serde_json::json!({"_id": id, "text": id, "metadata": {"split": split, "style": style}})
+                .to_string()
+        };
+        let queries = [
+            query("q1", "tuning", "paraphrase"),
+            query("q2", "held_out", "paraphrase"),
+            query("q3", "held_out", "no_overlap"),
+        ];
+        std::fs::write(dir.path().join("queries.jsonl"), queries.join("\n")).unwrap();
+        std::fs::write(
+            dir.path().join("qrels/test.tsv"),
+            "query-id\tcorpus-id\tscore\nq1\ta\t1\nq2\ta\t1\nq3\ta\t1\n",
+        )
+        .unwrap();
+        let set = BeirSet::load(dir.path()).unwrap();
+        // q3 finds its page second, the others first.
+        let scores = evaluate_ranked(&set, "fixed", quiet(&Cancel::new()), |text| {
+            let order = if text == "q3" { ["b", "a"] } else { ["a", "b"] };
+            Ok(QueryRanking {
+                paths: order
+                    .iter()
+                    .map(|d| PathBuf::from(format!("/c/{d}.md")))
+                    .collect(),
+                model_ms: (text == "q1").then_some(40.0),
+            })
+        })
+        .unwrap();
+        let group = |name: &str| scores.groups.iter().find(|g| g.name == name).unwrap();
+        assert_eq!(group("tuning").mrr_at_10, 1.0);
+        assert_eq!(
+            (group("held_out").queries, group("held_out").mrr_at_10),
+            (2, 0.75)
+        );
+        assert_eq!(group("held_out/no_overlap").mrr_at_10, 0.5);
+        assert_eq!(group("paraphrase").queries, 2);
+        assert_eq!(scores.groups.len(), 7);
+        assert!((scores.mrr_at_10 - 2.5 / 3.0).abs() < 1e-12);
+        assert_eq!(scores.model_runs, 1);
+        assert!((scores.model_ms_per_query - 40.0 / 3.0).abs() < 1e-9);
     }
 
     /// A set over a folder of real files, judging `guide/install.md`.

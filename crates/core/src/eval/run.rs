@@ -13,7 +13,7 @@ use super::beir::{self, BeirSet, EvalScores, ScoringControl};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::pipeline::ResolvedPipeline;
-use crate::retrieve::{Fusion, RetrievalSettings, SearchMode};
+use crate::retrieve::{Fusion, RerankSettings, RerankWhen, RetrievalSettings, SearchMode};
 use crate::{IndexOptions, Library};
 
 impl Library {
@@ -41,13 +41,8 @@ impl Library {
         beir::evaluate_pipeline(&self.engine_context(&key), set, pipeline, control)
     }
 
-    /// Scores whole-document BM25 over this library's documents (each one's title and chunks
-    /// as one text): the baseline page ranking is measured against.
-    pub fn evaluate_document_bm25(
-        &self,
-        set: &BeirSet,
-        control: ScoringControl<'_>,
-    ) -> Result<EvalScores> {
+    /// Each document's path and text as search sees it: its title and chunks, in order.
+    fn document_texts(&self) -> Result<Vec<(String, String)>> {
         let mut documents: Vec<(String, String)> = Vec::new();
         let mut index_of: std::collections::HashMap<crate::DocumentId, usize> = Default::default();
         for chunk in self.store().chunks_by_id(&self.store().all_chunk_ids()?)? {
@@ -59,13 +54,43 @@ impl Library {
             documents[i].1.push('\n');
             documents[i].1.push_str(&chunk.text);
         }
-        let index = crate::fulltext::DocumentBm25::build(documents)?;
+        Ok(documents)
+    }
+
+    /// Writes the set's documents as this library extracted them to `out`, as a BEIR
+    /// `corpus.jsonl` (`_id` the set's document id, `text`), so a baseline computed outside
+    /// Quarry ranks the same text.
+    pub fn export_corpus(&self, set: &BeirSet, out: &Path) -> Result<usize> {
+        let mut lines = String::new();
+        let mut count = 0;
+        for (path, text) in self.document_texts()? {
+            let Some(id) = set.document_id(Path::new(&path)) else {
+                continue;
+            };
+            let line = serde_json::json!({"_id": id, "title": "", "text": text});
+            lines.push_str(&line.to_string());
+            lines.push('\n');
+            count += 1;
+        }
+        std::fs::write(out, lines).map_err(|e| Error::io(out, e))?;
+        Ok(count)
+    }
+
+    /// Scores whole-document BM25 over this library's documents (each one's title and chunks
+    /// as one text): the baseline page ranking is measured against.
+    pub fn evaluate_document_bm25(
+        &self,
+        set: &BeirSet,
+        control: ScoringControl<'_>,
+    ) -> Result<EvalScores> {
+        let index = crate::fulltext::DocumentBm25::build(self.document_texts()?)?;
         beir::evaluate_ranked(set, "document bm25", control, |text| {
-            Ok(index
+            let paths: Vec<PathBuf> = index
                 .search(text, 100)?
                 .into_iter()
                 .map(PathBuf::from)
-                .collect())
+                .collect();
+            Ok(paths.into())
         })
     }
 }
@@ -90,6 +115,12 @@ pub struct EvalPlan {
     pub per_query: bool,
     /// Score whole-document BM25 too, as the baseline for page ranking.
     pub baseline: bool,
+    /// Score a deep hybrid search too: this rerank by a chat model (see
+    /// [`RerankSettings::judged_by`]).
+    pub deep: Option<RerankSettings>,
+    /// Write the documents as indexed to this BEIR `corpus.jsonl`, for baselines outside
+    /// Quarry.
+    pub export_corpus: Option<PathBuf>,
 }
 
 /// Where an evaluation is.
@@ -151,6 +182,9 @@ pub fn run_evaluation(
     let temp = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let work = plan.keep.as_deref().unwrap_or(temp.path());
     let (library, mut report) = index_set(&set, plan, work, on_progress, cancel)?;
+    if let Some(out) = &plan.export_corpus {
+        library.export_corpus(&set, out)?;
+    }
     for row in plan_rows(plan) {
         let name = row.name();
         let on_query = |done, total| {
@@ -216,6 +250,16 @@ fn plan_rows(plan: &EvalPlan) -> Vec<Row<'_>> {
         settings.fusion = Fusion::Weighted { lexical_weight: *w };
         rows.push(Row::Settings(format!("hybrid w={w}"), settings));
     }
+    if let Some(rerank) = &plan.deep {
+        let mut settings = plan.settings.clone();
+        settings.mode = SearchMode::Hybrid;
+        settings.rerank = Some(rerank.clone());
+        let name = match rerank.when {
+            RerankWhen::Always => "hybrid deep (always)",
+            RerankWhen::Unsure => "hybrid deep",
+        };
+        rows.push(Row::Settings(name.into(), settings));
+    }
     rows.extend(plan.pipelines.iter().map(Row::Pipeline));
     rows
 }
@@ -251,7 +295,8 @@ fn index_set(
     let started = Instant::now();
     let needs_vectors = plan.modes.iter().any(|m| m != "lexical")
         || !plan.sweep_lexical_weight.is_empty()
-        || !plan.pipelines.is_empty();
+        || !plan.pipelines.is_empty()
+        || plan.deep.is_some();
     let embedded = if needs_vectors {
         let on_embed = |p: &crate::EmbedProgress| {
             on_progress(EvalProgress::Embedding {

@@ -23,6 +23,10 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
+mod judge;
+
+pub use judge::Judgement;
+
 use super::{
     BackendInfo, Cancel, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
     StreamEvent, ThreadUse, ToolCall, ToolSpec, Usage, CANCELLED,
@@ -228,6 +232,11 @@ impl EmbeddedBackend {
     /// Whether [`EmbeddedBackend::shared`] has the model at `path` loaded already.
     pub fn is_shared(path: &Path) -> bool {
         shared_models().iter().any(|b| b.config.model_path == path)
+    }
+
+    /// The model's name in reports.
+    pub fn model_id(&self) -> &str {
+        &self.config.model_id
     }
 
     /// The generation thread count.

@@ -37,6 +37,7 @@ impl Retrieval for StubRetrieval {
             mode: request.settings.mode,
             trace: Vec::new(),
             readiness: Vec::new(),
+            certainty: None,
         })
     }
 

@@ -12,6 +12,7 @@
 //! SQLite has the last word: a candidate whose chunk is gone (deleted since tantivy's last
 //! commit) is dropped, so a removed source vanishes from results at once.
 
+mod certainty;
 mod exact;
 mod fusion;
 mod lexical;
@@ -29,17 +30,20 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::embed::{Embedder, Reranker};
+use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::fulltext::{FullText, FulltextResults, Snippet};
 use crate::ids::{ChunkId, CollectionId, DocumentId};
 use crate::store::{ChunkLocation, ChunkRecord, Collection, SharedSignIndex, Store, VectorTable};
+pub use certainty::Certainty;
 use fusion::{Pool, VariantStreams};
 use pages::VariantFound;
 use plan::Searched;
 use rank::Ranked;
+pub use rerank::deep_search_model;
+pub(crate) use rerank::RerankScorer;
 pub use settings::{
-    Freshness, Fusion, PageEvidence, RerankSettings, RetrievalSettings, SearchMode,
+    Freshness, Fusion, PageEvidence, RerankSettings, RerankWhen, RetrievalSettings, SearchMode,
 };
 pub(crate) use vector::{query_collection, VectorContext};
 
@@ -121,8 +125,11 @@ pub struct StageScores {
     pub fused: f32,
     /// Freshness multiplier applied, when freshness is on.
     pub freshness: Option<f32>,
-    /// Cross-encoder score, when reranked.
+    /// Rerank score, when reranked: the cross-encoder's, or a chat model's judgement blended
+    /// with the fused rank.
     pub rerank: Option<f32>,
+    /// A chat model's judgement, P("yes") to "does this answer the query?", when it judged.
+    pub judged: Option<f32>,
     /// How many of the query's rare identifiers the chunk contains exactly; hybrid search
     /// ranks more of them first (see `identifiers_first`).
     pub identifier_matches: Option<u32>,
@@ -204,6 +211,8 @@ pub struct SearchResults {
     pub trace: Vec<StageTrace>,
     /// What was missing or partial.
     pub readiness: Vec<ReadinessIssue>,
+    /// How sure the first ranking was (before any rerank); `None` when nothing was found.
+    pub certainty: Option<Certainty>,
 }
 
 /// What a search needs from the library: its stores and its model caches.
@@ -211,7 +220,7 @@ pub(crate) struct SearchContext<'a> {
     pub store: &'a Store,
     pub fulltext: &'a FullText,
     pub embedder: &'a dyn Fn(&str) -> Result<Arc<Embedder>>,
-    pub reranker: &'a dyn Fn(&str) -> Result<Arc<Reranker>>,
+    pub reranker: &'a dyn Fn(&str) -> Result<RerankScorer>,
     /// The in-memory sign bits of a collection's vectors, built or refreshed.
     pub sign_index: &'a dyn Fn(&VectorTable, CollectionId) -> Result<Option<SharedSignIndex>>,
 }
@@ -243,6 +252,7 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
         mode: settings.mode,
         trace: Vec::new(),
         readiness: Vec::new(),
+        certainty: None,
     };
     let Some(searched) = Searched::resolve(request, &all)? else {
         results.took_us = elapsed_us(started);
@@ -283,11 +293,14 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     }
     let mut ranked = rank::ranked(candidates);
     trace.push(rank::fold(&mut ranked, &chunks, settings.max_per_document));
+    let certainty = certainty::measure(&request.query, found.first(), &ranked, &chunks);
     if let Some(rerank) = &settings.rerank {
-        let (step, issue) = rerank::stage(ctx, &mut ranked, &chunks, &request.query, rerank)?;
+        let query = &request.query;
+        let (step, issue) = rerank::stage(ctx, &mut ranked, &chunks, query, rerank, &certainty)?;
         trace.push(step);
         readiness.extend(issue);
     }
+    results.certainty = (!ranked.is_empty()).then_some(certainty);
     ranked.truncate(settings.limit);
     results.hits = hits(
         ranked,

@@ -87,16 +87,55 @@ pub struct Freshness {
     pub weight: f64,
 }
 
-/// Cross-encoder reranking of the best fused candidates.
+/// Reranking of the best fused candidates: by an ONNX cross-encoder, or by a GGUF chat model
+/// judging each candidate (the probability it answers "yes" to "does this answer the
+/// query?"), blended half and half with the fused score.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RerankSettings {
-    /// Installed reranker id.
+    /// An installed reranker's id, or an installed chat model's id (or a GGUF file's path).
     pub model: String,
-    /// How many of the best fused candidates are reranked (the rest are dropped).
+    /// How many of the best fused candidates are reranked (a cross-encoder drops the rest;
+    /// after a chat model's judgements they follow in their fused order).
     pub candidates: usize,
     /// Candidates scoring below this are dropped.
     pub min_score: Option<f32>,
+    /// When it runs: `always`, or only when the first search is `unsure` (see
+    /// `unsure_below`).
+    pub when: RerankWhen,
+    /// With `when: unsure`: the first search's certainty (0 to 1) below which it runs.
+    pub unsure_below: f32,
+    /// A chat model: stop judging new candidates after this many milliseconds (`None`: no
+    /// limit); the ones left unjudged keep only their fused rank's share.
+    pub time_budget_ms: Option<u64>,
+    /// A chat model: tokens of each candidate it reads (title and headings included).
+    pub passage_tokens: usize,
+}
+
+/// When a rerank runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RerankWhen {
+    /// On every search.
+    #[default]
+    Always,
+    /// Only when the first search is unsure of its ranking.
+    Unsure,
+}
+
+impl RerankSettings {
+    /// A deep search's rerank: the chat model `model` judges the best 10 pages, only when the
+    /// first search is unsure, within 2.5 s. Measured on the long-page set's tuning half (see
+    /// docs/architecture.md).
+    pub fn judged_by(model: impl Into<String>) -> RerankSettings {
+        RerankSettings {
+            model: model.into(),
+            candidates: 10,
+            when: RerankWhen::Unsure,
+            time_budget_ms: Some(2500),
+            ..RerankSettings::default()
+        }
+    }
 }
 
 impl Default for RerankSettings {
@@ -105,6 +144,10 @@ impl Default for RerankSettings {
             model: "bge-reranker-base".into(),
             candidates: 30,
             min_score: None,
+            when: RerankWhen::Always,
+            unsure_below: 0.4,
+            time_budget_ms: None,
+            passage_tokens: 128,
         }
     }
 }
@@ -270,6 +313,15 @@ impl RetrievalSettings {
             if !(1..=1000).contains(&r.candidates) {
                 return Err(invalid("rerank.candidates", "must be between 1 and 1000"));
             }
+            if !(0.0..=1.0).contains(&r.unsure_below) {
+                return Err(invalid("rerank.unsure_below", "must be between 0 and 1"));
+            }
+            if !(16..=1024).contains(&r.passage_tokens) {
+                return Err(invalid(
+                    "rerank.passage_tokens",
+                    "must be between 16 and 1024",
+                ));
+            }
         }
         Ok(())
     }
@@ -358,6 +410,26 @@ mod tests {
                 RetrievalSettings {
                     rerank: Some(RerankSettings {
                         candidates: 0,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ),
+            (
+                "rerank.unsure_below",
+                RetrievalSettings {
+                    rerank: Some(RerankSettings {
+                        unsure_below: 1.5,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ),
+            (
+                "rerank.passage_tokens",
+                RetrievalSettings {
+                    rerank: Some(RerankSettings {
+                        passage_tokens: 4,
                         ..Default::default()
                     }),
                     ..Default::default()
