@@ -237,7 +237,10 @@ pub async fn search(engine: EngineState<'_>, args: SearchArgs) -> CommandResult<
         request.collections = args.collections;
         request.settings.limit = args.limit.clamp(1, 200);
         if args.deep {
-            let model = quarry_core::retrieve::deep_search_model(engine.library().models())?;
+            // No chat model installed: the default is named anyway, so the rerank stage says
+            // it is missing (with the command that installs it) beside the plain results.
+            let model = quarry_core::retrieve::deep_search_model(engine.library().models())
+                .unwrap_or_else(|_| quarry_core::models::default_llm_model().to_string());
             request.settings.rerank = Some(RerankSettings::judged_by(model));
         }
         if request.query.is_empty() {
