@@ -101,11 +101,7 @@ pub fn run(args: &EvalArgs, data_dir: &std::path::Path) -> Result<ExitCode> {
                 Some(model) => model.clone(),
                 None => quarry_core::retrieve::deep_search_model(&Models::discover(data_dir))?,
             };
-            let mut rerank = quarry_core::retrieve::RerankSettings::judged_by(model);
-            if when == "always" {
-                rerank.when = quarry_core::retrieve::RerankWhen::Always;
-            }
-            Some(rerank)
+            Some(crate::deep_rerank(when, model))
         }
         None => None,
     };

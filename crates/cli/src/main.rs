@@ -321,6 +321,15 @@ struct SearchArgs {
     json: bool,
 }
 
+/// A deep search's rerank (`--deep unsure|always`) by the chat model `model`.
+pub(crate) fn deep_rerank(when: &str, model: String) -> RerankSettings {
+    let mut rerank = RerankSettings::judged_by(model);
+    if when == "always" {
+        rerank.when = quarry_core::retrieve::RerankWhen::Always;
+    }
+    rerank
+}
+
 /// Builds retrieval settings from `--settings` JSON and the flags.
 fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettings> {
     let mut settings: RetrievalSettings = match &args.settings {
@@ -341,11 +350,7 @@ fn search_settings(args: &SearchArgs, models: &Models) -> Result<RetrievalSettin
             Some(model) if !model.is_empty() => model.to_string(),
             _ => quarry_core::retrieve::deep_search_model(models)?,
         };
-        let mut rerank = RerankSettings::judged_by(model);
-        if when == "always" {
-            rerank.when = quarry_core::retrieve::RerankWhen::Always;
-        }
-        settings.rerank = Some(rerank);
+        settings.rerank = Some(deep_rerank(when, model));
     } else if let Some(model) = &args.rerank {
         let model = if model.is_empty() {
             models

@@ -203,8 +203,7 @@ impl Library {
     /// installed cross-encoder, or a chat model (an installed one's id, or a GGUF path),
     /// shared with the assistant's.
     pub(crate) fn reranker(&self, id: &str) -> Result<RerankScorer> {
-        let chat_model = id.ends_with(".gguf")
-            || id.contains('/')
+        let chat_model = EmbeddedConfig::names_a_file(id)
             || crate::models::spec(id).is_some_and(|m| m.kind == ModelKind::Llm)
             || self.models.find_kind(id, ModelKind::Llm).is_ok();
         if chat_model {

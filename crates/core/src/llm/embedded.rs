@@ -78,13 +78,18 @@ impl EmbeddedConfig {
     /// holding a `/`), [`super::speed::AUTO`] (the most accurate model this machine affords),
     /// else an installed chat model's id.
     pub fn named(models: &Models, model: &str) -> Result<EmbeddedConfig> {
-        if model.ends_with(".gguf") || model.contains('/') {
+        if EmbeddedConfig::names_a_file(model) {
             Ok(EmbeddedConfig::for_file(Path::new(model)))
         } else if model == super::speed::AUTO {
             EmbeddedConfig::installed(models, &super::speed::choose(models).model)
         } else {
             EmbeddedConfig::installed(models, model)
         }
+    }
+
+    /// Whether a user's model name is a GGUF path rather than an id.
+    pub fn names_a_file(model: &str) -> bool {
+        model.ends_with(".gguf") || model.contains('/')
     }
 
     /// A config for an installed chat model (checked against its install record first).
