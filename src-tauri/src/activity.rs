@@ -461,6 +461,8 @@ mod tests {
                 tokens_this_run: 500,
                 model_tokens_this_run: 500,
                 tokens_per_sec: 1000.0,
+                shared: 0,
+                lexical_only: 0,
                 eta_ms: Some(0),
                 done: true,
             }),

@@ -69,6 +69,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         queries: usize,
     },
+    /// A whole folder tree as a new user indexes it: full text (files, chunks, time, peak
+    /// RSS), then vectors to the end or for `--minutes` (the rest projected at the measured
+    /// rate), with what needed the model, what shared a near-duplicate's vector and what stayed
+    /// full text only, the embedding phase's peak RSS, and the library's size on disk
+    Scale {
+        path: PathBuf,
+        /// Stop embedding after this many minutes and project the rest [default: to the end]
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// Keep the library here instead of a temporary directory
+        #[arg(long)]
+        keep: Option<PathBuf>,
+    },
     /// Embedding throughput: the model alone under every run shape the calibration tries
     /// (tokens/s), then the indexer's embedding lane (which adds reading chunks and writing
     /// vectors) on the same chunks with the shape chosen
@@ -183,6 +196,11 @@ pub fn run(command: BenchCommand, data_dir: Option<PathBuf>) -> Result<ExitCode>
             threads,
         } => return chat_bench(&path, model.as_deref(), runs.max(1), threads),
         BenchCommand::Embed { path, chunks } => return embed_bench(&path, chunks),
+        BenchCommand::Scale {
+            path,
+            minutes,
+            keep,
+        } => return crate::bench_scale::scale_bench(&path, minutes, keep.as_deref()),
         BenchCommand::Hostile { dir } => {
             return crate::bench_hostile::hostile_bench(&dir, data_dir.as_deref())
         }

@@ -7,6 +7,7 @@ mod bench_cold;
 mod bench_hostile;
 mod bench_mcp;
 mod bench_ocr;
+mod bench_scale;
 mod chat_cmd;
 mod demo;
 mod eval;

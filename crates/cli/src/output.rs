@@ -239,6 +239,14 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
                 _ => String::new(),
             }
         );
+        if e.shared + e.lexical_only > 0 {
+            println!(
+                "             {} read by the model, {} share a near-duplicate's vector, {} full text only (no prose)",
+                e.embedded - e.shared - e.lexical_only,
+                e.shared,
+                e.lexical_only
+            );
+        }
     }
     for source in &report.sources {
         if let Some(err) = &source.last_error {
@@ -476,10 +484,13 @@ impl ProgressReporter {
         bar.set_length(p.total.max(0) as u64);
         bar.set_position(p.embedded.max(0) as u64);
         bar.set_message(format!(
-            "embedded in {} with {}, {:.1}/s",
+            "embedded in {} with {}, {:.1}/s, {:.0} tokens/s, {} shared, {} full text only",
             printable(&p.collection),
             printable(&p.model),
-            p.chunks_per_sec
+            p.chunks_per_sec,
+            p.tokens_per_sec,
+            p.shared,
+            p.lexical_only
         ));
     }
 

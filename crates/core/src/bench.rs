@@ -160,6 +160,12 @@ fn top_k_brute(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
     scored.into_iter().map(|x| x.1).collect()
 }
 
+/// Starts a new peak of the process's resident memory, so a benchmark's next phase reads its
+/// own (Linux; a no-op elsewhere).
+pub fn reset_peak_resident() {
+    crate::memory::reset_peak_resident();
+}
+
 /// Embedding throughput on the first `chunks` chunks of the library's first collection: the
 /// model alone under every run shape the calibration tries (the calibration itself, kept for
 /// this CPU as the lane's first run would keep it), then the embedding lane (which adds
@@ -188,9 +194,11 @@ pub fn embedding_throughput(
     ));
     for rate in &calibration.rates {
         line(format!(
-            "  {:<52} {:>6.0} tokens/s{}",
+            "  {:<52} {:>6.0} tokens/s  peak RSS {:>5} MiB{}",
             rate.shape.to_string(),
             rate.tokens_per_sec,
+            rate.peak_rss_mib
+                .map_or_else(|| "?".to_string(), |m| m.to_string()),
             if rate.shape == calibration.shape {
                 "  <- chosen"
             } else {
@@ -246,7 +254,7 @@ pub fn synthetic_vectors(library: &Library) -> Result<usize> {
             .collect();
         // Real rows, so this also moves the embedding cursor like the lane does.
         let last = *group.last().expect("chunks() gives non-empty groups");
-        store.store_vectors(&table, collection.id, &rows, last)?;
+        store.store_vectors(&table, collection.id, &rows, &[], last)?;
     }
     Ok(ids.len())
 }

@@ -68,6 +68,11 @@ pub fn embed_model_batch() -> Option<usize> {
     positive_count("QUARRY_EMBED_MODEL_BATCH")
 }
 
+/// `QUARRY_EMBED_MEMORY_MIB`: the resident memory the embedding calibration keeps within.
+pub fn embed_memory_mib() -> Option<u64> {
+    positive_count("QUARRY_EMBED_MEMORY_MIB").map(|n| n as u64)
+}
+
 /// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.
 pub fn hf_endpoint() -> Option<String> {
     ["QUARRY_HF_ENDPOINT", "HF_ENDPOINT"]

@@ -902,7 +902,7 @@ mod tests {
                 .collect();
             if let Some(last) = rows.last().map(|r| r.0) {
                 store
-                    .store_vectors(&table, collection.id, &rows, last)
+                    .store_vectors(&table, collection.id, &rows, &[], last)
                     .unwrap();
             }
             rows.len()

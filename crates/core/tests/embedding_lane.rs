@@ -69,11 +69,18 @@ fn identical_texts_share_one_embedding_and_every_chunk_gets_a_vector() {
 #[test]
 fn an_edited_file_keeps_the_vectors_of_its_unchanged_chunks() {
     let mut f = Fixture::new();
-    let sections: Vec<String> = (0..12)
-        .map(|i| {
+    // Parts that differ in words, not only in numbers: those would share one vector.
+    let parts = [
+        "seal", "gasket", "valve", "shaft", "bearing", "housing", "flange", "coupling", "motor",
+        "filter", "hose", "clamp",
+    ];
+    let sections: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
             format!(
                 "## Part {i}\n\nPart {i} explains maintenance step {i} of the water pump: \
-                 check seal {i}, then torque bolt {i} to {} newton metres.\n",
+                 check the {part}, then torque bolt {i} to {} newton metres.\n",
                 20 + i
             )
         })
@@ -133,4 +140,80 @@ fn an_edited_file_keeps_the_vectors_of_its_unchanged_chunks() {
     f.reindex();
     let retitled = lane(&mut f);
     assert!(retitled.model_tokens_this_run >= first.model_tokens_this_run / 2);
+}
+
+#[test]
+fn near_duplicates_share_a_vector_and_chunks_without_prose_stay_full_text_only() {
+    let mut f = Fixture::new();
+    // A generated reference: the same sentence for every type, other names; each type's
+    // implementations, signatures without prose; and a note of its own.
+    let mut files: Vec<(String, String)> = Vec::new();
+    for i in 0..12 {
+        files.push((
+            format!("reference/widget{i}.md"),
+            format!("# Widget{i}\n\nCreates a new Widget{i} with the default capacity and returns it to the caller.\n"),
+        ));
+        files.push((
+            format!("impls/widget{i}.txt"),
+            format!("impl<T: Clone> Clone for Widget{i}<T>\nimpl<T: Send> Send for Widget{i}<T>\n"),
+        ));
+    }
+    files.push((
+        "notes/pump.md".into(),
+        "# Pump\n\nThe water pump needs a new seal every spring, before the first frost.\n".into(),
+    ));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    f.add_source("docs", "", &refs);
+    f.reindex();
+    let last = std::cell::RefCell::new(None);
+    f.library
+        .writer()
+        .unwrap()
+        .embed_pending(
+            &|p| *last.borrow_mut() = Some(p.clone()),
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
+    let progress = last.into_inner().expect("the lane reported");
+    let coverage = &f.library.embedding_coverage().unwrap()[0];
+    assert_eq!(coverage.total, 25, "{coverage:?}");
+    assert_eq!(coverage.embedded, coverage.total, "{coverage:?}");
+    assert_eq!(coverage.lexical_only, 12, "{coverage:?}");
+    assert_eq!(coverage.shared, 11, "{coverage:?}");
+    assert_eq!((progress.shared, progress.lexical_only), (11, 12));
+    assert!(
+        progress.model_tokens_this_run * 4 < progress.tokens_this_run,
+        "the model read two texts: {progress:?}"
+    );
+
+    // By meaning: every reference page, all with the one vector; no signature.
+    let mut request = SearchRequest::new("make a widget with the default capacity");
+    request.settings.mode = SearchMode::Vector;
+    request.settings.limit = 50;
+    request.settings.max_per_document = 0;
+    let hits = f.library.search(&request).unwrap().hits;
+    assert!(
+        hits.iter()
+            .all(|h| !h.path.to_string_lossy().contains("impls")),
+        "{hits:?}"
+    );
+    let pages: Vec<f32> = hits
+        .iter()
+        .filter(|h| h.path.to_string_lossy().contains("reference"))
+        .filter_map(|h| h.scores.similarity)
+        .collect();
+    assert_eq!(pages.len(), 12);
+    assert!(pages.windows(2).all(|w| w[0] == w[1]), "{pages:?}");
+    assert!(hits[0].path.to_string_lossy().contains("reference"));
+
+    // By name: the full text finds a signature.
+    let hits = f
+        .library
+        .search(&SearchRequest::new("Widget7 Send").with_mode(SearchMode::Lexical))
+        .unwrap()
+        .hits;
+    assert!(hits[0].path.ends_with("impls/widget7.txt"), "{hits:?}");
 }

@@ -760,6 +760,10 @@ export type EmbedProgress = {
 	model_tokens_this_run: number,
 	/**  `tokens_this_run` per second. */
 	tokens_per_sec: number | null,
+	/**  Of the embedded, chunks that took a near-duplicate's vector instead of the model's. */
+	shared: number,
+	/**  Of the embedded, chunks left to full text: they carry no prose. */
+	lexical_only: number,
 	/**  Time left at that rate. */
 	eta_ms: number | null,
 	/**  The collection is fully embedded. */
@@ -778,6 +782,10 @@ export type EmbeddingCoverage = {
 	embedded: number,
 	/**  Chunks in the collection. */
 	total: number,
+	/**  Of the embedded, chunks that took a near-duplicate's vector instead of the model's. */
+	shared: number,
+	/**  Of the embedded, chunks left to full text: they carry no prose. */
+	lexical_only: number,
 };
 
 /**  Who can fix an error. */

@@ -80,6 +80,18 @@ const REQUIRED_GAIN: f64 = 0.05;
 /// workers gave −6% to +23% more tokens/s for about 400 MB more resident memory.
 const WORKER_REQUIRED_GAIN: f64 = 0.25;
 
+/// The whole process may peak at this much resident memory while a shape embeds, unless
+/// `QUARRY_EMBED_MEMORY_MIB` says otherwise: a bigger run pads more and ONNX Runtime's arena
+/// keeps the largest run's buffers, and every worker holds a session of its own. Measured on
+/// the Rust Book (29,094 chunks): two workers with 4 texts per run peaked at 944 MB, one session
+/// with 16 per run at 651 MB, with 4 at 417 MB.
+pub const DEFAULT_MEMORY_BUDGET_MIB: u64 = 600;
+
+/// The baseline is timed first and last; when the two differ by more than this share,
+/// something else was using the cores, and the record is not kept (the next run measures
+/// again).
+const STEADY_SPREAD: f64 = 0.25;
+
 /// The record's file name, in the models folder.
 pub const RECORD: &str = "embed-calibration.json";
 
@@ -96,6 +108,16 @@ pub struct Calibration {
     pub shape: RunShape,
     /// Tokens per second under each shape tried.
     pub rates: Vec<ShapeRate>,
+    /// The memory budget shapes were held to, in MiB.
+    #[serde(default)]
+    pub memory_budget_mib: Option<u64>,
+    /// The two timings of the baseline agreed: nothing else was using the cores.
+    #[serde(default = "steady_by_default")]
+    pub steady: bool,
+}
+
+fn steady_by_default() -> bool {
+    true
 }
 
 /// Throughput under one shape.
@@ -105,15 +127,25 @@ pub struct ShapeRate {
     pub shape: RunShape,
     /// Real (unpadded) tokens per second.
     pub tokens_per_sec: f64,
+    /// The process's peak resident memory while the shape embedded, in MiB.
+    #[serde(default)]
+    pub peak_rss_mib: Option<u64>,
 }
 
-/// Times `sample` under every shape and leaves `embedder` on the fastest.
+/// The memory budget: `QUARRY_EMBED_MEMORY_MIB`, else [`DEFAULT_MEMORY_BUDGET_MIB`].
+pub fn memory_budget_mib() -> u64 {
+    crate::environment::embed_memory_mib().unwrap_or(DEFAULT_MEMORY_BUDGET_MIB)
+}
+
+/// Times `sample` under every shape, with the process's peak memory under each, and leaves
+/// `embedder` on the fastest that keeps within the memory budget.
 pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<Calibration> {
     let baseline = RunShape {
         workers: 1,
         texts_per_run: 1,
     };
     let time = |shape: RunShape| -> Result<ShapeRate> {
+        crate::memory::reset_peak_resident();
         embedder.set_shape(shape)?;
         // The first runs of a session allocate ONNX Runtime's arenas: not the shape's cost.
         embedder.embed(&sample[..sample.len().min(2 * shape.workers)])?;
@@ -122,6 +154,7 @@ pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<C
         Ok(ShapeRate {
             shape,
             tokens_per_sec: tokens as f64 / started.elapsed().as_secs_f64().max(1e-9),
+            peak_rss_mib: crate::memory::peak_resident_bytes().map(|b| b >> 20),
         })
     };
     let mut rates = shapes(threads)
@@ -131,10 +164,13 @@ pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<C
     // The baseline again, last: the first timing of a run often shares the cores with the
     // full-text index's merges, and every other shape is judged against it.
     let again = time(baseline)?;
+    let mut steady = true;
     if let Some(first) = rates.iter_mut().find(|r| r.shape == baseline) {
+        steady = agree(first.tokens_per_sec, again.tokens_per_sec);
         first.tokens_per_sec = first.tokens_per_sec.max(again.tokens_per_sec);
     }
-    let shape = choose(&rates, baseline);
+    let budget = memory_budget_mib();
+    let shape = choose(&rates, baseline, budget);
     // A fresh session before the chosen shape's workers are made, so the big runs' buffers
     // and the workers never take memory at once.
     embedder.renew_session()?;
@@ -145,16 +181,25 @@ pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<C
         threads,
         shape,
         rates,
+        memory_budget_mib: Some(budget),
+        steady,
     })
 }
 
-/// The fastest one-session shape, unless it beats `baseline` by less than [`REQUIRED_GAIN`];
-/// then the fastest shape with workers, if it beats that by [`WORKER_REQUIRED_GAIN`].
-fn choose(rates: &[ShapeRate], baseline: RunShape) -> RunShape {
+/// Whether two timings of one shape agree within [`STEADY_SPREAD`].
+fn agree(a: f64, b: f64) -> bool {
+    a.min(b) >= a.max(b) * (1.0 - STEADY_SPREAD)
+}
+
+/// Among the shapes whose peak memory kept within `budget_mib` (the baseline always may), the
+/// fastest one-session shape, unless it beats `baseline` by less than [`REQUIRED_GAIN`]; then
+/// the fastest shape with workers, if it beats that by [`WORKER_REQUIRED_GAIN`].
+fn choose(rates: &[ShapeRate], baseline: RunShape, budget_mib: u64) -> RunShape {
+    let fits = |r: &ShapeRate| r.peak_rss_mib.is_none_or(|peak| peak <= budget_mib);
     let fastest_above = |floor: f64, workers: bool| {
         rates
             .iter()
-            .filter(|r| (r.shape.workers > 1) == workers && r.tokens_per_sec > floor)
+            .filter(|r| (r.shape.workers > 1) == workers && r.tokens_per_sec > floor && fits(r))
             .max_by(|a, b| a.tokens_per_sec.total_cmp(&b.tokens_per_sec))
     };
     let base = rates
@@ -175,12 +220,17 @@ fn read_all(models_dir: &Path) -> Vec<Calibration> {
         .unwrap_or_default()
 }
 
-/// This machine's calibration for `model` at `threads`, if one was kept.
+/// This machine's calibration for `model` at `threads` under today's memory budget, if one
+/// was kept (one taken before shapes were held to a budget does not count).
 pub fn recorded(models_dir: &Path, model: &str, threads: usize) -> Option<Calibration> {
     let cpu = crate::models::cpu_model();
-    read_all(models_dir)
-        .into_iter()
-        .find(|c| c.cpu == cpu && c.model == model && c.threads == threads)
+    let budget = memory_budget_mib();
+    read_all(models_dir).into_iter().find(|c| {
+        c.cpu == cpu
+            && c.model == model
+            && c.threads == threads
+            && c.memory_budget_mib == Some(budget)
+    })
 }
 
 /// Keeps `calibration`, replacing an older one for the same CPU, model and threads. Best
@@ -213,8 +263,40 @@ mod tests {
             .map(|&(shape, tokens_per_sec)| ShapeRate {
                 shape,
                 tokens_per_sec,
+                peak_rss_mib: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn timings_taken_while_the_cores_were_busy_disagree() {
+        assert!(agree(5000.0, 4600.0));
+        assert!(agree(4600.0, 5000.0));
+        assert!(
+            !agree(5000.0, 3000.0),
+            "something else ran during one of them"
+        );
+    }
+
+    #[test]
+    fn a_shape_that_peaks_above_the_memory_budget_is_not_chosen() {
+        let base = shape(1, 1);
+        let mut measured = rates(&[
+            (base, 1000.0),
+            (shape(1, 4), 1200.0),
+            (shape(1, 16), 1500.0),
+            (shape(2, 4), 2000.0),
+        ]);
+        for (rate, peak) in measured.iter_mut().zip([350, 420, 650, 940]) {
+            rate.peak_rss_mib = Some(peak);
+        }
+        assert_eq!(choose(&measured, base, 600), shape(1, 4));
+        assert_eq!(choose(&measured, base, 1000), shape(2, 4));
+        assert_eq!(
+            choose(&measured, base, 300),
+            base,
+            "the baseline always may"
+        );
     }
 
     #[test]
@@ -222,16 +304,20 @@ mod tests {
         let base = shape(1, 1);
         let measured = rates(&[(base, 1000.0), (shape(1, 4), 1200.0), (shape(2, 1), 1300.0)]);
         assert_eq!(
-            choose(&measured, base),
+            choose(&measured, base, u64::MAX),
             shape(1, 4),
             "workers' sessions cost memory: 8% more is not worth it"
         );
         let measured = rates(&[(base, 1000.0), (shape(1, 4), 1200.0), (shape(2, 1), 1600.0)]);
-        assert_eq!(choose(&measured, base), shape(2, 1));
+        assert_eq!(choose(&measured, base, u64::MAX), shape(2, 1));
         let close = rates(&[(base, 1000.0), (shape(1, 4), 1030.0), (shape(2, 1), 990.0)]);
-        assert_eq!(choose(&close, base), base);
+        assert_eq!(choose(&close, base, u64::MAX), base);
         assert_eq!(
-            choose(&rates(&[(base, 1000.0), (shape(1, 4), 700.0)]), base),
+            choose(
+                &rates(&[(base, 1000.0), (shape(1, 4), 700.0)]),
+                base,
+                u64::MAX
+            ),
             base
         );
     }
@@ -252,6 +338,8 @@ mod tests {
             threads: 2,
             shape: shape(2, 1),
             rates: rates(&[(shape(1, 1), 1000.0), (shape(2, 1), 1400.0)]),
+            memory_budget_mib: Some(600),
+            steady: true,
         };
         let other_cpu = Calibration {
             cpu: "another CPU".into(),
@@ -270,6 +358,16 @@ mod tests {
         remember(dir.path(), &again);
         assert_eq!(read_all(dir.path()).len(), 2);
         assert_eq!(recorded(dir.path(), "m", 2).unwrap().shape, shape(1, 4));
+
+        // One held to another budget is measured again.
+        remember(
+            dir.path(),
+            &Calibration {
+                memory_budget_mib: Some(4096),
+                ..mine.clone()
+            },
+        );
+        assert_eq!(recorded(dir.path(), "m", 2), None);
 
         std::fs::write(dir.path().join(RECORD), b"{not json").unwrap();
         assert_eq!(recorded(dir.path(), "m", 2), None);

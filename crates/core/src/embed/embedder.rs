@@ -30,6 +30,11 @@ const DEFAULT_SHAPE: RunShape = RunShape {
 /// a batch pads every text to its longest, and that padding is work thrown away.
 const RUN_LENGTH_SPREAD: f64 = 1.2;
 
+/// A run pads every text to its longest; its padded tokens stay under this, so a run of long
+/// texts is short and ONNX Runtime's arena, which keeps the largest run's buffers, stays small
+/// (16 texts of 256 tokens would need twice this).
+const MAX_RUN_PADDED_TOKENS: usize = 2048;
+
 /// Texts embedded together with their real token counts (`[CLS]` and `[SEP]` included, after
 /// truncation to the model's window): what the work was, for tokens-per-second figures.
 #[derive(Debug)]
@@ -164,7 +169,15 @@ impl Embedder {
             self.worker_sessions()?;
         } else {
             // Their sessions and buffers are memory the one-worker shape never uses.
-            *self.workers.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let dropped = self
+                .workers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if dropped.is_some() {
+                drop(dropped);
+                crate::memory::return_freed_memory();
+            }
         }
         *self.shape.lock().unwrap_or_else(|e| e.into_inner()) = shape;
         Ok(())
@@ -233,7 +246,11 @@ impl Embedder {
     /// CPU, and embeds with it from now on.
     pub fn calibrate(&self, sample: &[&str]) -> Result<Calibration> {
         let measured = calibration::measure(self, self.threads, sample)?;
-        calibration::remember(&self.models_dir, &measured);
+        if measured.steady {
+            calibration::remember(&self.models_dir, &measured);
+        } else {
+            tracing::info!(model = %self.model.id, "the machine was busy while calibrating: measuring again next run");
+        }
         self.calibrated.store(true, Ordering::Relaxed);
         tracing::info!(
             model = %self.model.id,
@@ -374,8 +391,9 @@ impl Embedder {
 }
 
 /// Groups texts (by index) into model runs: one text each when `texts_per_run` is 1 (in the
-/// order given), else sorted by length and cut when a run is full or its next text is more than
-/// [`RUN_LENGTH_SPREAD`] times its shortest.
+/// order given), else sorted by length and cut when a run is full, when its next text is more
+/// than [`RUN_LENGTH_SPREAD`] times its shortest, or when padding it to that text would pass
+/// [`MAX_RUN_PADDED_TOKENS`].
 fn plan_runs(lengths: &[usize], texts_per_run: usize) -> Vec<Vec<usize>> {
     if texts_per_run <= 1 {
         return (0..lengths.len()).map(|i| vec![i]).collect();
@@ -387,7 +405,8 @@ fn plan_runs(lengths: &[usize], texts_per_run: usize) -> Vec<Vec<usize>> {
         match runs.last_mut() {
             Some(run)
                 if run.len() < texts_per_run
-                    && lengths[i] as f64 <= lengths[run[0]] as f64 * RUN_LENGTH_SPREAD =>
+                    && lengths[i] as f64 <= lengths[run[0]] as f64 * RUN_LENGTH_SPREAD
+                    && (run.len() + 1) * lengths[i] <= MAX_RUN_PADDED_TOKENS =>
             {
                 run.push(i)
             }
@@ -497,6 +516,15 @@ mod tests {
             vec![1],
             "one at a time keeps the order"
         );
+    }
+
+    #[test]
+    fn a_run_of_long_texts_is_short() {
+        let lengths = [256; 16];
+        let runs = plan_runs(&lengths, 16);
+        assert!(runs.iter().all(|r| r.len() * 256 <= 2048), "{runs:?}");
+        assert_eq!(runs.len(), 2);
+        assert_eq!(plan_runs(&[100; 16], 16).len(), 1, "short texts fill a run");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod calibration;
 mod embedder;
+pub mod need;
 mod optimized;
 mod rerank;
 mod runtime;

@@ -34,7 +34,14 @@ fn the_run_shape_is_measured_once_per_cpu_and_every_shape_embeds_alike() {
         measured.shape.workers > 1,
         "the workers' sessions stay only when their shape was chosen"
     );
-    assert!(scratch.path().join(calibration::RECORD).is_file());
+    // A measurement taken while other tests used the cores is not kept.
+    assert_eq!(
+        scratch.path().join(calibration::RECORD).is_file(),
+        measured.steady
+    );
+    if !measured.steady {
+        calibration::remember(scratch.path(), &measured);
+    }
 
     // The next process on this CPU takes the kept shape without measuring.
     let again = Embedder::load(&models, id, Some(2)).unwrap();

@@ -4,15 +4,17 @@
 //! their chunks in batches, oldest first. Each batch's vectors and the collection's cursor
 //! commit in one transaction, so a restart resumes at the first chunk without a vector.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::embed::need::{vector_need, ShapeKey, VectorNeed};
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::ids::ChunkId;
-use crate::store::{EmbeddingCoverage, Store};
+use crate::store::{EmbeddingCoverage, PendingChunk, Store, VectorKind, VectorTable};
 
 /// Chunks embedded per transaction (the model runs them one at a time, see
 /// `embed::Embedder::embed`). Big enough to amortise a commit, small enough that progress moves
@@ -42,6 +44,10 @@ pub struct EmbedProgress {
     pub model_tokens_this_run: u64,
     /// `tokens_this_run` per second.
     pub tokens_per_sec: f64,
+    /// Of the embedded, chunks that took a near-duplicate's vector instead of the model's.
+    pub shared: i64,
+    /// Of the embedded, chunks left to full text: they carry no prose.
+    pub lexical_only: i64,
     /// Time left at that rate.
     pub eta_ms: Option<u64>,
     /// The collection is fully embedded.
@@ -82,7 +88,7 @@ pub(crate) fn backfill(
         }
         let table = store.ensure_vector_table(&model_id, embedder.dimension())?;
         // Per collection, so one model's vectors never stand in for another's.
-        let mut seen = SeenTexts::default();
+        let mut shared = SharedVectors::default();
         let started = Instant::now();
         let mut this_run = Work::default();
         // Counted once: a count per report would cost a scan of the collection's chunks.
@@ -102,19 +108,23 @@ pub(crate) fn backfill(
                 break;
             };
             // Chunks that kept their vector from the revision before only move the cursor.
-            let missing: Vec<_> = pending.iter().filter(|p| !p.has_vector).collect();
-            let texts: Vec<&str> = missing.iter().map(|p| p.text.as_str()).collect();
+            let missing: Vec<&PendingChunk> = pending.iter().filter(|p| !p.has_vector).collect();
             // The assistant reads its prompt on a core fewer meanwhile.
             let busy = crate::cores::LaneBusy::begin();
-            let embedded = seen.embed(&embedder, &texts)?;
+            let batch = shared.vectors_for(store, &table, &embedder, &missing)?;
             drop(busy);
-            let rows: Vec<(ChunkId, Vec<f32>)> =
-                missing.iter().map(|p| p.id).zip(embedded.vectors).collect();
-            store.store_vectors(&table, collection.id, &rows, last)?;
+            store.store_vectors(&table, collection.id, &batch.rows, &batch.kinds, last)?;
             this_run.chunks += pending.len() as u64;
-            this_run.tokens += embedded.tokens as u64;
-            this_run.model_tokens += embedded.model_tokens as u64;
-            embedded_total += rows.len() as u64;
+            this_run.tokens += batch.tokens as u64;
+            this_run.model_tokens += batch.model_tokens as u64;
+            for (_, kind) in &batch.kinds {
+                match kind {
+                    VectorKind::Shared => this_run.shared += 1,
+                    VectorKind::LexicalOnly => this_run.lexical_only += 1,
+                    VectorKind::Own => {}
+                }
+            }
+            embedded_total += missing.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(500) {
                 report(&this_run, false);
                 last_report = Instant::now();
@@ -134,6 +144,8 @@ struct Work {
     chunks: u64,
     tokens: u64,
     model_tokens: u64,
+    shared: u64,
+    lexical_only: u64,
 }
 
 /// Chooses the embedder's run shape on this machine's first embedding run, by timing the
@@ -160,73 +172,98 @@ fn calibrate(
     Ok(())
 }
 
-/// Vectors for a batch of texts, with the tokens they hold and the tokens the model read.
-struct SeenEmbedded {
-    vectors: Vec<Vec<f32>>,
+/// What one batch of pending chunks gets.
+struct BatchVectors {
+    /// The vectors to store, the model's and the shared.
+    rows: Vec<(ChunkId, Vec<f32>)>,
+    /// What each chunk got.
+    kinds: Vec<(ChunkId, VectorKind)>,
+    /// Tokens of the chunks given a vector (a shared one counts, though the model did not read
+    /// it again).
     tokens: usize,
+    /// Tokens the model read.
     model_tokens: usize,
 }
 
-/// Vectors of texts this run already embedded: a chunk whose input (title and text) is
-/// identical to one of them (the same page under two paths or editions, a print-all page, an
-/// unchanged section of a new revision) takes its vector instead of running the model again.
-/// Measured on the Book, Reference and Cargo docs that ship with the toolchain: 71,933 chunks,
-/// 58,182 distinct inputs, so 19% fewer model runs. Bounded: cleared when full.
+/// The chunk whose vector stands for each shape embedded in this run (see `embed::need`): a
+/// chunk of the same shape (the same page under two paths, a trait implemented for another
+/// type, an unchanged section of a new revision) takes its vector instead of running the model
+/// again; a chunk without prose gets none. Bounded: cleared when full (16 MB at most).
 #[derive(Default)]
-struct SeenTexts {
-    /// Each text's vector and token count.
-    vectors: std::collections::HashMap<blake3::Hash, (Vec<f32>, usize)>,
+struct SharedVectors {
+    /// Each shape's chunk and its token count.
+    by_shape: HashMap<ShapeKey, (ChunkId, usize)>,
 }
 
-/// Texts whose vectors are kept (a MiniLM vector is 1.5 KB: 24 MB at most).
-const SEEN_TEXTS: usize = 16_384;
+/// Shapes remembered.
+const SHAPES_KEPT: usize = 1 << 19;
 
-impl SeenTexts {
-    /// The vectors of `texts`, in order: each distinct unseen text through the model once.
-    fn embed(&mut self, embedder: &Embedder, texts: &[&str]) -> Result<SeenEmbedded> {
-        let hashes: Vec<blake3::Hash> = texts.iter().map(|t| blake3::hash(t.as_bytes())).collect();
-        let mut unseen: Vec<&str> = Vec::new();
-        let mut unseen_hashes: Vec<blake3::Hash> = Vec::new();
-        for (text, hash) in texts.iter().zip(&hashes) {
-            if !self.vectors.contains_key(hash) && !unseen_hashes.contains(hash) {
-                unseen.push(text);
-                unseen_hashes.push(*hash);
+impl SharedVectors {
+    /// What each of `chunks` gets: nothing without prose, else a vector of the same shape
+    /// given earlier in the run or in this batch, else the model's (each shape read once).
+    fn vectors_for(
+        &mut self,
+        store: &Store,
+        table: &VectorTable,
+        embedder: &Embedder,
+        chunks: &[&PendingChunk],
+    ) -> Result<BatchVectors> {
+        let mut out = BatchVectors {
+            rows: Vec::with_capacity(chunks.len()),
+            kinds: Vec::with_capacity(chunks.len()),
+            tokens: 0,
+            model_tokens: 0,
+        };
+        // Chunks the model reads, with their shapes; chunks copying one of them (by index).
+        let mut read: Vec<(&PendingChunk, ShapeKey)> = Vec::new();
+        let mut first_in_batch: HashMap<ShapeKey, usize> = HashMap::new();
+        let mut copies: Vec<(ChunkId, usize)> = Vec::new();
+        for chunk in chunks {
+            let key = match vector_need(&chunk.text, &chunk.text[chunk.body_start..]) {
+                VectorNeed::LexicalOnly => {
+                    out.kinds.push((chunk.id, VectorKind::LexicalOnly));
+                    continue;
+                }
+                VectorNeed::Vector(key) => key,
+            };
+            if let Some(&index) = first_in_batch.get(&key) {
+                copies.push((chunk.id, index));
+                continue;
             }
+            if let Some(&(source, tokens)) = self.by_shape.get(&key) {
+                if let Some(vector) = store.vector_of(table, source)? {
+                    out.rows.push((chunk.id, vector));
+                    out.kinds.push((chunk.id, VectorKind::Shared));
+                    out.tokens += tokens;
+                    continue;
+                }
+            }
+            first_in_batch.insert(key, read.len());
+            read.push((chunk, key));
         }
-        let mut batch: std::collections::HashMap<blake3::Hash, (Vec<f32>, usize)> =
-            std::collections::HashMap::new();
-        let mut model_tokens = 0;
-        if !unseen.is_empty() {
-            let fresh = embedder.embed_counted(&unseen)?;
-            model_tokens = fresh.tokens;
-            batch.extend(
-                unseen_hashes
-                    .into_iter()
-                    .zip(fresh.vectors.into_iter().zip(fresh.lengths)),
-            );
+        if read.is_empty() {
+            return Ok(out);
         }
-        let mut tokens = 0;
-        let vectors = hashes
-            .iter()
-            .map(|h| {
-                let (vector, length) = batch
-                    .get(h)
-                    .or_else(|| self.vectors.get(h))
-                    .cloned()
-                    .expect("every text was embedded or seen");
-                tokens += length;
-                vector
-            })
-            .collect();
-        if self.vectors.len() + batch.len() > SEEN_TEXTS {
-            self.vectors.clear();
+        let texts: Vec<&str> = read.iter().map(|(c, _)| c.text.as_str()).collect();
+        let embedded = embedder.embed_counted(&texts)?;
+        out.model_tokens = embedded.tokens;
+        out.tokens += embedded.tokens;
+        for (chunk_id, index) in copies {
+            out.rows.push((chunk_id, embedded.vectors[index].clone()));
+            out.kinds.push((chunk_id, VectorKind::Shared));
+            out.tokens += embedded.lengths[index];
         }
-        self.vectors.extend(batch.drain());
-        Ok(SeenEmbedded {
-            vectors,
-            tokens,
-            model_tokens,
-        })
+        if self.by_shape.len() + read.len() > SHAPES_KEPT {
+            self.by_shape.clear();
+        }
+        for (((chunk, key), vector), length) in
+            read.into_iter().zip(embedded.vectors).zip(embedded.lengths)
+        {
+            self.by_shape.insert(key, (chunk.id, length));
+            out.rows.push((chunk.id, vector));
+            out.kinds.push((chunk.id, VectorKind::Own));
+        }
+        Ok(out)
     }
 }
 
@@ -251,6 +288,8 @@ fn progress(
         tokens_this_run: this_run.tokens,
         model_tokens_this_run: this_run.model_tokens,
         tokens_per_sec: this_run.tokens as f64 / secs,
+        shared: before.shared + this_run.shared as i64,
+        lexical_only: before.lexical_only + this_run.lexical_only as i64,
         eta_ms: (rate > 0.0).then(|| ((total - embedded).max(0) as f64 / rate * 1000.0) as u64),
         done,
     }

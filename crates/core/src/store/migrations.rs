@@ -272,6 +272,10 @@ const MIGRATIONS: &[&str] = &[
         pages INTEGER NOT NULL,
         queued_at INTEGER NOT NULL
     );",
+    // Issue 35. What each chunk got from the embedding lane (`store::VectorKind`): a vector of
+    // its own, a near-duplicate's, or none (no prose: full text only); NULL until the lane
+    // reaches it.
+    "ALTER TABLE chunks ADD COLUMN vector_kind INTEGER;",
 ];
 
 /// The schema version this build writes.

@@ -59,7 +59,7 @@ pub(crate) use tools::{
     delete_tool, insert_tool, replace_tool_definition, seeded_tool_definition,
     set_derived_seed_definition, tool_definition, tool_type_of,
 };
-pub use vectors::{dot, EmbeddingCoverage, VectorTable};
+pub use vectors::{dot, EmbeddingCoverage, PendingChunk, VectorKind, VectorTable};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

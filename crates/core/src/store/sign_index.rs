@@ -225,9 +225,10 @@ impl SignIndex {
         }
         let new_ids: Vec<i64> = {
             let mut stmt = store.conn().prepare_cached(
+                // Chunks walked by id, as `Store::pending_chunks` does (see there).
                 "SELECT ch.id FROM chunks ch
-                 JOIN documents d ON d.id = ch.document_id
-                 JOIN sources s ON s.id = d.source_id
+                 CROSS JOIN documents d ON d.id = ch.document_id
+                 CROSS JOIN sources s ON s.id = d.source_id
                  WHERE ch.id > ?1 AND ch.id <= ?2 AND s.collection_id = ?3 AND ch.repeated = 0
                  ORDER BY ch.id",
             )?;
@@ -438,7 +439,13 @@ mod tests {
         assert_eq!(store.vector_count(&table, c.id).unwrap(), 299);
         // store_vectors skips chunks that no longer exist, and moves the cursor.
         let stored = store
-            .store_vectors(&table, c.id, &[(ChunkId(77), unit(77, 64))], ChunkId(77))
+            .store_vectors(
+                &table,
+                c.id,
+                &[(ChunkId(77), unit(77, 64))],
+                &[],
+                ChunkId(77),
+            )
             .unwrap();
         assert_eq!(stored, 0);
         assert_eq!(store.embedding_cursor(c.id, "m").unwrap(), 77);

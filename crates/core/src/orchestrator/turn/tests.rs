@@ -144,7 +144,7 @@ fn seed(store: &mut Store) -> Vec<ChunkId> {
         (chunk_ids[1], vec![0.0, 1.0, 0.0, 0.0]),
     ];
     store
-        .store_vectors(&table, source.collection_id, &vectors, chunk_ids[1])
+        .store_vectors(&table, source.collection_id, &vectors, &[], chunk_ids[1])
         .unwrap();
 
     let mut config = OrchestratorConfig::seed();
