@@ -4,9 +4,23 @@
 
 mod common;
 
-use quarry_core::{IndexOptions, SearchMode, SearchRequest};
+use quarry_core::{EmbedProgress, IndexOptions, SearchMode, SearchRequest};
 
 use common::Fixture;
+
+/// Runs the embedding lane to the end; its last report.
+fn embed_reporting(f: &mut Fixture) -> EmbedProgress {
+    let last = std::cell::RefCell::new(None);
+    f.library
+        .writer()
+        .unwrap()
+        .embed_pending(
+            &|p| *last.borrow_mut() = Some(p.clone()),
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
+    last.into_inner().expect("the lane reported")
+}
 
 #[test]
 fn identical_texts_share_one_embedding_and_every_chunk_gets_a_vector() {
@@ -88,19 +102,7 @@ fn an_edited_file_keeps_the_vectors_of_its_unchanged_chunks() {
     let manual = |extra: &str| format!("# Pump manual\n\n{}\n{extra}", sections.join("\n"));
     let dir = f.add_source("docs", "", &[("pump.md", manual(""))]);
     f.reindex();
-    let lane = |f: &mut Fixture| {
-        let last = std::cell::RefCell::new(None);
-        f.library
-            .writer()
-            .unwrap()
-            .embed_pending(
-                &|p| *last.borrow_mut() = Some(p.clone()),
-                &std::sync::atomic::AtomicBool::new(false),
-            )
-            .unwrap();
-        last.into_inner().expect("the lane reported")
-    };
-    let first = lane(&mut f);
+    let first = embed_reporting(&mut f);
     let similarity_of_part_3 = |f: &Fixture| {
         let mut request = SearchRequest::new("torque bolt 3 to 23 newton metres");
         request.settings.mode = SearchMode::Vector;
@@ -120,7 +122,7 @@ fn an_edited_file_keeps_the_vectors_of_its_unchanged_chunks() {
         manual("## Part 12\n\nPart 12 is new: replace the impeller every five years.\n"),
     );
     f.reindex();
-    let second = lane(&mut f);
+    let second = embed_reporting(&mut f);
     let coverage = f.library.embedding_coverage().unwrap();
     assert_eq!(coverage[0].embedded, coverage[0].total, "{coverage:?}");
     assert_eq!(second.embedded_this_run, first.embedded_this_run + 1);
@@ -138,7 +140,7 @@ fn an_edited_file_keeps_the_vectors_of_its_unchanged_chunks() {
         manual("").replace("# Pump manual", "# Pump guide"),
     );
     f.reindex();
-    let retitled = lane(&mut f);
+    let retitled = embed_reporting(&mut f);
     assert!(retitled.model_tokens_this_run >= first.model_tokens_this_run / 2);
 }
 
@@ -168,16 +170,7 @@ fn near_duplicates_share_a_vector_and_chunks_without_prose_stay_full_text_only()
         .collect();
     f.add_source("docs", "", &refs);
     f.reindex();
-    let last = std::cell::RefCell::new(None);
-    f.library
-        .writer()
-        .unwrap()
-        .embed_pending(
-            &|p| *last.borrow_mut() = Some(p.clone()),
-            &std::sync::atomic::AtomicBool::new(false),
-        )
-        .unwrap();
-    let progress = last.into_inner().expect("the lane reported");
+    let progress = embed_reporting(&mut f);
     let coverage = &f.library.embedding_coverage().unwrap()[0];
     assert_eq!(coverage.total, 25, "{coverage:?}");
     assert_eq!(coverage.embedded, coverage.total, "{coverage:?}");
