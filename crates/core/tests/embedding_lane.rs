@@ -4,9 +4,17 @@
 
 mod common;
 
-use quarry_core::{EmbedProgress, IndexOptions, SearchMode, SearchRequest};
+use quarry_core::{EmbedProgress, Hit, IndexOptions, SearchMode, SearchRequest};
 
 use common::Fixture;
+
+/// The similarities of the hits whose path holds `part`, in rank order.
+fn similarities(hits: &[Hit], part: &str) -> Vec<f32> {
+    hits.iter()
+        .filter(|h| h.path.to_string_lossy().contains(part))
+        .filter_map(|h| h.scores.similarity)
+        .collect()
+}
 
 /// Runs the embedding lane to the end; its last report.
 fn embed_reporting(f: &mut Fixture) -> EmbedProgress {
@@ -61,18 +69,10 @@ fn identical_texts_share_one_embedding_and_every_chunk_gets_a_vector() {
     request.settings.max_per_document = 0;
     request.settings.fold_copies = false;
     let hits = f.library.search(&request).unwrap().hits;
-    let copies: Vec<f32> = hits
-        .iter()
-        .filter(|h| h.path.ends_with("shortcuts.md"))
-        .filter_map(|h| h.scores.similarity)
-        .collect();
+    let copies = similarities(&hits, "shortcuts.md");
     assert_eq!(copies.len(), 30, "every copy has its vector");
     assert!(copies.windows(2).all(|w| w[0] == w[1]), "{copies:?}");
-    let chapters: Vec<f32> = hits
-        .iter()
-        .filter(|h| h.path.to_string_lossy().contains("chapter"))
-        .filter_map(|h| h.scores.similarity)
-        .collect();
+    let chapters = similarities(&hits, "chapter");
     assert_eq!(chapters.len(), 10);
     assert!(
         chapters.iter().all(|s| *s < copies[0]),
@@ -193,11 +193,7 @@ fn near_duplicates_share_a_vector_and_chunks_without_prose_stay_full_text_only()
             .all(|h| !h.path.to_string_lossy().contains("impls")),
         "{hits:?}"
     );
-    let pages: Vec<f32> = hits
-        .iter()
-        .filter(|h| h.path.to_string_lossy().contains("reference"))
-        .filter_map(|h| h.scores.similarity)
-        .collect();
+    let pages = similarities(&hits, "reference");
     assert_eq!(pages.len(), 12);
     assert!(pages.windows(2).all(|w| w[0] == w[1]), "{pages:?}");
     assert!(hits[0].path.to_string_lossy().contains("reference"));

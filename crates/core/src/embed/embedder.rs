@@ -174,8 +174,8 @@ impl Embedder {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
-            if dropped.is_some() {
-                drop(dropped);
+            if let Some(workers) = dropped {
+                drop(workers);
                 crate::memory::return_freed_memory();
             }
         }

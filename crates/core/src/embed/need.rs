@@ -59,13 +59,12 @@ fn prose_chars(token: &str) -> usize {
         '.', ',', ';', ':', '!', '?', ')', '"', '\'', ']', '”', '’', '…',
     ];
     let word = token.trim_start_matches(LEAD).trim_end_matches(TRAIL);
-    let mut letters = word.chars();
-    let plain = word.chars().count() >= 2
+    let letters = word.chars().count();
+    let plain = letters >= 2
         && word.chars().all(char::is_alphabetic)
-        && letters.next().is_some()
-        && letters.all(|c| !c.is_uppercase());
+        && word.chars().skip(1).all(|c| !c.is_uppercase());
     if plain {
-        word.chars().count()
+        letters
     } else {
         token.chars().filter(|&c| is_cjk(c)).count()
     }
