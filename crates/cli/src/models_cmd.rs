@@ -8,7 +8,8 @@ use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quarry_core::llm::speed;
 use quarry_core::models::{
-    default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, RUNTIME_ID,
+    default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, ServedApi,
+    ServedModel, DEFAULT_SERVED_BATCH, DEFAULT_SERVED_CONCURRENCY, RUNTIME_ID,
 };
 use quarry_core::Library;
 
@@ -56,6 +57,31 @@ pub enum ModelsCommand {
         /// Print JSON
         #[arg(long)]
         json: bool,
+    },
+    /// Register an embedding model a server runs (llama-server --embedding, vLLM,
+    /// text-embeddings-inference, LM Studio, Ollama), then `quarry models use ID -c COLLECTION`
+    Serve {
+        /// Id to register it under (a new one per model: vectors of two models never mix)
+        id: String,
+        /// The API base (`http://127.0.0.1:8080/v1`), or Ollama's root
+        /// (`http://127.0.0.1:11434`)
+        #[arg(long)]
+        url: String,
+        /// The model name the server knows it by
+        #[arg(long)]
+        model: String,
+        /// The server's API
+        #[arg(long, default_value = "openai", value_parser = ["openai", "ollama"])]
+        api: String,
+        /// Environment variable holding the API key, if the server wants one
+        #[arg(long)]
+        api_key_env: Option<String>,
+        /// Texts per request
+        #[arg(long, default_value_t = DEFAULT_SERVED_BATCH)]
+        batch: usize,
+        /// Requests in flight at once
+        #[arg(long, default_value_t = DEFAULT_SERVED_CONCURRENCY)]
+        concurrency: usize,
     },
     /// Delete an installed model
     Remove { id: String },
@@ -189,6 +215,38 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                 "installed {} at {}",
                 printable(&model.id),
                 printable_path(&model.dir)
+            );
+        }
+        ModelsCommand::Serve {
+            id,
+            url,
+            model,
+            api,
+            api_key_env,
+            batch,
+            concurrency,
+        } => {
+            std::fs::create_dir_all(models.install_dir())?;
+            let served = ServedModel {
+                url: url.clone(),
+                api: if api == "ollama" {
+                    ServedApi::Ollama
+                } else {
+                    ServedApi::Openai
+                },
+                model: model.clone(),
+                api_key_env: api_key_env.clone(),
+                batch: *batch,
+                concurrency: *concurrency,
+                probe: Vec::new(),
+            };
+            let added = quarry_core::register_served(models, id, served)?;
+            println!(
+                "registered {} ({} numbers a vector) at {}; `quarry models use {} -c COLLECTION` embeds a collection with it",
+                printable(&added.id),
+                added.dimension.unwrap_or_default(),
+                printable(url),
+                printable(&added.id)
             );
         }
         ModelsCommand::Remove { .. } | ModelsCommand::Use { .. } => return Ok(false),

@@ -247,6 +247,12 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
                 e.lexical_only
             );
         }
+        if let Some(secs) = e.eta_secs {
+            println!(
+                "             about {} left at the last measured rate (`quarry index` fills them in)",
+                indicatif::HumanDuration(std::time::Duration::from_secs(secs))
+            );
+        }
     }
     for source in &report.sources {
         if let Some(err) = &source.last_error {

@@ -926,3 +926,108 @@ fn identifier_queries_find_their_one_exact_match_first_in_hybrid_search() {
     );
     assert!(mrr(&fused_only, "hybrid") < 1.0, "{fused_only:?}");
 }
+
+/// An OpenAI-compatible embeddings server on loopback whose "model" counts words: each
+/// lower-case word adds one to a slot picked by its hash (64 numbers a vector).
+fn word_count_server() -> String {
+    fn vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0.0f32; 64];
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() > 3)
+        {
+            let hash = word
+                .to_lowercase()
+                .bytes()
+                .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+            v[hash as usize % 64] += 1.0;
+        }
+        v
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let Some(request) = http::read_request(&stream) else {
+                continue;
+            };
+            let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+            let data: Vec<serde_json::Value> = body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, t)| serde_json::json!({"index": i, "embedding": vector(t.as_str().unwrap())}))
+                .collect();
+            let answer =
+                serde_json::json!({"data": data, "usage": {"prompt_tokens": 5}}).to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn a_collection_embedded_by_a_server_is_searched_by_its_vectors() {
+    let env = TestEnv::new();
+    let models = tempfile::tempdir().unwrap();
+    write_everyday_corpus(env.docs());
+    env.add_docs_source("everyday");
+    let run = runner(&env, models.path());
+    let url = word_count_server();
+
+    let out = run(&[
+        "models", "serve", "words", "--url", &url, "--model", "w", "--batch", "3",
+    ]);
+    assert_ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("registered words (64 numbers a vector)"),
+        "{said}"
+    );
+    let listed = String::from_utf8_lossy(&run(&["models", "list"]).stdout).into_owned();
+    assert!(
+        listed.contains(&format!("served:openai {url} (w)")),
+        "{listed}"
+    );
+    // A second model under the same id would mix its vectors with the first's.
+    let again = run(&["models", "serve", "words", "--url", &url, "--model", "w2"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already installed"));
+    // Nothing listening: said at once, with the address.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let refused = run(&["models", "serve", "gone", "--url", &nowhere, "--model", "w"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&nowhere) && stderr.contains("is the server running?"),
+        "{stderr}"
+    );
+
+    assert_ok(&run(&["models", "use", "words", "-c", "everyday"]));
+    assert_ok(&run(&["index"]));
+    let status: serde_json::Value =
+        serde_json::from_slice(&run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["embeddings"][0]["model"], "words");
+    assert_eq!(
+        status["embeddings"][0]["embedded"],
+        status["embeddings"][0]["total"]
+    );
+    let found = run(&[
+        "search",
+        "--mode",
+        "vector",
+        "feed the starter, then flour, water and salt",
+        "--json",
+    ]);
+    assert_ok(&found);
+    let v: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
+    assert_eq!(hit_names(&v)[0], "bread.md");
+}

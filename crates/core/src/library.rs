@@ -194,7 +194,7 @@ impl Library {
         load_cached(&self.embedders, id, || {
             let dir = self.models.find_kind(id, ModelKind::Embedding)?.dir;
             shared_in_process(&SEARCH_EMBEDDERS, (dir, self.ort_threads), || {
-                Embedder::load(&self.models, id, self.ort_threads)
+                Embedder::load_for_queries(&self.models, id, self.ort_threads)
             })
         })
     }

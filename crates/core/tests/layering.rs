@@ -32,8 +32,11 @@ const LAYERS: &[&[&str]] = &[
     ],
     // Storage and what models are on disk.
     &["store", "models"],
-    // Over the store: keys, audit, the full-text index; over the models: the runtimes.
-    &["auth", "audit", "fulltext", "embed", "llm"],
+    // Over the store: keys, audit, the full-text index; over the models: the chat runtimes
+    // and their HTTP client.
+    &["auth", "audit", "fulltext", "llm"],
+    // The embedders: ONNX Runtime, or a server asked through `llm`'s HTTP client.
+    &["embed"],
     &["evidence", "retrieve", "ingest"],
     &["tools"],
     &["context"],

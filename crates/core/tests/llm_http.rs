@@ -684,6 +684,15 @@ fn an_error_event_in_the_stream_fails_the_chat() {
 // A real llama-server
 // ---------------------------------------------------------------------------------------------
 
+/// The chat model the server tests run: `QUARRY_TEST_GGUF`, else SmolLM2 from the models cache.
+fn smollm2_gguf() -> PathBuf {
+    std::env::var_os("QUARRY_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            workspace_root().join("models/cache/smollm2-135m-instruct-q4_1/model.gguf")
+        })
+}
+
 fn workspace_root() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     root.canonicalize().unwrap_or(root)
@@ -718,6 +727,17 @@ impl LlamaServer {
 
     /// [`LlamaServer::start`], with the Jinja chat templates (and so tool calling) on or off.
     fn start_with(jinja: bool) -> LlamaServer {
+        let jinja = if jinja { "--jinja" } else { "--no-jinja" };
+        LlamaServer::launch(&smollm2_gguf(), &[jinja])
+    }
+
+    /// SmolLM2 serving embeddings (mean of its last layer), as `llama-server --embedding`.
+    fn start_embedding() -> LlamaServer {
+        LlamaServer::launch(&smollm2_gguf(), &["--embedding", "--pooling", "mean"])
+    }
+
+    /// `model` served with `extra` arguments, on a free port, once `/health` says it is ready.
+    fn launch(model: &Path, extra: &[&str]) -> LlamaServer {
         let binary = std::env::var_os("QUARRY_LLAMA_SERVER")
             .map(PathBuf::from)
             .unwrap_or_else(|| workspace_root().join("target/llama-server/bin/llama-server"));
@@ -726,14 +746,9 @@ impl LlamaServer {
             "llama-server is missing at {}: run `bash scripts/llama-server.sh` (or set QUARRY_LLAMA_SERVER)",
             binary.display()
         );
-        let model = std::env::var_os("QUARRY_TEST_GGUF")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                workspace_root().join("models/cache/smollm2-135m-instruct-q4_1/model.gguf")
-            });
         assert!(
             model.is_file(),
-            "the SmolLM2 GGUF is missing at {}: run `bash scripts/provision.sh target/debug/quarry` \
+            "the GGUF is missing at {}: run `bash scripts/provision.sh target/debug/quarry` \
              (or set QUARRY_TEST_GGUF to a GGUF file)",
             model.display()
         );
@@ -748,9 +763,9 @@ impl LlamaServer {
         let child = Command::new(&binary)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("-m")
-            .arg(&model)
+            .arg(model)
             .args(["--alias", "smollm2", "-c", "2048", "-np", "1"])
-            .arg(if jinja { "--jinja" } else { "--no-jinja" })
+            .args(extra)
             .args(["-t", "1", "--no-webui"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -915,4 +930,109 @@ fn llama_server_without_jinja_answers_without_tools() {
     assert_eq!(response.notices, notices);
     assert!(!response.content.trim().is_empty(), "{response:?}");
     assert!(!backend.info().supports_tools);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A collection embedded by a real llama-server
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn llama_server_embeds_a_collection_that_then_answers_by_meaning() {
+    use quarry_core::models::{Models, ServedApi, ServedModel};
+    use quarry_core::{IndexOptions, Library, LibraryOptions, SearchMode, SearchRequest};
+
+    let server = LlamaServer::start_embedding();
+    let data = tempfile::tempdir().unwrap();
+    let models = Models::at(vec![data.path().join("models")]);
+    std::fs::create_dir_all(models.install_dir()).unwrap();
+    let served = ServedModel {
+        url: server.base_url.clone(),
+        api: ServedApi::Openai,
+        model: "smollm2".into(),
+        api_key_env: None,
+        batch: 2,
+        concurrency: 2,
+        probe: Vec::new(),
+    };
+    let added = quarry_core::register_served(&models, "smollm2-served", served)
+        .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", server.stderr()));
+    assert_eq!(added.dimension, Some(576), "SmolLM2-135M's hidden size");
+
+    let docs = data.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let pages = [
+        ("bread.md", "# Sourdough\n\nMix flour, water and salt with the starter, let the dough rise overnight, then bake the bread in a hot oven until the crust is brown."),
+        ("gearbox.md", "# Gearbox\n\nThe car's gearbox oil is drained and replaced every sixty thousand kilometres; check the clutch and the gear selector at the same service."),
+        ("taxes.md", "# Taxes\n\nFile the income tax return each April with the salary statements, the bank interest and the receipts for deductible expenses."),
+    ];
+    for (name, text) in pages {
+        std::fs::write(docs.join(name), text).unwrap();
+    }
+    let options = LibraryOptions {
+        models: Some(models.clone()),
+        ..LibraryOptions::default()
+    };
+    let mut library = Library::open_with(&data.path().join("library"), options).unwrap();
+    library.add_source(&docs, "notes", &[], &[]).unwrap();
+    library
+        .use_embedding_model("notes", "smollm2-served")
+        .unwrap();
+    library
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+    library
+        .writer()
+        .unwrap()
+        .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", server.stderr()));
+    let coverage = library.embedding_coverage().unwrap();
+    assert_eq!(coverage[0].model.as_deref(), Some("smollm2-served"));
+    assert!(
+        coverage[0].total >= 3 && coverage[0].embedded == coverage[0].total,
+        "{coverage:?}"
+    );
+
+    let mut request = SearchRequest::new("how to bake sourdough bread from flour and a starter");
+    request.settings.mode = SearchMode::Vector;
+    let results = library.search(&request).unwrap();
+    assert!(
+        results.hits[0].path.ends_with("bread.md"),
+        "{:?}",
+        results.hits.iter().map(|h| &h.path).collect::<Vec<_>>()
+    );
+
+    // The same URL now serving another model: its vectors must not join SmolLM2's.
+    let qwen = workspace_root().join("models/cache/qwen2.5-coder-0.5b-instruct-q4_k_m/model.gguf");
+    let other = LlamaServer::launch(&qwen, &["--embedding", "--pooling", "mean"]);
+    let record = models
+        .find("smollm2-served")
+        .unwrap()
+        .dir
+        .join("quarry-model.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, text.replace(&server.base_url, &other.base_url)).unwrap();
+    let options = LibraryOptions {
+        models: Some(models),
+        ..LibraryOptions::default()
+    };
+    let mut reopened = Library::open_with(&data.path().join("library"), options).unwrap();
+    std::fs::write(
+        docs.join("more.md"),
+        "# Bicycles\n\nOil the chain of the bicycle every month.",
+    )
+    .unwrap();
+    reopened
+        .writer()
+        .unwrap()
+        .index_all(&IndexOptions::default(), &|_| {})
+        .unwrap();
+    let err = reopened
+        .writer()
+        .unwrap()
+        .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("another model"), "{err}");
 }

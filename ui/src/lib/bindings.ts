@@ -786,6 +786,11 @@ export type EmbeddingCoverage = {
 	shared: number,
 	/**  Of the embedded, chunks left to full text: they carry no prose. */
 	lexical_only: number,
+	/**
+	 *  The time left to embed the rest at the lane's last measured rate, in seconds; `None`
+	 *  when nothing is left or no rate was measured yet.
+	 */
+	eta_secs: number | null,
 };
 
 /**  Who can fix an error. */

@@ -171,10 +171,8 @@ pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<C
     }
     let budget = memory_budget_mib();
     let shape = choose(&rates, baseline, budget);
-    // A fresh session before the chosen shape's workers are made, so the big runs' buffers
-    // and the workers never take memory at once.
-    embedder.renew_session()?;
-    embedder.set_shape(shape)?;
+    // Fresh sessions, so the big runs' buffers are not kept.
+    embedder.set_shape_afresh(shape)?;
     Ok(Calibration {
         cpu: crate::models::cpu_model(),
         model: embedder.id().to_string(),

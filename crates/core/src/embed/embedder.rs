@@ -12,6 +12,7 @@ use fastembed::{
 
 use super::calibration::{self, Calibration, RunShape};
 use super::runtime::environment;
+use super::served::ServedEmbedder;
 use crate::error::{Error, Result};
 use crate::models::{InstalledModel, ModelKind, Models};
 
@@ -51,13 +52,11 @@ pub struct Embedded {
 pub struct Embedder {
     model: InstalledModel,
     dimension: usize,
-    /// Runs with every thread the caller allowed: queries, and texts when one worker embeds.
-    /// `None` only while [`Embedder::renew_session`] makes the next one.
-    session: Mutex<Option<TextEmbedding>>,
-    /// One-thread sessions, one per thread allowed, that embed texts side by side when the
-    /// shape has more than one worker; made when such a shape is set, dropped when a shape
-    /// with one worker is (the calibration tries both, and keeps one).
-    workers: Mutex<Option<Arc<[Mutex<TextEmbedding>]>>>,
+    /// The sessions the shape runs on; queries and token counts use the first. None for a
+    /// served model.
+    sessions: Mutex<Sessions>,
+    /// The server of a served model, which embeds instead of ONNX Runtime.
+    served: Option<ServedEmbedder>,
     shape: Mutex<RunShape>,
     /// The run shape is this machine's measured one (or the environment's).
     calibrated: AtomicBool,
@@ -66,6 +65,17 @@ pub struct Embedder {
     /// Where calibrations and optimised copies are kept: the models folder installs go to.
     models_dir: PathBuf,
     query_cache: Mutex<lru::LruCache<String, Arc<[f32]>>>,
+}
+
+/// One session with every thread allowed (a shape with one worker), or one one-thread session
+/// per worker, side by side: never both, for each session holds its own copy of the weights
+/// and its own arena (about 120 MiB here), and a session kept only for queries would cost that
+/// for a few milliseconds a query.
+struct Sessions {
+    /// ONNX Runtime threads each session runs with.
+    threads_each: usize,
+    /// Empty only while they are made again.
+    list: Arc<[Mutex<TextEmbedding>]>,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -108,39 +118,80 @@ pub(crate) fn ort_threads(requested: Option<usize>) -> usize {
 }
 
 impl Embedder {
-    /// Loads and checks the installed model `id` (files verified against their sha256).
+    /// Loads and checks the installed model `id` (files verified against their sha256), with
+    /// the run shape this machine's calibration chose (made on the first embedding run when
+    /// there is none).
     pub fn load(models: &Models, id: &str, threads: Option<usize>) -> Result<Embedder> {
+        Embedder::load_shaped(models, id, threads, None)
+    }
+
+    /// [`Embedder::load`] for searches: one session with every thread, whatever the
+    /// calibration chose for the embedding lane (a query is one text; a second session would
+    /// only hold memory).
+    pub fn load_for_queries(models: &Models, id: &str, threads: Option<usize>) -> Result<Embedder> {
+        Embedder::load_shaped(models, id, threads, Some(DEFAULT_SHAPE))
+    }
+
+    fn load_shaped(
+        models: &Models,
+        id: &str,
+        threads: Option<usize>,
+        shape: Option<RunShape>,
+    ) -> Result<Embedder> {
         let model = models.find_kind(id, ModelKind::Embedding)?;
         model.verify()?;
         let dimension = model.dimension.ok_or_else(|| Error::InvalidModel {
             path: model.dir.clone(),
             reason: "its record has no dimension".into(),
         })?;
-        let runtime = models.runtime_library()?;
         let threads = ort_threads(threads);
         let models_dir = models.install_dir().to_path_buf();
-        let session = new_session(&model, &runtime, &models_dir, threads)?;
+        if let Some(served) = &model.served {
+            let server = ServedEmbedder::connect(&model.id, served, Some(dimension))?;
+            server.check_identity()?;
+            return Ok(Embedder {
+                sessions: Mutex::new(Sessions {
+                    threads_each: threads,
+                    list: Vec::new().into(),
+                }),
+                served: Some(server),
+                shape: Mutex::new(DEFAULT_SHAPE),
+                calibrated: AtomicBool::new(true),
+                threads,
+                runtime: PathBuf::new(),
+                models_dir,
+                query_cache: new_query_cache(),
+                model,
+                dimension,
+            });
+        }
+        let runtime = models.runtime_library()?;
         let chosen = match crate::environment::embed_model_batch() {
             Some(texts_per_run) => Some(RunShape {
                 workers: 1,
                 texts_per_run,
             }),
-            None => calibration::recorded(&models_dir, &model.id, threads).map(|c| c.shape),
+            None => shape.or_else(|| {
+                calibration::recorded(&models_dir, &model.id, threads).map(|c| c.shape)
+            }),
         };
-        Ok(Embedder {
+        let embedder = Embedder {
             model,
             dimension,
-            session: Mutex::new(Some(session)),
-            workers: Mutex::new(None),
-            shape: Mutex::new(chosen.unwrap_or(DEFAULT_SHAPE)),
+            sessions: Mutex::new(Sessions {
+                threads_each: threads,
+                list: Vec::new().into(),
+            }),
+            served: None,
+            shape: Mutex::new(DEFAULT_SHAPE),
             calibrated: AtomicBool::new(chosen.is_some()),
             threads,
             runtime,
             models_dir,
-            query_cache: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(QUERY_CACHE_ENTRIES).expect("non-zero"),
-            )),
-        })
+            query_cache: new_query_cache(),
+        };
+        embedder.set_shape(chosen.unwrap_or(DEFAULT_SHAPE))?;
+        Ok(embedder)
     }
 
     /// The model's id.
@@ -159,77 +210,87 @@ impl Embedder {
     }
 
     /// Sets how texts go through the model (at least one worker and one text per run; no more
-    /// workers than threads allowed). Workers' sessions are made here, not while timing.
+    /// workers than threads allowed), making its sessions here, not while timing.
     pub fn set_shape(&self, shape: RunShape) -> Result<()> {
+        self.shape_sessions(shape, false)
+    }
+
+    /// [`Embedder::set_shape`] with fresh sessions even where the shape's are held: ONNX
+    /// Runtime's arena keeps the largest run's buffers for a session's life, and a calibration
+    /// runs up to 16 texts at once; fresh ones hold only what the runs after them need.
+    pub(super) fn set_shape_afresh(&self, shape: RunShape) -> Result<()> {
+        self.shape_sessions(shape, true)
+    }
+
+    fn shape_sessions(&self, shape: RunShape, afresh: bool) -> Result<()> {
         let shape = RunShape {
             workers: shape.workers.clamp(1, self.threads.max(1)),
             texts_per_run: shape.texts_per_run.max(1),
         };
-        if shape.workers > 1 {
-            self.worker_sessions()?;
-        } else {
-            // Their sessions and buffers are memory the one-worker shape never uses.
-            let dropped = self
-                .workers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(workers) = dropped {
-                drop(workers);
-                crate::memory::return_freed_memory();
-            }
+        if self.served.is_some() {
+            // The server batches as it was registered to.
+            return Ok(());
+        }
+        let threads_each = if shape.workers > 1 { 1 } else { self.threads };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if afresh || sessions.list.len() != shape.workers || sessions.threads_each != threads_each {
+            self.make_sessions(&mut sessions, shape.workers, threads_each)?;
         }
         *self.shape.lock().unwrap_or_else(|e| e.into_inner()) = shape;
         Ok(())
     }
 
-    /// Replaces the session every thread runs with a fresh one: ONNX Runtime's arena keeps the
-    /// largest run's buffers for a session's life, and a calibration runs up to 16 texts at
-    /// once; the fresh one holds only what the runs after it need. The old one goes first, so
-    /// the two never take memory at once.
-    pub(super) fn renew_session(&self) -> Result<()> {
-        let mut slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = None;
+    /// Makes `count` sessions of `threads_each` threads in place of the ones held, which go
+    /// first, so the two sets never take memory at once.
+    fn make_sessions(
+        &self,
+        sessions: &mut Sessions,
+        count: usize,
+        threads_each: usize,
+    ) -> Result<()> {
+        sessions.list = Vec::new().into();
         crate::memory::return_freed_memory();
-        *slot = Some(new_session(
-            &self.model,
-            &self.runtime,
-            &self.models_dir,
-            self.threads,
-        )?);
+        sessions.list = (0..count)
+            .map(|_| {
+                new_session(&self.model, &self.runtime, &self.models_dir, threads_each)
+                    .map(Mutex::new)
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into();
+        sessions.threads_each = threads_each;
         Ok(())
     }
 
-    /// Runs `f` on the session every thread runs with.
-    fn with_session<R>(&self, f: impl FnOnce(&mut TextEmbedding) -> Result<R>) -> Result<R> {
-        let mut slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
-        let session = slot.as_mut().ok_or_else(|| {
-            self.inference_error("its session could not be made again after calibrating".into())
-        })?;
-        f(session)
-    }
-
-    /// Whether the one-thread workers' sessions are loaded.
-    #[cfg(test)]
-    pub(super) fn holds_worker_sessions(&self) -> bool {
-        self.workers
+    /// The sessions held now.
+    fn sessions(&self) -> Result<Arc<[Mutex<TextEmbedding>]>> {
+        let list = self
+            .sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+            .list
+            .clone();
+        if list.is_empty() {
+            return Err(self
+                .inference_error("its session could not be made again after calibrating".into()));
+        }
+        Ok(list)
     }
 
-    /// The one-thread sessions, made on first use.
-    fn worker_sessions(&self) -> Result<Arc<[Mutex<TextEmbedding>]>> {
-        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(made) = workers.as_ref() {
-            return Ok(made.clone());
-        }
-        let made: Arc<[Mutex<TextEmbedding>]> = (0..self.threads.max(1))
-            .map(|_| new_session(&self.model, &self.runtime, &self.models_dir, 1).map(Mutex::new))
-            .collect::<Result<Vec<_>>>()?
-            .into();
-        *workers = Some(made.clone());
-        Ok(made)
+    /// Runs `f` on the first session.
+    fn with_session<R>(&self, f: impl FnOnce(&mut TextEmbedding) -> Result<R>) -> Result<R> {
+        let list = self.sessions()?;
+        let mut session = list[0].lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut session)
+    }
+
+    /// How many sessions are loaded.
+    #[cfg(test)]
+    pub(super) fn session_count(&self) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list
+            .len()
     }
 
     /// ONNX Runtime threads the model runs with.
@@ -245,6 +306,11 @@ impl Embedder {
     /// Measures every run shape on `sample` (real texts to embed), keeps the fastest for this
     /// CPU, and embeds with it from now on.
     pub fn calibrate(&self, sample: &[&str]) -> Result<Calibration> {
+        if self.served.is_some() {
+            return Err(self.inference_error(
+                "a served model is not calibrated here: its server decides how texts run".into(),
+            ));
+        }
         let measured = calibration::measure(self, self.threads, sample)?;
         if measured.steady {
             calibration::remember(&self.models_dir, &measured);
@@ -269,6 +335,9 @@ impl Embedder {
     /// token count, so a run pads little), on its workers side by side; returns the vectors in
     /// the order given and the tokens read.
     pub fn embed_counted(&self, texts: &[&str]) -> Result<Embedded> {
+        if let Some(server) = &self.served {
+            return server.embed_counted(texts);
+        }
         let shape = self.shape();
         let lengths = self.with_session(|session| {
             texts
@@ -288,7 +357,7 @@ impl Embedder {
         if shape.workers <= 1 || runs.len() <= 1 {
             self.with_session(|session| self.run_all(session, texts, runs, &mut vectors))?;
         } else {
-            let workers = self.worker_sessions()?;
+            let workers = self.sessions()?;
             let shares = share_runs(runs, &lengths, workers.len());
             let done: Vec<Result<Vec<Vec<f32>>>> = std::thread::scope(|scope| {
                 let handles: Vec<_> = shares
@@ -433,6 +502,12 @@ fn share_runs(
         shares[least].push(run);
     }
     shares
+}
+
+fn new_query_cache() -> Mutex<lru::LruCache<String, Arc<[f32]>>> {
+    Mutex::new(lru::LruCache::new(
+        NonZeroUsize::new(QUERY_CACHE_ENTRIES).expect("non-zero"),
+    ))
 }
 
 /// A session of the model with `threads` intra-op threads, from its optimised copy when there

@@ -8,9 +8,11 @@ pub mod need;
 mod optimized;
 mod rerank;
 mod runtime;
+mod served;
 
 pub use embedder::{normalized, Embedder};
 pub use rerank::Reranker;
+pub use served::register_served;
 
 #[cfg(test)]
 mod tests;

@@ -30,9 +30,9 @@ fn the_run_shape_is_measured_once_per_cpu_and_every_shape_embeds_alike() {
     assert!(measured.rates.iter().all(|r| r.tokens_per_sec > 0.0));
     assert_eq!(embedder.shape(), measured.shape);
     assert_eq!(
-        embedder.holds_worker_sessions(),
-        measured.shape.workers > 1,
-        "the workers' sessions stay only when their shape was chosen"
+        embedder.session_count(),
+        measured.shape.workers,
+        "one session per worker of the chosen shape, and no other"
     );
     // A measurement taken while other tests used the cores is not kept.
     assert_eq!(
@@ -58,7 +58,7 @@ fn the_run_shape_is_measured_once_per_cpu_and_every_shape_embeds_alike() {
     let one_by_one = again.embed_counted(&refs).unwrap();
     for shape in calibration::shapes(2) {
         again.set_shape(shape).unwrap();
-        assert_eq!(again.holds_worker_sessions(), shape.workers > 1, "{shape}");
+        assert_eq!(again.session_count(), shape.workers, "{shape}");
         let embedded = again.embed_counted(&refs).unwrap();
         assert_eq!(embedded.tokens, one_by_one.tokens, "{shape}");
         assert_eq!(embedded.lengths, one_by_one.lengths, "{shape}");

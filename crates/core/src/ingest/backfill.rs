@@ -82,6 +82,9 @@ pub(crate) fn backfill(
             }
             continue;
         }
+        // What indexing freed goes back before the model's sessions and buffers are made:
+        // glibc keeps it otherwise, and the lane's peak would stand on full text's.
+        crate::memory::return_freed_memory();
         let embedder = embedder_for(&model_id)?;
         if embedder.needs_calibration() {
             calibrate(store, &embedder, collection.id, &model_id)?;
@@ -94,11 +97,13 @@ pub(crate) fn backfill(
         // Counted once: a count per report would cost a scan of the collection's chunks.
         let before = store.coverage_of(collection.clone())?;
         let mut last_report = Instant::now() - Duration::from_secs(1);
+        let mut last_rate_kept = Instant::now();
         let report = |this_run: &Work, done: bool| {
             on_progress(&progress(&before, &model_id, this_run, started, done));
         };
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
+                keep_rate(store, collection.id, &this_run, started)?;
                 report(&this_run, false);
                 return Ok(embedded_total);
             }
@@ -129,13 +134,43 @@ pub(crate) fn backfill(
                 report(&this_run, false);
                 last_report = Instant::now();
             }
+            if last_rate_kept.elapsed() >= RATE_KEPT_EVERY {
+                keep_rate(store, collection.id, &this_run, started)?;
+                last_rate_kept = Instant::now();
+            }
         }
+        keep_rate(store, collection.id, &this_run, started)?;
         if collection.pending_model.is_some() {
             store.finish_model_switch(collection.id)?;
         }
         report(&this_run, true);
     }
     Ok(embedded_total)
+}
+
+/// How often a long run keeps its rate, so `quarry status` in another terminal reckons the
+/// time left from this run's pace.
+const RATE_KEPT_EVERY: Duration = Duration::from_secs(30);
+
+/// A run shorter than this says little about the pace (a file saved by the watcher).
+const RATE_MIN_RUN: Duration = Duration::from_secs(5);
+
+/// Keeps the run's rate for the time left that status reckons, when the run was long enough
+/// to mean something.
+fn keep_rate(
+    store: &mut Store,
+    collection_id: crate::ids::CollectionId,
+    this_run: &Work,
+    started: Instant,
+) -> Result<()> {
+    let elapsed = started.elapsed();
+    if elapsed < RATE_MIN_RUN || this_run.chunks == 0 {
+        return Ok(());
+    }
+    store.record_embedding_rate(
+        collection_id,
+        this_run.chunks as f64 / elapsed.as_secs_f64(),
+    )
 }
 
 /// What a run of the lane did for one collection.

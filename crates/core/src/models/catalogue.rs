@@ -36,8 +36,11 @@ pub struct InstalledModel {
     pub max_tokens: usize,
     /// Where it came from (`pypi:…`, `hub:…`, `import:…`).
     pub origin: String,
-    /// Every file with its checksum.
+    /// Every file with its checksum (none for a served model).
     pub files: Vec<InstalledFile>,
+    /// Where the server of a served model is (`quarry models serve`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<super::ServedModel>,
     /// Its folder (not stored: where the record was found).
     #[serde(skip)]
     pub dir: PathBuf,
@@ -241,6 +244,7 @@ pub(super) fn record_for(
         max_tokens: spec.max_tokens,
         origin,
         files,
+        served: None,
         dir: PathBuf::new(),
     }
 }

@@ -102,6 +102,7 @@ impl Models {
             max_tokens,
             origin: format!("import:{}", source.display()),
             files,
+            served: None,
             dir: PathBuf::new(),
         };
         write_record(&staging, &model)?;
@@ -145,6 +146,7 @@ impl Models {
                 bytes,
                 sha256,
             }],
+            served: None,
             dir: PathBuf::new(),
         };
         write_record(&staging, &model)?;
@@ -183,7 +185,7 @@ const DEVICE_NAMES: &[&str] = &["con", "prn", "aux", "nul"];
 /// default chat model, a collection's embedder) would load the import instead (issue 38), so
 /// catalogue ids (and the runtime's) are refused, in any case, since macOS and Windows
 /// folders ignore case.
-fn check_import_id(id: &str) -> std::result::Result<(), String> {
+pub(super) fn check_import_id(id: &str) -> std::result::Result<(), String> {
     let usable = !id.is_empty()
         && id.len() <= MAX_IMPORT_ID
         && id

@@ -20,13 +20,14 @@ mod import;
 mod install;
 mod manifest;
 mod pypi;
+mod served;
 mod setup;
 mod verify;
 
 /// The loopback HTTP helpers the install tests serve from.
 #[cfg(test)]
 #[path = "../../tests/common/http.rs"]
-mod test_http;
+pub(crate) mod test_http;
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,7 @@ pub use install::FetchProgress;
 pub use manifest::{
     default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec,
 };
+pub use served::{ServedApi, ServedModel, DEFAULT_SERVED_BATCH, DEFAULT_SERVED_CONCURRENCY};
 pub use setup::{RuntimeStatus, SetupProblem, SetupReport};
 pub use verify::sha256_file;
 pub(crate) use verify::{check_file, write_record};

@@ -276,6 +276,9 @@ const MIGRATIONS: &[&str] = &[
     // its own, a near-duplicate's, or none (no prose: full text only); NULL until the lane
     // reaches it.
     "ALTER TABLE chunks ADD COLUMN vector_kind INTEGER;",
+    // Issue 35. The embedding lane's last measured rate per collection (chunks a second, the
+    // shared and full-text-only counted), for the time left that `quarry status` says.
+    "ALTER TABLE collections ADD COLUMN embed_chunks_per_sec REAL;",
 ];
 
 /// The schema version this build writes.

@@ -116,6 +116,9 @@ pub struct EmbeddingCoverage {
     pub shared: i64,
     /// Of the embedded, chunks left to full text: they carry no prose.
     pub lexical_only: i64,
+    /// The time left to embed the rest at the lane's last measured rate, in seconds; `None`
+    /// when nothing is left or no rate was measured yet.
+    pub eta_secs: Option<u64>,
 }
 
 /// The pending-chunks query. CROSS JOIN keeps chunks the outer loop, walked by id from the
@@ -420,6 +423,14 @@ impl Store {
             ],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
+        let rate: Option<f64> = self.conn.query_row(
+            "SELECT embed_chunks_per_sec FROM collections WHERE id = ?1",
+            [c.id],
+            |r| r.get(0),
+        )?;
+        let eta_secs = rate
+            .filter(|r| *r > 0.0 && embedded < total)
+            .map(|r| ((total - embedded) as f64 / r).ceil() as u64);
         Ok(EmbeddingCoverage {
             collection: c.name,
             model: c.embedding_model,
@@ -428,7 +439,22 @@ impl Store {
             total,
             shared,
             lexical_only,
+            eta_secs,
         })
+    }
+
+    /// Keeps the embedding lane's measured rate for `collection_id` (chunks a second), what
+    /// the time left in [`EmbeddingCoverage`] is reckoned at.
+    pub fn record_embedding_rate(
+        &mut self,
+        collection_id: CollectionId,
+        chunks_per_sec: f64,
+    ) -> Result<()> {
+        self.conn.execute(
+            "UPDATE collections SET embed_chunks_per_sec = ?2 WHERE id = ?1",
+            params![collection_id, chunks_per_sec],
+        )?;
+        Ok(())
     }
 
     /// Points a collection at another embedding model. With vectors already serving, the new
@@ -596,6 +622,59 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_time_left_is_reckoned_at_the_lane_s_last_rate() {
+        use std::path::Path;
+
+        use crate::store::test_support::{collection_with_source, temp_store, write_document};
+        use crate::store::{ChunkLocation, NewChunk};
+        let (_dir, mut store) = temp_store();
+        let source = collection_with_source(&mut store, "notes", "internal", "m", Path::new("/d"));
+        let chunks: Vec<NewChunk> = (0..40)
+            .map(|i| NewChunk {
+                text: format!("Paragraph {i} about the pump."),
+                heading_path: String::new(),
+                location: ChunkLocation::default(),
+                token_count: 8,
+                reader_span: None,
+            })
+            .collect();
+        let written = write_document(&store, &source, Path::new("/d/a.md"), "A", 900, &chunks);
+        assert_eq!(
+            store.embedding_coverage().unwrap()[0].eta_secs,
+            None,
+            "no rate measured yet"
+        );
+
+        let table = store.ensure_vector_table("m", 2).unwrap();
+        let done: Vec<(ChunkId, Vec<f32>)> = written[..10]
+            .iter()
+            .map(|c| (c.id, vec![1.0, 0.0]))
+            .collect();
+        store
+            .store_vectors(&table, source.collection_id, &done, &[], written[9].id)
+            .unwrap();
+        store
+            .record_embedding_rate(source.collection_id, 4.0)
+            .unwrap();
+        let left = store.embedding_coverage().unwrap().remove(0);
+        assert_eq!((left.embedded, left.total), (10, 40));
+        assert_eq!(left.eta_secs, Some(8), "30 chunks at 4 a second");
+
+        let rest: Vec<(ChunkId, Vec<f32>)> = written[10..]
+            .iter()
+            .map(|c| (c.id, vec![1.0, 0.0]))
+            .collect();
+        store
+            .store_vectors(&table, source.collection_id, &rest, &[], written[39].id)
+            .unwrap();
+        assert_eq!(
+            store.embedding_coverage().unwrap()[0].eta_secs,
+            None,
+            "nothing left"
+        );
+    }
 
     #[test]
     fn pending_chunks_are_read_by_id_from_the_cursor_not_collected_and_sorted() {

@@ -41,8 +41,11 @@ use serde_json::Value;
 use super::{BackendInfo, ChatBackend, ChatRequest, ChatResponse, StreamEvent};
 use crate::{Error, Result};
 
+mod embeddings;
 mod request;
 mod stream;
+
+pub use embeddings::{EmbeddingsAnswer, EmbeddingsFailure};
 
 use request::{ollama_body, openai_body};
 use stream::{read_ollama_stream, read_openai_stream, Collector};
