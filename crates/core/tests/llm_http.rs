@@ -941,6 +941,14 @@ fn llama_server_embeds_a_collection_that_then_answers_by_meaning() {
     use quarry_core::models::{Models, ServedApi, ServedModel};
     use quarry_core::{IndexOptions, Library, LibraryOptions, SearchMode, SearchRequest};
 
+    let index_and_embed = |library: &mut Library| -> quarry_core::Result<u64> {
+        library
+            .writer()?
+            .index_all(&IndexOptions::default(), &|_| {})?;
+        library
+            .writer()?
+            .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))
+    };
     let server = LlamaServer::start_embedding();
     let data = tempfile::tempdir().unwrap();
     let models = Models::at(vec![data.path().join("models")]);
@@ -977,15 +985,7 @@ fn llama_server_embeds_a_collection_that_then_answers_by_meaning() {
     library
         .use_embedding_model("notes", "smollm2-served")
         .unwrap();
-    library
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
-    library
-        .writer()
-        .unwrap()
-        .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))
+    index_and_embed(&mut library)
         .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", server.stderr()));
     let coverage = library.embedding_coverage().unwrap();
     assert_eq!(coverage[0].model.as_deref(), Some("smollm2-served"));
@@ -1023,16 +1023,6 @@ fn llama_server_embeds_a_collection_that_then_answers_by_meaning() {
         "# Bicycles\n\nOil the chain of the bicycle every month.",
     )
     .unwrap();
-    reopened
-        .writer()
-        .unwrap()
-        .index_all(&IndexOptions::default(), &|_| {})
-        .unwrap();
-    let err = reopened
-        .writer()
-        .unwrap()
-        .embed_pending(&|_| {}, &std::sync::atomic::AtomicBool::new(false))
-        .unwrap_err()
-        .to_string();
+    let err = index_and_embed(&mut reopened).unwrap_err().to_string();
     assert!(err.contains("another model"), "{err}");
 }

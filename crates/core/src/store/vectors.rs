@@ -628,7 +628,7 @@ mod tests {
         use std::path::Path;
 
         use crate::store::test_support::{collection_with_source, temp_store, write_document};
-        use crate::store::{ChunkLocation, NewChunk};
+        use crate::store::{ChunkLocation, ChunkRecord, NewChunk};
         let (_dir, mut store) = temp_store();
         let source = collection_with_source(&mut store, "notes", "internal", "m", Path::new("/d"));
         let chunks: Vec<NewChunk> = (0..40)
@@ -648,13 +648,15 @@ mod tests {
         );
 
         let table = store.ensure_vector_table("m", 2).unwrap();
-        let done: Vec<(ChunkId, Vec<f32>)> = written[..10]
-            .iter()
-            .map(|c| (c.id, vec![1.0, 0.0]))
-            .collect();
-        store
-            .store_vectors(&table, source.collection_id, &done, &[], written[9].id)
-            .unwrap();
+        let embed = |store: &mut Store, chunks: &[ChunkRecord]| {
+            let vectors: Vec<(ChunkId, Vec<f32>)> =
+                chunks.iter().map(|c| (c.id, vec![1.0, 0.0])).collect();
+            let through = chunks.last().unwrap().id;
+            store
+                .store_vectors(&table, source.collection_id, &vectors, &[], through)
+                .unwrap();
+        };
+        embed(&mut store, &written[..10]);
         store
             .record_embedding_rate(source.collection_id, 4.0)
             .unwrap();
@@ -662,13 +664,7 @@ mod tests {
         assert_eq!((left.embedded, left.total), (10, 40));
         assert_eq!(left.eta_secs, Some(8), "30 chunks at 4 a second");
 
-        let rest: Vec<(ChunkId, Vec<f32>)> = written[10..]
-            .iter()
-            .map(|c| (c.id, vec![1.0, 0.0]))
-            .collect();
-        store
-            .store_vectors(&table, source.collection_id, &rest, &[], written[39].id)
-            .unwrap();
+        embed(&mut store, &written[10..]);
         assert_eq!(
             store.embedding_coverage().unwrap()[0].eta_secs,
             None,

@@ -43,14 +43,7 @@ impl OpenAiBackend {
                 json!({"model": self.config.model, "input": texts, "truncate": true}),
             ),
         };
-        let mut post = self
-            .agent
-            .post(&url)
-            .header("Content-Type", "application/json");
-        if let Some(key) = &self.config.api_key {
-            post = post.header("Authorization", format!("Bearer {key}"));
-        }
-        let mut response = post.send(body.to_string()).map_err(|e| EmbeddingsFailure {
+        let mut response = self.post_json(&url, &body).map_err(|e| EmbeddingsFailure {
             message: self.transport_message(&url, &e),
             transient: true,
         })?;

@@ -287,6 +287,23 @@ impl OpenAiBackend {
         }
     }
 
+    /// POSTs `body` to `url`, with the API key when there is one.
+    fn post_json(
+        &self,
+        url: &str,
+        body: &Value,
+    ) -> std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        // ureq's `json` feature is off in this workspace: serialise here.
+        let mut post = self
+            .agent
+            .post(url)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            post = post.header("Authorization", format!("Bearer {key}"));
+        }
+        post.send(body.to_string())
+    }
+
     /// One request: sends it, streams the answer into `collector`.
     fn attempt(
         &self,
@@ -307,16 +324,8 @@ impl OpenAiBackend {
                 ollama_body(&self.config.model, request, with_tools, flatten),
             ),
         };
-        // ureq's `json` feature is off in this workspace: serialise here.
-        let mut post = self
-            .agent
-            .post(&url)
-            .header("Content-Type", "application/json");
-        if let Some(key) = &self.config.api_key {
-            post = post.header("Authorization", format!("Bearer {key}"));
-        }
-        let mut response = post
-            .send(body.to_string())
+        let mut response = self
+            .post_json(&url, &body)
             .map_err(|e| Failure::early(self.transport_message(&url, &e)))?;
         let status = response.status().as_u16();
         if status >= 400 {
