@@ -55,11 +55,13 @@ impl ServedEmbedder {
         let mut config =
             OpenAiConfig::new(&served.url, &served.model, dialect).with_timeout(REQUEST_TIMEOUT);
         if let Some(var) = &served.api_key_env {
-            let key = std::env::var(var).map_err(|_| Error::InvalidSetting {
-                field: "api_key_env".into(),
-                reason: format!(
-                    "the served model `{id}` takes its API key from ${var}, which is not set"
-                ),
+            let key = crate::environment::configured_secret(var).ok_or_else(|| {
+                Error::InvalidSetting {
+                    field: "api_key_env".into(),
+                    reason: format!(
+                        "the served model `{id}` takes its API key from ${var}, which is not set"
+                    ),
+                }
             })?;
             config = config.with_api_key(key);
         }
