@@ -266,10 +266,15 @@ const PREVIEW_CONTEXT: usize = 3;
 #[specta::specta]
 pub async fn preview(engine: EngineState<'_>, chunk_id: ChunkId) -> CommandResult<ChunkInContext> {
     blocking(&engine, move |engine| {
-        engine
-            .library()
+        let library = engine.library();
+        let preview = library
             .chunk_in_context(chunk_id, PREVIEW_CONTEXT)?
-            .ok_or_else(chunk_gone)
+            .ok_or_else(chunk_gone)?;
+        // What the user opens is embedded next, if it still waits; a hint, never an error.
+        if let Err(e) = library.embed_first(&[preview.document.id]) {
+            tracing::debug!("could not queue the opened document for vectors: {e}");
+        }
+        Ok(preview)
     })
     .await
 }

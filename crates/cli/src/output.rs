@@ -247,6 +247,12 @@ pub fn status(report: &StatusReport, as_json: bool) -> Result<()> {
                 e.lexical_only
             );
         }
+        if e.ahead > 0 {
+            println!(
+                "             {} more embedded first: their documents were searched or opened",
+                e.ahead
+            );
+        }
         if let Some(secs) = e.eta_secs {
             println!(
                 "             about {} left at the last measured rate (`quarry index` fills them in)",

@@ -523,6 +523,13 @@ impl Library {
         }))
     }
 
+    /// Queues documents the user opened to be embedded before the rest of their collections,
+    /// where they still wait for vectors (searches queue what they find themselves). Returns
+    /// how many were queued.
+    pub fn embed_first(&self, documents: &[DocumentId]) -> Result<usize> {
+        self.store.queue_for_vectors(documents)
+    }
+
     /// The document with this id, if it is still in the index.
     pub fn document_by_id(&self, id: DocumentId) -> Result<Option<DocumentRecord>> {
         self.store.document_by_id(id)

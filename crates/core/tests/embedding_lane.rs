@@ -206,3 +206,66 @@ fn near_duplicates_share_a_vector_and_chunks_without_prose_stay_full_text_only()
         .hits;
     assert!(hits[0].path.ends_with("impls/widget7.txt"), "{hits:?}");
 }
+
+#[test]
+fn what_a_search_finds_is_embedded_before_the_rest_and_then_found_by_meaning() {
+    let mut f = Fixture::new();
+    // Forty chapters on other things, and the page the user is after.
+    let mut files: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            (
+                format!("a{i:02}.md"),
+                format!("# Chapter {i}\n\nChapter {i} of the survey describes topic number {i}.\n"),
+            )
+        })
+        .collect();
+    files.push((
+        "z-pump.md".into(),
+        "# Pump maintenance\n\nPrime the centrifugal pump with water before starting it, or its seals burn.\n"
+            .into(),
+    ));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    f.add_source("manuals", "", &refs);
+    f.reindex();
+    let is_pump = |h: &Hit| h.path.ends_with("z-pump.md");
+
+    // Found by its words while nothing has a vector yet: queued.
+    let hits = f
+        .library
+        .search(&SearchRequest::new("centrifugal pump seals"))
+        .unwrap()
+        .hits;
+    assert!(is_pump(&hits[0]), "{hits:?}");
+
+    // The lane, stopped after its first chunk, embedded that page, ahead of the walk.
+    f.library
+        .writer()
+        .unwrap()
+        .embed_pending_limited(1, &|_| {}, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    let coverage = f.library.embedding_coverage().unwrap().remove(0);
+    assert_eq!((coverage.embedded, coverage.ahead), (0, 1), "{coverage:?}");
+    let mut by_meaning =
+        SearchRequest::new("how do I get a water pump ready before I switch it on");
+    by_meaning.settings.mode = SearchMode::Vector;
+    by_meaning.settings.max_per_document = 0;
+    by_meaning.settings.limit = 100;
+    let hits = f.library.search(&by_meaning).unwrap().hits;
+    assert_eq!(hits.len(), 1, "only that page has a vector: {hits:?}");
+    assert!(is_pump(&hits[0]));
+
+    // The walk fills in the rest and, passing the page, counts it once.
+    let last = embed_reporting(&mut f);
+    assert!(last.done);
+    let coverage = f.library.embedding_coverage().unwrap().remove(0);
+    assert_eq!(coverage.embedded, coverage.total);
+    assert_eq!(coverage.ahead, 0);
+    by_meaning.settings.min_similarity = -1.0;
+    let hits = f.library.search(&by_meaning).unwrap().hits;
+    assert_eq!(hits.len(), coverage.total as usize, "one hit a chunk");
+    assert!(is_pump(&hits[0]), "{hits:?}");
+    assert_eq!(hits.iter().filter(|h| is_pump(h)).count(), 1);
+}

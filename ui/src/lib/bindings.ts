@@ -787,6 +787,11 @@ export type EmbeddingCoverage = {
 	/**  Of the embedded, chunks left to full text: they carry no prose. */
 	lexical_only: number,
 	/**
+	 *  Of the chunks the lane has yet to reach, those it took first because a search found
+	 *  their document or the app opened it (they count as embedded once it reaches them).
+	 */
+	ahead: number,
+	/**
 	 *  The time left to embed the rest at the lane's last measured rate, in seconds; `None`
 	 *  when nothing is left or no rate was measured yet.
 	 */

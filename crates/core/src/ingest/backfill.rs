@@ -3,6 +3,10 @@
 //! Files are searchable by full text as soon as they are extracted; this lane then embeds
 //! their chunks in batches, oldest first. Each batch's vectors and the collection's cursor
 //! commit in one transaction, so a restart resumes at the first chunk without a vector.
+//!
+//! What the user searches first is embedded first: before each batch of that walk, the lane
+//! embeds the chunks of the documents a search found or the app opened meanwhile
+//! (`store::embed_first`), wherever they are.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +69,12 @@ pub(crate) fn backfill(
     stop: &AtomicBool,
 ) -> Result<u64> {
     let mut embedded_total = 0;
+    while let Some(n) = embed_queued(store, embedder_for, batch)? {
+        embedded_total += n;
+        if stop.load(Ordering::Relaxed) || embedded_total >= limit {
+            return Ok(embedded_total);
+        }
+    }
     for collection in store.collections()? {
         let Some(model_id) = collection
             .pending_model
@@ -107,6 +117,10 @@ pub(crate) fn backfill(
                 report(&this_run, false);
                 return Ok(embedded_total);
             }
+            if let Some(n) = embed_queued(store, embedder_for, batch)? {
+                embedded_total += n;
+                continue;
+            }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
             let pending = store.pending_chunks(collection.id, &model_id, room)?;
             let Some(last) = pending.last().map(|p| p.id) else {
@@ -146,6 +160,46 @@ pub(crate) fn backfill(
         report(&this_run, true);
     }
     Ok(embedded_total)
+}
+
+/// Embeds the next chunks of the queue (documents a search found or the app opened while
+/// they waited), ahead of the walk: they are stored with their vectors but the cursor stays.
+/// Returns how many the model or a near-duplicate gave a vector, or `None` when the queue is
+/// empty.
+fn embed_queued(
+    store: &mut Store,
+    embedder_for: &dyn Fn(&str) -> Result<std::sync::Arc<Embedder>>,
+    batch: usize,
+) -> Result<Option<u64>> {
+    let Some(next) = store.next_embed_first(batch.max(1))? else {
+        return Ok(None);
+    };
+    if next.chunks.is_empty() {
+        store.dequeue_for_vectors(&next.finished)?;
+        return Ok(Some(0));
+    }
+    let embedder = embedder_for(&next.model_id)?;
+    let table = store.ensure_vector_table(&next.model_id, embedder.dimension())?;
+    // Chunks that kept their vector from the revision before are only noted.
+    let missing: Vec<&PendingChunk> = next.chunks.iter().filter(|p| !p.has_vector).collect();
+    let busy = crate::cores::LaneBusy::begin();
+    let vectors = SharedVectors::default().vectors_for(store, &table, &embedder, &missing)?;
+    drop(busy);
+    let dealt: Vec<ChunkId> = next.chunks.iter().map(|p| p.id).collect();
+    store.store_vectors_ahead(
+        &table,
+        next.collection_id,
+        &vectors.rows,
+        &vectors.kinds,
+        &dealt,
+        &next.finished,
+    )?;
+    tracing::debug!(
+        chunks = dealt.len(),
+        documents = next.finished.len(),
+        "embedded what was searched first"
+    );
+    Ok(Some(missing.len() as u64))
 }
 
 /// How often a long run keeps its rate, so `quarry status` in another terminal reckons the

@@ -310,8 +310,26 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
         request.snippet_chars,
     )?;
     add_copies(ctx.store, &mut results.hits, &copies)?;
+    embed_found_first(ctx.store, &results.hits);
     results.took_us = elapsed_us(started);
     Ok(results)
+}
+
+/// Documents among the best hits whose collection still waits for their vectors.
+const FOUND_FIRST: usize = 10;
+
+/// Queues the best hits' documents to be embedded before the rest of their collections, where
+/// they still wait (see `store::embed_first`): what the user searches now is likely what they
+/// search by meaning next. A hint, so it never fails the search.
+fn embed_found_first(store: &Store, hits: &[Hit]) {
+    let documents: Vec<DocumentId> = hits
+        .iter()
+        .take(FOUND_FIRST)
+        .map(|h| h.document_id)
+        .collect();
+    if let Err(e) = store.queue_for_vectors(&documents) {
+        tracing::debug!("could not queue the found documents for vectors: {e}");
+    }
 }
 
 /// The lexical and vector stages of every query variant; and the first lexical stream's

@@ -279,6 +279,21 @@ const MIGRATIONS: &[&str] = &[
     // Issue 35. The embedding lane's last measured rate per collection (chunks a second, the
     // shared and full-text-only counted), for the time left that `quarry status` says.
     "ALTER TABLE collections ADD COLUMN embed_chunks_per_sec REAL;",
+    // Issue 35. What the user searches first is embedded first: documents a search found or
+    // the app opened while their collection waited for vectors (`store::embed_first`), and
+    // the chunks the lane gave a vector ahead of the collection's cursor, so the searches'
+    // sign-bit copy finds them and counts them once.
+    "CREATE TABLE embed_first(
+        document_id INTEGER PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+        requested INTEGER NOT NULL
+     );
+     CREATE TABLE embedded_ahead(
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        collection_id INTEGER NOT NULL,
+        model_id TEXT NOT NULL,
+        chunk_id INTEGER NOT NULL
+     );
+     CREATE UNIQUE INDEX embedded_ahead_by_chunk ON embedded_ahead(collection_id, model_id, chunk_id);",
 ];
 
 /// The schema version this build writes.

@@ -13,6 +13,7 @@ mod audit;
 mod collections;
 mod conversations;
 mod documents;
+mod embed_first;
 mod keys;
 mod migrations;
 mod ocr;
@@ -125,6 +126,15 @@ impl Store {
             &self.conn,
             rusqlite::TransactionBehavior::Immediate,
         )?)
+    }
+
+    /// Runs `read` in one read transaction, so that its queries see one state of the
+    /// database whatever another connection commits meanwhile.
+    pub(crate) fn snapshot<T>(&self, read: impl FnOnce() -> Result<T>) -> Result<T> {
+        let tx = Transaction::new_unchecked(&self.conn, rusqlite::TransactionBehavior::Deferred)?;
+        let out = read();
+        tx.finish()?;
+        out
     }
 
     pub(crate) fn meta(&self, key: &str) -> Result<Option<String>> {

@@ -7,7 +7,10 @@
 //! vectors (about 400 ms); this scan is a tight loop over one array. The floats stay in vec0:
 //! candidates are rescored there, so a vector deleted since the copy was made simply fails its
 //! read and drops out. New vectors are picked up through the embedding cursor (chunk ids only
-//! grow), and the copy is rebuilt when too many of its entries have gone stale.
+//! grow) and, for those the lane gave ahead of it (`embed_first`), through their notes; the
+//! copy is rebuilt when too many of its entries have gone stale.
+
+use std::collections::HashSet;
 
 use rusqlite::params;
 
@@ -27,6 +30,11 @@ pub struct SignIndex {
     bits: Vec<u64>,
     /// Embedding cursor the copy is complete through.
     cursor: i64,
+    /// Chunks beyond the cursor the copy has dealt with (their vectors were given ahead of
+    /// it): the cursor, passing them, must not add them twice.
+    ahead: HashSet<i64>,
+    /// The last note of a chunk dealt with ahead of the cursor that the copy has read.
+    ahead_seq: i64,
     /// Entries whose vector was found gone at rescoring.
     stale: usize,
 }
@@ -113,11 +121,29 @@ impl SignIndex {
         table: &VectorTable,
         collection_id: CollectionId,
     ) -> Result<SignIndex> {
+        store.snapshot(|| SignIndex::build_in_snapshot(store, table, collection_id))
+    }
+
+    /// [`SignIndex::build`] inside one read transaction: the cursor, the notes and the
+    /// vectors read must be of one state, or a batch stored between two reads would be both
+    /// read and added again later.
+    fn build_in_snapshot(
+        store: &Store,
+        table: &VectorTable,
+        collection_id: CollectionId,
+    ) -> Result<SignIndex> {
         let words = table.dimension.div_ceil(64);
         let cursor = store.embedding_cursor(collection_id, &table.model_id)?;
+        let notes = store.embedded_ahead_since(collection_id, &table.model_id, 0)?;
         let mut index = SignIndex {
             words,
             cursor,
+            ahead_seq: notes.last().map_or(0, |(seq, _)| *seq),
+            ahead: notes
+                .into_iter()
+                .map(|(_, id)| id.0)
+                .filter(|id| *id > cursor)
+                .collect(),
             ..SignIndex::default()
         };
         if index
@@ -218,12 +244,22 @@ impl SignIndex {
         table: &VectorTable,
         collection_id: CollectionId,
     ) -> Result<()> {
+        store.snapshot(|| self.refresh_in_snapshot(store, table, collection_id))
+    }
+
+    fn refresh_in_snapshot(
+        &mut self,
+        store: &Store,
+        table: &VectorTable,
+        collection_id: CollectionId,
+    ) -> Result<()> {
         let cursor = store.embedding_cursor(collection_id, &table.model_id)?;
+        let notes = store.embedded_ahead_since(collection_id, &table.model_id, self.ahead_seq)?;
         let many_stale = self.stale > 64 && self.stale * 5 > self.ids.len();
-        if cursor == self.cursor && !many_stale {
+        if cursor == self.cursor && notes.is_empty() && !many_stale {
             return Ok(());
         }
-        let new_ids: Vec<i64> = {
+        let passed: Vec<i64> = {
             let mut stmt = store.conn().prepare_cached(
                 // Chunks walked by id, as `Store::pending_chunks` does (see there).
                 "SELECT ch.id FROM chunks ch
@@ -236,10 +272,11 @@ impl SignIndex {
             rows.collect::<rusqlite::Result<_>>()?
         };
         // Point reads cost about 0.1 ms each; past a few thousand a full read is cheaper.
-        if many_stale || new_ids.len() > 4096 || cursor < self.cursor {
-            *self = SignIndex::build(store, table, collection_id)?;
+        if many_stale || passed.len() + notes.len() > 4096 || cursor < self.cursor {
+            *self = SignIndex::build_in_snapshot(store, table, collection_id)?;
             return Ok(());
         }
+        let new_ids = self.take_new(passed, notes, cursor);
         let mut stmt = store.conn().prepare_cached(&format!(
             "SELECT embedding_bits FROM {} WHERE rowid = ?1",
             table.table
@@ -257,6 +294,25 @@ impl SignIndex {
         }
         self.cursor = cursor;
         Ok(())
+    }
+
+    /// Of the chunks the cursor `passed` and those noted as dealt with ahead of it, the ones
+    /// the copy does not hold yet; the notes are taken in.
+    fn take_new(&mut self, passed: Vec<i64>, notes: Vec<(i64, ChunkId)>, cursor: i64) -> Vec<i64> {
+        let mut new_ids: Vec<i64> = passed
+            .into_iter()
+            .filter(|id| !self.ahead.remove(id))
+            .collect();
+        for (seq, id) in notes {
+            self.ahead_seq = self.ahead_seq.max(seq);
+            // One at or below the cursor came in with `passed`.
+            if id.0 > cursor && self.ahead.insert(id.0) {
+                new_ids.push(id.0);
+            }
+        }
+        // Noted chunks deleted before the cursor reached them.
+        self.ahead.retain(|id| *id > cursor);
+        new_ids
     }
 
     /// Records that `n` candidates were found deleted at rescoring.

@@ -116,6 +116,9 @@ pub struct EmbeddingCoverage {
     pub shared: i64,
     /// Of the embedded, chunks left to full text: they carry no prose.
     pub lexical_only: i64,
+    /// Of the chunks the lane has yet to reach, those it took first because a search found
+    /// their document or the app opened it (they count as embedded once it reaches them).
+    pub ahead: i64,
     /// The time left to embed the rest at the lane's last measured rate, in seconds; `None`
     /// when nothing is left or no rate was measured yet.
     pub eta_secs: Option<u64>,
@@ -132,6 +135,66 @@ fn pending_sql(has_vector: &str) -> String {
          WHERE ch.id > ?1 AND s.collection_id = ?2 AND ch.repeated = 0
          ORDER BY ch.id LIMIT ?3"
     )
+}
+
+/// A pending chunk from a row of `ch.id, ch.text, d.title, has_vector`.
+pub(super) fn pending_chunk(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingChunk> {
+    let text: String = r.get(1)?;
+    let title: Option<String> = r.get(2)?;
+    // The title gives a passage its context (measured: about +0.01 nDCG@10).
+    let (text, body_start) = match title {
+        Some(t) if !t.is_empty() && !text.starts_with(t.as_str()) => {
+            (format!("{t}\n{text}"), t.len() + 1)
+        }
+        _ => (text, 0),
+    };
+    Ok(PendingChunk {
+        id: r.get(0)?,
+        text,
+        body_start,
+        has_vector: r.get(3)?,
+    })
+}
+
+/// Writes vectors for chunks (skipping chunks deleted meanwhile) and notes what each chunk of
+/// `kinds` got, in the caller's transaction. Returns how many vectors were written.
+pub(super) fn write_vectors(
+    tx: &rusqlite::Transaction<'_>,
+    table: &VectorTable,
+    collection_id: CollectionId,
+    vectors: &[(ChunkId, Vec<f32>)],
+    kinds: &[(ChunkId, VectorKind)],
+) -> Result<usize> {
+    let mut stored = 0;
+    let mut mark = tx.prepare_cached("UPDATE chunks SET vector_kind = ?2 WHERE id = ?1")?;
+    for (chunk_id, kind) in kinds {
+        mark.execute(params![chunk_id, *kind as i64])?;
+    }
+    let insert = if table.has_bits() {
+        format!(
+                "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding, embedding_bits)
+                 SELECT ?1, ?2, ?3, vec_quantize_binary(?3) WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
+                table.table
+            )
+    } else {
+        format!(
+            "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding)
+                 SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
+            table.table
+        )
+    };
+    let mut stmt = tx.prepare(&insert)?;
+    for (chunk_id, vector) in vectors {
+        if vector.len() != table.dimension {
+            return Err(Error::Internal(format!(
+                "vector of {} numbers for a {}-number table",
+                vector.len(),
+                table.dimension
+            )));
+        }
+        stored += stmt.execute(params![chunk_id, collection_id, f32_bytes(vector)])?;
+    }
+    Ok(stored)
 }
 
 /// Registers sqlite-vec on one connection. Per connection, not process-wide: a process-wide
@@ -278,29 +341,18 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<PendingChunk>> {
         let cursor = self.embedding_cursor(collection_id, model_id)?;
-        let has_vector = match self.vector_table(model_id)? {
+        let has_vector = self.has_vector_sql(model_id)?;
+        let mut stmt = self.conn.prepare_cached(&pending_sql(&has_vector))?;
+        let rows = stmt.query_map(params![cursor, collection_id, limit as i64], pending_chunk)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The SQL that says whether a chunk (`ch`) has a vector in `model_id`'s table.
+    pub(super) fn has_vector_sql(&self, model_id: &str) -> Result<String> {
+        Ok(match self.vector_table(model_id)? {
             Some(t) => format!("EXISTS (SELECT 1 FROM {} WHERE rowid = ch.id)", t.table),
             None => "0".to_string(),
-        };
-        let mut stmt = self.conn.prepare_cached(&pending_sql(&has_vector))?;
-        let rows = stmt.query_map(params![cursor, collection_id, limit as i64], |r| {
-            let text: String = r.get(1)?;
-            let title: Option<String> = r.get(2)?;
-            // The title gives a passage its context (measured: about +0.01 nDCG@10).
-            let (text, body_start) = match title {
-                Some(t) if !t.is_empty() && !text.starts_with(t.as_str()) => {
-                    (format!("{t}\n{text}"), t.len() + 1)
-                }
-                _ => (text, 0),
-            };
-            Ok(PendingChunk {
-                id: r.get(0)?,
-                text,
-                body_start,
-                has_vector: r.get(3)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
     }
 
     /// Stores vectors for chunks (skipping chunks deleted meanwhile), notes what each chunk
@@ -315,42 +367,13 @@ impl Store {
         through_chunk_id: ChunkId,
     ) -> Result<usize> {
         let tx = self.write()?;
-        let mut stored = 0;
-        {
-            let mut mark = tx.prepare_cached("UPDATE chunks SET vector_kind = ?2 WHERE id = ?1")?;
-            for (chunk_id, kind) in kinds {
-                mark.execute(params![chunk_id, *kind as i64])?;
-            }
-            let insert = if table.has_bits() {
-                format!(
-                    "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding, embedding_bits)
-                     SELECT ?1, ?2, ?3, vec_quantize_binary(?3) WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
-                    table.table
-                )
-            } else {
-                format!(
-                    "INSERT OR REPLACE INTO {}(rowid, collection_id, embedding)
-                     SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
-                    table.table
-                )
-            };
-            let mut stmt = tx.prepare(&insert)?;
-            for (chunk_id, vector) in vectors {
-                if vector.len() != table.dimension {
-                    return Err(Error::Internal(format!(
-                        "vector of {} numbers for a {}-number table",
-                        vector.len(),
-                        table.dimension
-                    )));
-                }
-                stored += stmt.execute(params![chunk_id, collection_id, f32_bytes(vector)])?;
-            }
-        }
+        let stored = write_vectors(&tx, table, collection_id, vectors, kinds)?;
         tx.execute(
             "INSERT INTO embedding_progress(collection_id, model_id, last_chunk_id) VALUES (?1, ?2, ?3)
              ON CONFLICT(collection_id, model_id) DO UPDATE SET last_chunk_id = MAX(last_chunk_id, excluded.last_chunk_id)",
             params![collection_id, table.model_id, through_chunk_id],
         )?;
+        super::embed_first::forget_passed(&tx, collection_id, &table.model_id, through_chunk_id)?;
         tx.commit()?;
         Ok(stored)
     }
@@ -428,6 +451,10 @@ impl Store {
             [c.id],
             |r| r.get(0),
         )?;
+        let ahead = match &filling {
+            Some(m) => self.embedded_ahead_count(c.id, m)?,
+            None => 0,
+        };
         let eta_secs = rate
             .filter(|r| *r > 0.0 && embedded < total)
             .map(|r| ((total - embedded) as f64 / r).ceil() as u64);
@@ -439,6 +466,7 @@ impl Store {
             total,
             shared,
             lexical_only,
+            ahead,
             eta_secs,
         })
     }
@@ -520,6 +548,7 @@ impl Store {
             "DELETE FROM embedding_progress WHERE collection_id = ?1 AND model_id = ?2",
             params![c.id, old],
         )?;
+        super::embed_first::forget_model(&tx, c.id, &old)?;
         tx.commit()?;
         Ok(())
     }
