@@ -73,6 +73,12 @@ pub fn embed_memory_mib() -> Option<u64> {
     positive_count("QUARRY_EMBED_MEMORY_MIB").map(|n| n as u64)
 }
 
+/// `QUARRY_EMBED_INT8=0` keeps an embedding model's int8-stored weights multiplied in f32, as
+/// the model file says (see `embed::int8_matmul`); anything else, or unset, runs them in int8.
+pub fn embed_int8_products() -> bool {
+    std::env::var("QUARRY_EMBED_INT8").map_or(true, |v| v.trim() != "0")
+}
+
 /// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.
 pub fn hf_endpoint() -> Option<String> {
     ["QUARRY_HF_ENDPOINT", "HF_ENDPOINT"]

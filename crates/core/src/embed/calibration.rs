@@ -114,6 +114,10 @@ pub struct Calibration {
     /// The two timings of the baseline agreed: nothing else was using the cores.
     #[serde(default = "steady_by_default")]
     pub steady: bool,
+    /// Taken with the model's int8-stored weights multiplied in int8 (`embed::int8_matmul`),
+    /// which changes what each shape costs; one taken before is measured again.
+    #[serde(default)]
+    pub int8_products: bool,
 }
 
 fn steady_by_default() -> bool {
@@ -181,6 +185,7 @@ pub fn measure(embedder: &Embedder, threads: usize, sample: &[&str]) -> Result<C
         rates,
         memory_budget_mib: Some(budget),
         steady,
+        int8_products: crate::environment::embed_int8_products(),
     })
 }
 
@@ -223,11 +228,13 @@ fn read_all(models_dir: &Path) -> Vec<Calibration> {
 pub fn recorded(models_dir: &Path, model: &str, threads: usize) -> Option<Calibration> {
     let cpu = crate::models::cpu_model();
     let budget = memory_budget_mib();
+    let int8_products = crate::environment::embed_int8_products();
     read_all(models_dir).into_iter().find(|c| {
         c.cpu == cpu
             && c.model == model
             && c.threads == threads
             && c.memory_budget_mib == Some(budget)
+            && c.int8_products == int8_products
     })
 }
 
@@ -238,7 +245,8 @@ pub fn remember(models_dir: &Path, calibration: &Calibration) {
     all.retain(|c| {
         !(c.cpu == calibration.cpu
             && c.model == calibration.model
-            && c.threads == calibration.threads)
+            && c.threads == calibration.threads
+            && c.int8_products == calibration.int8_products)
     });
     all.push(calibration.clone());
     crate::models::write_record(&models_dir.join(RECORD), &all);
@@ -338,6 +346,7 @@ mod tests {
             rates: rates(&[(shape(1, 1), 1000.0), (shape(2, 1), 1400.0)]),
             memory_budget_mib: Some(600),
             steady: true,
+            int8_products: crate::environment::embed_int8_products(),
         };
         let other_cpu = Calibration {
             cpu: "another CPU".into(),
@@ -365,6 +374,26 @@ mod tests {
                 ..mine.clone()
             },
         );
+        assert_eq!(recorded(dir.path(), "m", 2), None);
+        remember(dir.path(), &mine);
+        // One taken with the products in the other precision is measured again.
+        remember(
+            dir.path(),
+            &Calibration {
+                int8_products: !mine.int8_products,
+                ..mine.clone()
+            },
+        );
+        assert_eq!(recorded(dir.path(), "m", 2), Some(mine.clone()));
+        std::fs::write(
+            dir.path().join(RECORD),
+            serde_json::to_vec(&[Calibration {
+                int8_products: !mine.int8_products,
+                ..mine.clone()
+            }])
+            .unwrap(),
+        )
+        .unwrap();
         assert_eq!(recorded(dir.path(), "m", 2), None);
 
         std::fs::write(dir.path().join(RECORD), b"{not json").unwrap();

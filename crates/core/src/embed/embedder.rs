@@ -520,16 +520,41 @@ fn new_session(
 ) -> Result<TextEmbedding> {
     let env = environment(runtime)?;
     let graph = super::optimized::model_bytes(model, &env, runtime, models_dir)?;
-    match session_of(model, &env, graph.bytes, threads) {
-        Err(e) if graph.optimised => {
-            tracing::warn!(model = %model.id, "the optimised copy does not load ({e}); using the original");
-            super::optimized::forget(model, models_dir);
-            let onnx_path = model.file("model.onnx");
-            let onnx = std::fs::read(&onnx_path).map_err(|e| Error::io(&onnx_path, e))?;
-            session_of(model, &env, onnx, threads)
+    let (optimised, rewritten) = (graph.optimised, graph.rewritten);
+    let e = match session_of(model, &env, graph.bytes, threads) {
+        Err(e) if optimised || rewritten => e,
+        loaded => return loaded,
+    };
+    if optimised {
+        tracing::warn!(model = %model.id, "the optimised copy does not load ({e}); using the model");
+        super::optimized::forget(model, models_dir);
+        let plain = super::optimized::original(model)?;
+        let plain_rewritten = plain.rewritten;
+        match session_of(model, &env, plain.bytes, threads) {
+            Err(e) if plain_rewritten => {
+                tracing::warn!(model = %model.id, "its int8 graph does not load ({e}); using the installed file");
+            }
+            loaded => return loaded,
         }
-        loaded => loaded,
+    } else {
+        tracing::warn!(model = %model.id, "its int8 graph does not load ({e}); using the installed file");
     }
+    session_of(
+        model,
+        &env,
+        super::optimized::installed_graph(model)?,
+        threads,
+    )
+}
+
+/// A session of `onnx`, a graph of `model`, for the tests that compare graphs.
+#[cfg(test)]
+pub(super) fn session_of_graph(
+    model: &InstalledModel,
+    runtime: &Path,
+    onnx: Vec<u8>,
+) -> Result<TextEmbedding> {
+    session_of(model, &environment(runtime)?, onnx, 1)
 }
 
 fn session_of(

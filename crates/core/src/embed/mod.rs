@@ -4,6 +4,7 @@
 
 pub mod calibration;
 mod embedder;
+mod int8_matmul;
 pub mod need;
 mod optimized;
 mod rerank;

@@ -15,38 +15,65 @@ use ort::session::Session;
 use crate::error::{Error, Result};
 use crate::models::InstalledModel;
 
-/// The graph to load and whether it is the optimised copy.
+/// The graph to load and whether it is the optimised copy or the int8 rewrite: either may be
+/// dropped for the installed file if ONNX Runtime refuses it.
 pub(super) struct Graph {
     pub bytes: Vec<u8>,
     pub optimised: bool,
+    pub rewritten: bool,
+}
+
+/// The installed model file as it is.
+pub(super) fn installed_graph(model: &InstalledModel) -> Result<Vec<u8>> {
+    let path = model.file("model.onnx");
+    std::fs::read(&path).map_err(|e| Error::io(&path, e))
+}
+
+/// The installed graph with its int8-stored weights multiplied in int8 where it has any (see
+/// `int8_matmul`) and `QUARRY_EMBED_INT8` does not say otherwise, else as installed.
+pub(super) fn original(model: &InstalledModel) -> Result<Graph> {
+    let bytes = installed_graph(model)?;
+    let int8 = crate::environment::embed_int8_products();
+    Ok(
+        match int8.then(|| super::int8_matmul::rewrite(&bytes)).flatten() {
+            Some((rewritten, products)) => {
+                tracing::debug!(model = %model.id, products, "int8 products");
+                Graph {
+                    bytes: rewritten,
+                    optimised: false,
+                    rewritten: true,
+                }
+            }
+            None => Graph {
+                bytes,
+                optimised: false,
+                rewritten: false,
+            },
+        },
+    )
 }
 
 /// The model's graph to load: the optimised copy for this CPU and runtime when one is there
-/// and intact, else the original (making the copy on the way, best effort).
+/// and intact, else the original with its int8-stored weights multiplied in int8 (see
+/// `int8_matmul`; making the copy on the way, best effort).
 pub(super) fn model_bytes(
     model: &InstalledModel,
     env: &Environment,
     runtime: &Path,
     models_dir: &Path,
 ) -> Result<Graph> {
-    let original_path = model.file("model.onnx");
-    let original = || {
-        std::fs::read(&original_path)
-            .map(|bytes| Graph {
-                bytes,
-                optimised: false,
-            })
-            .map_err(|e| Error::io(&original_path, e))
-    };
+    let int8 = crate::environment::embed_int8_products();
+    let original = || original(model);
     let Some(source) = model.files.iter().find(|f| f.path == "model.onnx") else {
         return original();
     };
     let key = blake3::hash(
         format!(
-            "{}\n{}\n{}",
+            "{}\n{}\n{}{}",
             crate::models::cpu_model(),
             runtime.display(),
-            source.sha256
+            source.sha256,
+            if int8 { "\nint8 products 1" } else { "" }
         )
         .as_bytes(),
     )
@@ -60,6 +87,7 @@ pub(super) fn model_bytes(
             return Ok(Graph {
                 bytes,
                 optimised: true,
+                rewritten: int8,
             });
         }
     }

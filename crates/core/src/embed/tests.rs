@@ -130,6 +130,32 @@ fn the_optimised_copy_of_the_model_gives_the_same_vectors_and_a_bad_one_is_set_a
     assert!(copies().is_empty(), "the bad copy is set aside");
 }
 
+#[test]
+fn int8_products_embed_within_a_hair_of_the_installed_graph() {
+    let models = Models::discover(tempfile::tempdir().unwrap().path());
+    let model = models.find(default_embedding_model()).unwrap();
+    let installed = super::optimized::installed_graph(&model).unwrap();
+    let (rewritten, products) = super::int8_matmul::rewrite(&installed).unwrap();
+    assert_eq!(products, 36, "six layers of six products");
+    let runtime = models.runtime_library().unwrap();
+    let texts = [
+        "The gearbox is serviced every 40,000 km, or every two years, whichever comes first.",
+        "Tyre pressure: 2.4 bar.",
+        "What does the question mark operator do with an Err value?",
+        "fn main() { println!(\"hello\"); }",
+    ];
+    let mut f32_graph = super::embedder::session_of_graph(&model, &runtime, installed).unwrap();
+    let mut int8_graph = super::embedder::session_of_graph(&model, &runtime, rewritten).unwrap();
+    let a = f32_graph.embed(texts, None).unwrap();
+    let b = int8_graph.embed(texts, None).unwrap();
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        let norms = cosine(x, x).sqrt() * cosine(y, y).sqrt();
+        let similarity = cosine(x, y) / norms;
+        // The served-model rule for "the same model" (`embed::served`) is 0.98.
+        assert!(similarity > 0.98, "text {i}: cosine {similarity}");
+    }
+}
+
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
