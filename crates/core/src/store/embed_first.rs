@@ -308,38 +308,39 @@ mod tests {
             .collect()
     }
 
+    /// A store with one collection `notes` (model `m`, 16 dimensions) holding a document of
+    /// `n` chunks per word, written in order; its table; each document's chunks.
+    fn notes(
+        words: &[&str],
+        n: usize,
+    ) -> (tempfile::TempDir, Store, VectorTable, Vec<Vec<ChunkRecord>>) {
+        let (dir, mut store) = temp_store();
+        let source = collection_with_source(&mut store, "notes", "internal", "m", Path::new("/d"));
+        let documents = words
+            .iter()
+            .map(|word| {
+                let path = format!("/d/{word}.md");
+                write_document(
+                    &store,
+                    &source,
+                    Path::new(&path),
+                    word,
+                    90,
+                    &chunks(n, word),
+                )
+            })
+            .collect();
+        let table = store.ensure_vector_table("m", 16).unwrap();
+        (dir, store, table, documents)
+    }
+
     #[test]
     fn a_queued_document_is_embedded_ahead_of_the_cursor_and_held_once_by_the_sign_copy() {
-        let (_dir, mut store) = temp_store();
-        let source = collection_with_source(&mut store, "notes", "internal", "m", Path::new("/d"));
-        let c = source.collection_id;
-        let first = write_document(
-            &store,
-            &source,
-            Path::new("/d/a.md"),
-            "A",
-            90,
-            &chunks(3, "pump"),
-        );
-        let middle = write_document(
-            &store,
-            &source,
-            Path::new("/d/b.md"),
-            "B",
-            90,
-            &chunks(3, "valve"),
-        );
-        let last = write_document(
-            &store,
-            &source,
-            Path::new("/d/c.md"),
-            "C",
-            90,
-            &chunks(3, "gauge"),
-        );
-        let table = store.ensure_vector_table("m", 16).unwrap();
+        let (_dir, mut store, table, documents) = notes(&["pump", "valve", "gauge"], 3);
+        let c = store.collections().unwrap()[0].id;
+        let (first, middle, last) = (&documents[0], &documents[1], &documents[2]);
         store
-            .store_vectors(&table, c, &vectors_of(&first), &[], first[2].id)
+            .store_vectors(&table, c, &vectors_of(first), &[], first[2].id)
             .unwrap();
         let mut copy = SignIndex::build(&store, &table, c).unwrap();
         assert_eq!(copy.len(), 3);
@@ -400,7 +401,7 @@ mod tests {
         // …and, when the walk reaches them (their vectors are there: it only moves on), adds
         // none of them again, but does add the walk's own.
         store
-            .store_vectors(&table, c, &vectors_of(&middle), &[], last[2].id)
+            .store_vectors(&table, c, &vectors_of(middle), &[], last[2].id)
             .unwrap();
         copy.refresh(&store, &table, c).unwrap();
         assert_eq!(copy.len(), 9);
@@ -416,36 +417,19 @@ mod tests {
 
     #[test]
     fn a_copy_built_with_vectors_ahead_of_the_cursor_does_not_add_them_again() {
-        let (_dir, mut store) = temp_store();
-        let source = collection_with_source(&mut store, "notes", "internal", "m", Path::new("/d"));
-        let c = source.collection_id;
-        let first = write_document(
-            &store,
-            &source,
-            Path::new("/d/a.md"),
-            "A",
-            90,
-            &chunks(2, "pump"),
-        );
-        let last = write_document(
-            &store,
-            &source,
-            Path::new("/d/b.md"),
-            "B",
-            90,
-            &chunks(2, "valve"),
-        );
-        let table = store.ensure_vector_table("m", 16).unwrap();
+        let (_dir, mut store, table, documents) = notes(&["pump", "valve"], 2);
+        let c = store.collections().unwrap()[0].id;
+        let (first, last) = (&documents[0], &documents[1]);
         store.queue_for_vectors(&[last[0].document_id]).unwrap();
         let next = store.next_embed_first(8).unwrap().unwrap();
         let dealt: Vec<ChunkId> = next.chunks.iter().map(|p| p.id).collect();
         store
-            .store_vectors_ahead(&table, c, &vectors_of(&last), &[], &dealt, &next.finished)
+            .store_vectors_ahead(&table, c, &vectors_of(last), &[], &dealt, &next.finished)
             .unwrap();
         let mut copy = SignIndex::build(&store, &table, c).unwrap();
         assert_eq!(copy.len(), 2);
         store
-            .store_vectors(&table, c, &vectors_of(&first), &[], last[1].id)
+            .store_vectors(&table, c, &vectors_of(first), &[], last[1].id)
             .unwrap();
         copy.refresh(&store, &table, c).unwrap();
         assert_eq!(
@@ -457,16 +441,8 @@ mod tests {
 
     #[test]
     fn a_collection_without_a_model_queues_nothing() {
-        let (_dir, mut store) = temp_store();
-        let source = collection_with_source(&mut store, "notes", "internal", "m", Path::new("/d"));
-        let written = write_document(
-            &store,
-            &source,
-            Path::new("/d/a.md"),
-            "A",
-            90,
-            &chunks(2, "pump"),
-        );
+        let (_dir, mut store, _table, documents) = notes(&["pump"], 2);
+        let written = &documents[0];
         store.set_collection_model("notes", None).unwrap();
         assert_eq!(
             store.queue_for_vectors(&[written[0].document_id]).unwrap(),
