@@ -88,6 +88,22 @@ impl Store {
 
     /// Whether some chunk of `document` waits for a vector the lane has not given it.
     fn awaits_vectors(&self, document: DocumentId) -> Result<bool> {
+        // Every search asks this of its best hits: a document the walk has passed (the usual
+        // case) is answered from the index of its chunks alone, without visiting each chunk
+        // (15.8 ms a search for the Book's ten largest pages otherwise).
+        let mut past = self.conn().prepare_cached(&format!(
+            "SELECT MAX(ch.id) <= COALESCE((SELECT last_chunk_id FROM embedding_progress ep
+                                           WHERE ep.collection_id = c.id AND ep.model_id = {FILLING_MODEL}), 0)
+             FROM chunks ch
+             JOIN documents d ON d.id = ch.document_id
+             JOIN sources s ON s.id = d.source_id
+             JOIN collections c ON c.id = s.collection_id
+             WHERE ch.document_id = ?1"
+        ))?;
+        let passed: Option<bool> = past.query_row([document], |r| r.get(0))?;
+        if passed != Some(false) {
+            return Ok(false);
+        }
         let mut stmt = self
             .conn()
             .prepare_cached(&format!("SELECT EXISTS ({})", waiting_chunks_sql("0")))?;
