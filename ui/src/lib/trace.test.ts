@@ -60,6 +60,29 @@ describe('a turn trace in words', () => {
     ]);
   });
 
+  test('a sentence cut short shows what was kept', () => {
+    const d = {
+      draft: 'It wraps past its maximum (255). [1]',
+      sentences: 1,
+      dropped: 0,
+      citations_moved: 0,
+      changes: [
+        {
+          sentence: 'It wraps past its maximum (255).',
+          cited: 1,
+          to: 1,
+          reason: 'an aside left out: `255` in no passage shown',
+          kept: 'It wraps past its maximum.',
+        },
+      ],
+    };
+    expect(traceSummary('answer.checked', d)).toBe('1 sentence(s) checked: 0 dropped, 0 re-pointed, 1 cut short');
+    expect(traceLines('answer.checked', d)).toEqual([
+      'draft: It wraps past its maximum (255). [1]',
+      'cut “It wraps past its maximum (255).” [1] to “It wraps past its maximum.” [1]: an aside left out: `255` in no passage shown',
+    ]);
+  });
+
   test('the answer names its backend and basis; unknown events show their JSON', () => {
     expect(traceSummary('answer', { chars: 10, citations: [1], backend: 'embedded q', basis: 'found in 1 passage' })).toBe(
       '10 characters citing [1] (embedded q, found in 1 passage)',

@@ -53,8 +53,10 @@ export function traceSummary(kind: string, d: Detail): string {
       const on = threads ? ` · prompt on ${threads.prompt} thread(s), generation on ${threads.generation}` : '';
       return `${tokens} tokens, first after ${first} ms, ${ms} ms in all (${d.finish_reason})${rate}${on}`;
     }
-    case 'answer.checked':
-      return `${d.sentences} sentence(s) checked: ${d.dropped} dropped, ${d.citations_moved} re-pointed`;
+    case 'answer.checked': {
+      const cut = list(d.changes).filter((c) => c.kept).length;
+      return `${d.sentences} sentence(s) checked: ${d.dropped} dropped, ${d.citations_moved} re-pointed${cut ? `, ${cut} cut short` : ''}`;
+    }
     case 'answer.refused':
       return `refused: ${d.reason}`;
     case 'answer.quoted':
@@ -81,7 +83,9 @@ export function traceLines(kind: string, d: Detail): string[] {
         ...list(d.changes).map((c) =>
           c.to === null || c.to === undefined
             ? `dropped “${c.sentence}” [${c.cited}]: ${c.reason}`
-            : `re-pointed “${c.sentence}” [${c.cited}] → [${c.to}]: ${c.reason}`,
+            : c.kept
+              ? `cut “${c.sentence}” [${c.cited}] to “${c.kept}” [${c.to}]: ${c.reason}`
+              : `re-pointed “${c.sentence}” [${c.cited}] → [${c.to}]: ${c.reason}`,
         ),
       ];
     default:

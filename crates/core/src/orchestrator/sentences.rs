@@ -1,6 +1,10 @@
 //! The words and sentences of a question and its passages, shared by the extractive answer,
 //! the sentence selection that decides what a model reads, and the answer check.
 
+use std::sync::LazyLock;
+
+use regex::Regex;
+
 const STOPWORDS: &[&str] = &[
     "the", "and", "for", "are", "was", "what", "which", "who", "how", "why", "when", "where",
     "does", "did", "with", "from", "that", "this", "these", "those", "into", "about", "there",
@@ -63,6 +67,57 @@ pub(crate) fn names(question: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether a question asks for a thing by its name, number or place ("Which attribute …",
+/// "Whose poem …", "How many …", "What version …"), not for an explanation ("What does …",
+/// "Why …"): a sentence that names something the question does not is then likely the answer.
+pub(crate) fn asks_for_a_specific(question: &str) -> bool {
+    // The question proper is the last sentence: "Rust has no null. Which enum …?"
+    let asked = question
+        .trim_end()
+        .trim_end_matches('?')
+        .rsplit(['.', '!', '?'])
+        .next()
+        .unwrap_or(question)
+        .to_lowercase();
+    let words: Vec<&str> = asked
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let word = |i: usize| words.get(i).copied().unwrap_or("");
+    if matches!(words.last(), Some(&("called" | "named"))) {
+        return true;
+    }
+    match word(0) {
+        "which" | "whose" | "where" => true,
+        "how" => matches!(word(1), "many" | "much"),
+        // "What is the default …?" asks for a thing; "What is a closure?" for an explanation.
+        "what" => match word(1) {
+            "is" | "are" | "was" | "were" => word(2) == "the",
+            second => !matches!(
+                second,
+                "does"
+                    | "do"
+                    | "did"
+                    | "happens"
+                    | "happened"
+                    | "can"
+                    | "should"
+                    | "would"
+                    | "will"
+                    | "if"
+                    | "makes"
+                    | "kind"
+                    | "problem"
+                    | "problems"
+                    | "role"
+                    | "advantage"
+                    | "purpose"
+            ),
+        },
+        _ => false,
+    }
 }
 
 /// A word's stem for matching its other forms (`borrowed`, `borrowing` → `borrow`; `compile`,
@@ -147,6 +202,62 @@ pub(crate) fn sentences(text: &str) -> Vec<String> {
     }
     out.retain(|s| s.chars().filter(|c| c.is_alphanumeric()).count() >= 3);
     out
+}
+
+/// The tokens of a sentence a passage must hold as they are: code spans, quoted strings,
+/// numbers and words with digits (`11.2`, `E0597`, `i32`), and identifiers (`snake_case`,
+/// `CamelCase`, `path::to`, `ALLCAPS`).
+pub(crate) fn exact_tokens(text: &str) -> Vec<String> {
+    // Compiled once: every sentence of every answer, and the question, come through here.
+    static SPANS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r#"`([^`]{1,80})`|"([^"]{1,80})"|“([^”]{1,80})”"#).expect("a valid regex")
+    });
+    static WORDS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"[A-Za-z0-9_$#]+(?:(?:::|[.,:'-])[A-Za-z0-9_$#]+)*").expect("a valid regex")
+    });
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = text.to_string();
+    for caps in SPANS.captures_iter(text) {
+        let inner = caps
+            .get(1)
+            .or(caps.get(2))
+            .or(caps.get(3))
+            .expect("a group");
+        out.push(inner.as_str().trim().to_string());
+        rest = rest.replace(caps.get(0).expect("the match").as_str(), " ");
+    }
+    for m in WORDS.find_iter(&rest) {
+        let w = m.as_str();
+        let letters: Vec<char> = w.chars().filter(|c| c.is_alphabetic()).collect();
+        let inner_capital = letters.iter().skip(1).any(|c| c.is_uppercase())
+            && letters.iter().any(|c| c.is_lowercase());
+        let all_caps = letters.len() >= 2 && letters.iter().all(|c| c.is_uppercase());
+        if w.chars().any(|c| c.is_ascii_digit())
+            || w.contains('_')
+            || w.contains("::")
+            || inner_capital
+            || all_caps
+        {
+            out.push(w.to_string());
+        }
+    }
+    out.retain(|t| !t.is_empty());
+    out.dedup();
+    out
+}
+
+/// Whether `haystack` holds `token` not as part of a longer word or number (`12` is not in
+/// `127`, `i8` is not in `i80`).
+pub(crate) fn contains_token(haystack: &str, token: &str) -> bool {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    haystack.match_indices(token).any(|(at, _)| {
+        let before = haystack[..at].chars().next_back();
+        let after = haystack[at + token.len()..].chars().next();
+        let starts_word = token.chars().next().is_some_and(is_word);
+        let ends_word = token.chars().next_back().is_some_and(is_word);
+        (!starts_word || !before.is_some_and(is_word))
+            && (!ends_word || !after.is_some_and(is_word))
+    })
 }
 
 #[cfg(test)]

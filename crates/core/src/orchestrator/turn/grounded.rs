@@ -77,11 +77,17 @@ impl Turn<'_> {
         } else {
             "nothing the model wrote is in the passages shown"
         };
-        // The best sentence when it is close to the question; else the closest in meaning (a
-        // refusal where the documents do say it in other words was 5 of 7 answerable
-        // questions refused on the tuning set).
-        let quotable = selection
-            .quotable()
+        // When the model only restated a question that asks for a name (it wrote around the
+        // answer), the sentence that names one; else the best sentence when it is close to
+        // the question; else the closest in meaning (a refusal where the documents do say it
+        // in other words was 5 of 7 answerable questions refused on the tuning set). A model
+        // that made up a name or a number is not offered the naming sentence: on the tuning
+        // set that was an unanswerable question.
+        let wrote_around = checked.sentences > 0 && checked.restated == checked.sentences;
+        let quotable = wrote_around
+            .then(|| selection.naming(&self.question))
+            .flatten()
+            .or_else(|| selection.quotable())
             .or_else(|| selection.closest_quotable())
             .cloned();
         if let Some(sentence) = quotable {
@@ -385,8 +391,11 @@ fn without_uncited_tail(response: ChatResponse) -> String {
 /// passage; a third sentence was padding that cited another), each ending with a citation of a shown passage,
 /// or the refusal [`NOT_IN_EVIDENCE`] alone. A sentence starts with a capital letter (not a
 /// list number: small models number their answers after the numbered evidence), and a full
-/// stop inside it must be followed by more text (`11.2`, `.cargo/bin`), so the model ends a
-/// sentence where it means to instead of being cut off mid-word at the length limit. Unless
+/// stop inside it must be followed by more text that is not a capital (`11.2`, `.cargo/bin`,
+/// but not `null.The`, two sentences run together), so the model ends a sentence where it
+/// means to instead of being cut off mid-word at the length limit. Three stops are written
+/// as three (`let...else`, as the documents spell it), never as the one character `…`, which
+/// no passage holds where the model puts it. Unless
 /// `cjk` (the question is written in Chinese, Japanese or Korean), those scripts are left out:
 /// a small multilingual model drifts into them mid-sentence.
 pub fn citation_grammar(shown: &[i64], sentence_chars: usize, cjk: bool) -> String {
@@ -404,7 +413,8 @@ pub fn citation_grammar(shown: &[i64], sentence_chars: usize, cjk: bool) -> Stri
         "root ::= answer | refusal\n\
          answer ::= sentence (\" \" sentence)?\n\
          refusal ::= \"{NOT_IN_EVIDENCE}\"\n\
-         sentence ::= [A-Z] ([^\\[\\]\\n.{outside}] | \".\" [^ \\[\\]\\n.{outside}]){{20,{sentence_chars}}} \". [\" num \"]\"\n\
+         sentence ::= [A-Z] (char | \".\" [^ A-Z\\[\\]\\n.\\u2026{outside}] | \"...\" char){{20,{sentence_chars}}} \". [\" num \"]\"\n\
+         char ::= [^\\[\\]\\n.\\u2026{outside}]\n\
          num ::= {numbers}\n"
     )
 }
@@ -426,9 +436,10 @@ mod tests {
         assert!(g.contains("num ::= \"2\" | \"5\""), "{g}");
         assert!(g.starts_with("root ::= answer | refusal"), "{g}");
         assert!(
-            g.contains("sentence ::= [A-Z] ([^\\[\\]\\n.\\u3000-\\u9fff"),
+            g.contains("char ::= [^\\[\\]\\n.\\u2026\\u3000-\\u9fff"),
             "{g}"
         );
+        assert!(g.contains("\".\" [^ A-Z"), "{g}");
         assert!(
             g.contains(&format!("refusal ::= \"{NOT_IN_EVIDENCE}\"")),
             "{g}"

@@ -17,11 +17,20 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::Serialize;
 
-use crate::orchestrator::sentences::{flat, is_stopword, stem};
+use crate::orchestrator::sentences::{
+    contains_token, exact_tokens, flat, is_stopword, sentences, stem, word_stems,
+};
 use crate::orchestrator::NOT_IN_EVIDENCE;
 
 /// Share of a sentence's own words a passage must hold for the sentence to stand.
 const SUPPORTED: f64 = 0.3;
+/// Share of a sentence's words (the question's included) that the passage's sentence holding
+/// one of its specifics, with the sentences beside it, must hold: a number or a name copied
+/// from a sentence about something else (`E0499` for "does not live long enough") is not what
+/// that passage says.
+const NEAR: f64 = 0.25;
+/// A sentence with fewer words beside its specifics is not judged by their neighbourhood.
+const NEAR_WORDS: usize = 3;
 
 /// Words that say nothing about where a fact came from, besides the extractive answer's
 /// stopwords: short function words, and the words models wrap an answer in.
@@ -72,6 +81,9 @@ const FILLER: &[&str] = &[
     "according",
 ];
 
+/// Why a sentence that says nothing the question did not is dropped.
+const RESTATES: &str = "it only restates the question";
+
 /// A grounded answer after the check.
 #[derive(Debug, PartialEq)]
 pub(super) struct Checked {
@@ -83,6 +95,9 @@ pub(super) struct Checked {
     pub dropped: usize,
     /// Citations moved to the passage that holds the sentence.
     pub moved: usize,
+    /// Of the sentences dropped, those that only restated the question (the model wrote
+    /// around the answer instead of stating something the passages do not hold).
+    pub restated: usize,
     /// Each sentence dropped or re-pointed, and why.
     pub changes: Vec<Change>,
 }
@@ -94,6 +109,9 @@ pub(super) struct Change {
     pub cited: i64,
     pub to: Option<i64>,
     pub reason: String,
+    /// The sentence as kept, when an aside no passage holds was cut from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// Checks `answer` (sentences each ending `[n]`) against the `shown` passages `(n, text)`,
@@ -121,10 +139,17 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
             cited: n,
             to,
             reason,
+            kept: None,
         };
-        match verdict(sentence, n, &asked, &passages) {
+        let (kept, verdict) = repaired(sentence, n, &asked, &passages);
+        match verdict {
             Verdict::Keep(citation, reason) => {
-                if citation != n {
+                if let Some(kept) = &kept {
+                    changes.push(Change {
+                        kept: Some(kept.trim().to_string()),
+                        ..change(Some(citation), reason)
+                    });
+                } else if citation != n {
                     changes.push(change(Some(citation), reason));
                 }
                 let before = &answer[whole.start()..number.start()];
@@ -133,6 +158,16 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
                 let label_start = before.len() - before.trim_start().len();
                 text.push_str(&before[..label_start]);
                 let rest = &before[label_start + label..];
+                // The sentence as repaired, then the citation's bracket (`before` ends with the
+                // sentence and `[`).
+                let repaired_rest;
+                let rest = match &kept {
+                    Some(kept) => {
+                        repaired_rest = format!("{}[", kept.trim_start());
+                        repaired_rest.as_str()
+                    }
+                    None => rest,
+                };
                 if label > 0 {
                     // What followed the label starts the sentence now.
                     let mut chars = rest.chars();
@@ -151,7 +186,10 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
     }
     text.push_str(&answer[end..]);
     let dropped = changes.iter().filter(|c| c.to.is_none()).count();
-    let moved = changes.len() - dropped;
+    let moved = changes
+        .iter()
+        .filter(|c| c.to.is_some_and(|to| to != c.cited))
+        .count();
     let text = if sentences > 0 && dropped == sentences {
         NOT_IN_EVIDENCE.to_string()
     } else {
@@ -166,8 +204,62 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
         sentences,
         dropped,
         moved,
+        restated: changes
+            .iter()
+            .filter(|c| c.to.is_none() && c.reason == RESTATES)
+            .count(),
         changes,
     }
+}
+
+/// The verdict on `sentence`, and when it would be dropped only for what stands in a
+/// parenthesis ("its maximum (255)"), the sentence without that aside and its verdict, when
+/// the rest stands: the model's answer is kept, less the detail it added from memory.
+fn repaired(
+    sentence: &str,
+    n: i64,
+    asked: &Asked,
+    passages: &[Passage],
+) -> (Option<String>, Verdict) {
+    static ASIDE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\s*\(([^()]{1,120})\)").expect("a valid regex"));
+    let first = verdict(sentence, n, asked, passages);
+    let Verdict::Drop(reason) = first else {
+        return (None, first);
+    };
+    let unheld = |aside: &str| {
+        exact_tokens(aside)
+            .iter()
+            .any(|t| !asked.exact.contains(t) && !passages.iter().any(|p| p.holds(t)))
+    };
+    let referenced = without_evidence_reference(sentence);
+    let trimmed = ASIDE.replace_all(&referenced, |caps: &regex::Captures<'_>| {
+        if unheld(&caps[1]) {
+            String::new()
+        } else {
+            caps[0].to_string()
+        }
+    });
+    if trimmed == sentence {
+        return (None, Verdict::Drop(reason));
+    }
+    match verdict(&trimmed, n, asked, passages) {
+        Verdict::Keep(citation, _) => (
+            Some(trimmed.to_string()),
+            Verdict::Keep(citation, format!("an aside left out: {reason}")),
+        ),
+        Verdict::Drop(_) => (None, Verdict::Drop(reason)),
+    }
+}
+
+/// A sentence without the reference to the evidence a small model ends it with (`…, which is
+/// evidence number 5.`): the citation says it, and its number is no fact of any passage.
+fn without_evidence_reference(sentence: &str) -> std::borrow::Cow<'_, str> {
+    static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i),?\s*(?:\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,40}?)?\bevidence(?:\s+number)?\s*\[?\d+\]?(\s*\.?\s*)$")
+            .expect("a valid regex")
+    });
+    REFERENCE.replace(sentence, "$1")
 }
 
 /// A sentence without the label a small model copies from the numbered evidence in front of
@@ -205,9 +297,17 @@ impl Asked {
     /// the question's, in some form (a model that cannot find the fact turns the question
     /// into a statement).
     fn restated_by(&self, sentence: &str) -> bool {
+        // A quoted phrase made of the question's words ("called an “if condition”") names
+        // nothing new either; an identifier (`should_panic`) does, whatever its parts.
+        let asked_words = |t: &str| {
+            let words = own_words(t);
+            t.contains(' ')
+                && !words.is_empty()
+                && words.iter().all(|w| self.stems.contains(&stem(w)))
+        };
         exact_tokens(sentence)
             .iter()
-            .all(|t| self.exact.contains(t))
+            .all(|t| self.exact.contains(t) || asked_words(t))
             && own_words(sentence)
                 .iter()
                 .all(|w| self.stems.contains(&stem(w)))
@@ -220,6 +320,8 @@ struct Passage {
     words: HashSet<String>,
     /// Lowercased, emphasis marks dropped, whitespace collapsed.
     flat: String,
+    /// Its sentences, flat and as the stems of their words: where each specific stands.
+    sentences: Vec<(String, HashSet<String>)>,
 }
 
 impl Passage {
@@ -228,16 +330,58 @@ impl Passage {
             n,
             words: own_words(text),
             flat: flat(text),
+            sentences: sentences(text)
+                .iter()
+                .map(|s| (flat(s), word_stems(s).into_iter().collect()))
+                .collect(),
         }
     }
 
     /// Whether the passage holds `token` as it is, or a small number as its word.
     fn holds(&self, token: &str) -> bool {
-        let token = flat(token);
-        contains_token(&self.flat, &token)
-            || number_word(&token).is_some_and(|w| contains_token(&self.flat, w))
-            || word_number(&token).is_some_and(|d| contains_token(&self.flat, d))
+        holds_token(&self.flat, token)
     }
+
+    /// Whether one of `tokens` at least stands among enough of `claim`'s words (stems): in
+    /// the sentence that holds it, or the ones beside it. One is enough: a sentence may add a
+    /// reference from elsewhere (`as in Listing 21-1`) to the fact it states.
+    fn holds_near(&self, tokens: &[String], claim: &HashSet<String>) -> bool {
+        tokens.is_empty()
+            || tokens.iter().any(|token| {
+                self.sentences.iter().enumerate().any(|(i, (text, _))| {
+                    if !holds_token(text, token) {
+                        return false;
+                    }
+                    let around =
+                        &self.sentences[i.saturating_sub(1)..(i + 2).min(self.sentences.len())];
+                    let held = claim
+                        .iter()
+                        .filter(|w| around.iter().any(|(_, stems)| stems.contains(*w)))
+                        .count();
+                    // Too few words to judge a neighbourhood by ("for speed").
+                    claim.len() < NEAR_WORDS || held as f64 / claim.len() as f64 >= NEAR
+                })
+            })
+    }
+}
+
+/// Whether the flat `text` holds `token` as it is, or a small number as its word.
+fn holds_token(text: &str, token: &str) -> bool {
+    let token = flat(token);
+    contains_token(text, &token)
+        || number_word(&token).is_some_and(|w| contains_token(text, w))
+        || word_number(&token).is_some_and(|d| contains_token(text, d))
+}
+
+/// The stems of `sentence`'s words that can carry a fact, its specifics left out: what a
+/// specific's neighbourhood in the passage should share with it.
+fn claim_stems(sentence: &str, specifics: &[String]) -> HashSet<String> {
+    let specific: HashSet<String> = specifics.iter().flat_map(|t| word_stems(t)).collect();
+    own_words(sentence)
+        .iter()
+        .map(|w| stem(w))
+        .filter(|w| !specific.contains(w))
+        .collect()
 }
 
 enum Verdict {
@@ -255,7 +399,7 @@ fn verdict(sentence: &str, n: i64, asked: &Asked, passages: &[Passage]) -> Verdi
         return Verdict::Keep(n, String::new());
     };
     if asked.restated_by(sentence) {
-        return Verdict::Drop("it only restates the question".into());
+        return Verdict::Drop(RESTATES.into());
     }
     let exact: Vec<String> = exact_tokens(sentence)
         .into_iter()
@@ -273,7 +417,20 @@ fn verdict(sentence: &str, n: i64, asked: &Asked, passages: &[Passage]) -> Verdi
         }
     };
     let holds_exact = |p: &Passage| exact.iter().all(|t| p.holds(t));
-    let candidates: Vec<&Passage> = passages.iter().filter(|p| holds_exact(p)).collect();
+    let claim = claim_stems(sentence, &exact);
+    let holding: Vec<&Passage> = passages.iter().filter(|p| holds_exact(p)).collect();
+    let candidates: Vec<&Passage> = holding
+        .iter()
+        .copied()
+        .filter(|p| p.holds_near(&exact, &claim))
+        .collect();
+    if candidates.is_empty() && !holding.is_empty() {
+        return Verdict::Drop(format!(
+            "{} stands in [{}] beside other words than the sentence's",
+            quoted(&exact),
+            holding[0].n
+        ));
+    }
     if candidates.is_empty() {
         let unheld: Vec<&String> = exact
             .iter()
@@ -333,62 +490,6 @@ fn quoted<S: AsRef<str>>(tokens: &[S]) -> String {
         .map(|t| format!("`{}`", t.as_ref()))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The tokens of a sentence a passage must hold as they are: code spans, quoted strings,
-/// numbers and words with digits (`11.2`, `E0597`, `i32`), and identifiers (`snake_case`,
-/// `CamelCase`, `path::to`, `ALLCAPS`).
-fn exact_tokens(text: &str) -> Vec<String> {
-    // Compiled once: every sentence of every answer, and the question, come through here.
-    static SPANS: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r#"`([^`]{1,80})`|"([^"]{1,80})"|“([^”]{1,80})”"#).expect("a valid regex")
-    });
-    static WORDS: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"[A-Za-z0-9_$#]+(?:(?:::|[.,:'-])[A-Za-z0-9_$#]+)*").expect("a valid regex")
-    });
-    let mut out: Vec<String> = Vec::new();
-    let mut rest = text.to_string();
-    for caps in SPANS.captures_iter(text) {
-        let inner = caps
-            .get(1)
-            .or(caps.get(2))
-            .or(caps.get(3))
-            .expect("a group");
-        out.push(inner.as_str().trim().to_string());
-        rest = rest.replace(caps.get(0).expect("the match").as_str(), " ");
-    }
-    for m in WORDS.find_iter(&rest) {
-        let w = m.as_str();
-        let letters: Vec<char> = w.chars().filter(|c| c.is_alphabetic()).collect();
-        let inner_capital = letters.iter().skip(1).any(|c| c.is_uppercase())
-            && letters.iter().any(|c| c.is_lowercase());
-        let all_caps = letters.len() >= 2 && letters.iter().all(|c| c.is_uppercase());
-        if w.chars().any(|c| c.is_ascii_digit())
-            || w.contains('_')
-            || w.contains("::")
-            || inner_capital
-            || all_caps
-        {
-            out.push(w.to_string());
-        }
-    }
-    out.retain(|t| !t.is_empty());
-    out.dedup();
-    out
-}
-
-/// Whether `haystack` holds `token` not as part of a longer word or number (`12` is not in
-/// `127`, `i8` is not in `i80`).
-fn contains_token(haystack: &str, token: &str) -> bool {
-    let is_word = |c: char| c.is_alphanumeric() || c == '_';
-    haystack.match_indices(token).any(|(at, _)| {
-        let before = haystack[..at].chars().next_back();
-        let after = haystack[at + token.len()..].chars().next();
-        let starts_word = token.chars().next().is_some_and(is_word);
-        let ends_word = token.chars().next_back().is_some_and(is_word);
-        (!starts_word || !before.is_some_and(is_word))
-            && (!ends_word || !after.is_some_and(is_word))
-    })
 }
 
 const NUMBER_WORDS: [&str; 13] = [
@@ -486,6 +587,13 @@ mod tests {
             SHOWN,
         );
         assert_eq!(checked.text, NOT_IN_EVIDENCE);
+        assert_eq!(checked.changes[0].reason, RESTATES);
+        assert_eq!(checked.restated, 1);
+        let checked = check(
+            "The extra condition after a pattern is called an \"if condition\". [1]",
+            "What is the extra if condition after a pattern called?",
+            SHOWN,
+        );
         assert_eq!(checked.changes[0].reason, "it only restates the question");
         // A name the question does not hold is an answer, however few words come with it.
         let checked = check(
@@ -554,6 +662,87 @@ mod tests {
         );
         assert_eq!(checked.text, NOT_IN_EVIDENCE);
         assert_eq!(checked.dropped, 1);
+    }
+
+    #[test]
+    fn an_aside_no_passage_holds_is_cut_and_the_rest_kept() {
+        let checked = check(
+            "The i8 type holds numbers up to 127 (and 255 when unsigned). [2]",
+            "What is the maximum of an i8?",
+            SHOWN,
+        );
+        assert_eq!(checked.text, "The i8 type holds numbers up to 127. [1]");
+        assert_eq!((checked.dropped, checked.moved), (0, 1));
+        let change = &checked.changes[0];
+        assert_eq!(
+            change.kept.as_deref(),
+            Some("The i8 type holds numbers up to 127.")
+        );
+        assert_eq!(
+            change.reason,
+            "an aside left out: `255` in no passage shown"
+        );
+        // An aside the passage holds stays, and a sentence wrong outside its aside goes.
+        let checked = check(
+            "An i8 holds numbers up to 127 (from -128). [1]",
+            "How big is an i8?",
+            SHOWN,
+        );
+        assert!(checked.changes.is_empty(), "{:?}", checked.changes);
+        let checked = check(
+            "An i8 holds up to 300 (255 or so). [1]",
+            "How big is an i8?",
+            SHOWN,
+        );
+        assert_eq!(checked.text, NOT_IN_EVIDENCE);
+        // The second sentence of two is repaired in place.
+        let checked = check(
+            "The escape velocity is about 11.2 km/s. [2] An i8 holds numbers up to 127 (or 255). [1]",
+            "How fast, and how big?",
+            SHOWN,
+        );
+        assert_eq!(
+            checked.text,
+            "The escape velocity is about 11.2 km/s. [2] An i8 holds numbers up to 127. [1]"
+        );
+        // So is the evidence's number written out at the end.
+        let checked = check(
+            "An i8 holds numbers up to 127, as stated in evidence number 4. [1]",
+            "How big is an i8?",
+            SHOWN,
+        );
+        assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
+        let checked = check(
+            "An i8 holds numbers up to 127, as evidenced by the information in evidence number 4. [1]",
+            "How big is an i8?",
+            SHOWN,
+        );
+        assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
+    }
+
+    #[test]
+    fn a_number_taken_from_a_sentence_about_something_else_is_dropped() {
+        let shown: &[(i64, &str)] = &[(
+            1,
+            "The escape velocity is 11.2 km/s. Orbits are ellipses. Ethanol boils at 78 degrees Celsius.",
+        )];
+        let question = "What is the escape velocity from Earth?";
+        let checked = check(
+            "The escape velocity from the Earth is 78 km/s. [1]",
+            question,
+            shown,
+        );
+        assert_eq!(checked.text, NOT_IN_EVIDENCE);
+        assert_eq!(
+            checked.changes[0].reason,
+            "`78` stands in [1] beside other words than the sentence's"
+        );
+        let checked = check(
+            "The escape velocity from the Earth is 11.2 km/s. [1]",
+            question,
+            shown,
+        );
+        assert!(checked.changes.is_empty(), "{:?}", checked.changes);
     }
 
     #[test]

@@ -11,11 +11,15 @@
 //! answer is refused before any model runs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 
+use regex::Regex;
 use serde::Serialize;
 
 use crate::orchestrator::conversation::EvidenceItem;
-use crate::orchestrator::sentences::{names, sentences, stem, terms, word_stems};
+use crate::orchestrator::sentences::{
+    asks_for_a_specific, exact_tokens, names, sentences, stem, terms, word_stems,
+};
 use crate::Result;
 
 /// Passages whose sentences are scored (in admitted order, best first).
@@ -31,6 +35,12 @@ const MIN_SHOWN_WORDS: usize = 4;
 /// What a line of code keeps of its score: the model answers in prose, and a set's facts are
 /// stated in prose.
 const CODE_FACTOR: f32 = 0.6;
+/// What a sentence that names something the question does not (a number, an identifier,
+/// code: a candidate answer) adds to its score when the question asks for a name or a number.
+const SPECIFIC_BONUS: f32 = 0.15;
+/// A sentence naming what the question asks for is quoted, when the model's words did not
+/// hold, if it scores at least this share of the best sentence.
+const NAMING_SHARE: f32 = 0.8;
 /// Weight of the lexical score against the semantic one when both are known.
 const LEXICAL_WEIGHT: f32 = 0.5;
 /// What the first passage's rank adds to its sentences' score (the n-th adds a share of it).
@@ -174,6 +184,23 @@ impl Selection {
             .filter(|_| self.support.answers())
     }
 
+    /// The best shown sentence that names something the question does not (a number, an
+    /// identifier, code), when the question asks for a name, the evidence answers and the
+    /// sentence scores near the best: the answer the model wrote around.
+    pub fn naming(&self, question: &str) -> Option<&ScoredSentence> {
+        if !asks_for_a_specific(question) || !self.support.answers() {
+            return None;
+        }
+        let best = self.best()?.score;
+        let asked = exact_tokens(question);
+        self.shown
+            .iter()
+            .filter(|s| s.score >= NAMING_SHARE * best)
+            .filter(|s| !looks_like_code(&s.text) && !is_label(&s.text))
+            .filter(|s| exact_tokens(&s.text).iter().any(|t| !asked.contains(t)))
+            .max_by(|a, b| a.score.total_cmp(&b.score))
+    }
+
     /// The best sentence, when the evidence answers and that sentence itself is close enough
     /// in meaning to the question to quote as what the documents say.
     pub fn quotable(&self) -> Option<&ScoredSentence> {
@@ -193,7 +220,7 @@ pub(super) fn select(
     let stems: Vec<String> = terms(question).iter().map(|t| stem(t)).collect();
     score_lexical(&mut scored, &stems);
     let semantic = similarity.is_some_and(|f| score_semantic(&mut scored, f));
-    combine(&mut scored, items);
+    combine(&mut scored, items, question);
     let support = support(question, items, &scored);
     let considered = scored.len();
     let shown = choose(scored, budget_chars);
@@ -286,8 +313,12 @@ fn score_semantic(scored: &mut [ScoredSentence], similarity: &Similarity<'_>) ->
     }
 }
 
-/// One score per sentence: lexical (scaled to the best) and semantic, plus the passage's rank.
-fn combine(scored: &mut [ScoredSentence], items: &[EvidenceItem]) {
+/// One score per sentence: lexical (scaled to the best) and semantic, plus the passage's rank,
+/// plus a bonus for naming something new when the question asks for a name; code lines and
+/// labels (captions, build output) keep only a share.
+fn combine(scored: &mut [ScoredSentence], items: &[EvidenceItem], question: &str) {
+    let asked: HashSet<String> = exact_tokens(question).into_iter().collect();
+    let wants_a_specific = asks_for_a_specific(question);
     let best_lexical = scored
         .iter()
         .map(|s| s.lexical)
@@ -303,8 +334,10 @@ fn combine(scored: &mut [ScoredSentence], items: &[EvidenceItem]) {
             }
             None => lexical + prior,
         };
-        if looks_like_code(&s.text) {
+        if looks_like_code(&s.text) || is_label(&s.text) {
             s.score *= CODE_FACTOR;
+        } else if wants_a_specific && exact_tokens(&s.text).iter().any(|t| !asked.contains(t)) {
+            s.score += SPECIFIC_BONUS;
         }
     }
 }
@@ -356,7 +389,10 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
         let is_shown = |shown: &[ScoredSentence], p: &ScoredSentence| {
             shown.iter().any(|x| x.n == p.n && x.position == p.position)
         };
-        if s.text.split_whitespace().count() < MIN_SHOWN_WORDS || is_shown(&shown, &s) {
+        // The same sentence in another passage (a book repeats its compiler output) tells
+        // the model nothing new and takes a place another sentence could have.
+        let repeated = shown.iter().any(|x| x.text == s.text);
+        if s.text.split_whitespace().count() < MIN_SHOWN_WORDS || is_shown(&shown, &s) || repeated {
             continue;
         }
         let mut picked = Vec::new();
@@ -390,6 +426,17 @@ fn looks_like_code(sentence: &str) -> bool {
         .count();
     marks.iter().any(|m| sentence.contains(m))
         || symbols as f32 > 0.12 * sentence.chars().count() as f32
+}
+
+/// A caption or a line of build output ("Listing 13-8: …", "Running `target/debug/…`"): it
+/// names what follows, in the question's words, but states no fact.
+fn is_label(sentence: &str) -> bool {
+    static LABEL: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(?:(?:Listing|Figure|Table)\s+[0-9A-Z]+(?:[-.][0-9]+)*:|(?:Running|Compiling|Finished|Checking|Downloading|Downloaded|Updating|Locking|Adding|Blocking)\s)")
+            .expect("a valid regex")
+    });
+    // Build output that reports an error states the error: that is a fact.
+    LABEL.is_match(sentence.trim_start()) && !sentence.contains("error")
 }
 
 /// A sentence that starts by pointing at the one before it.
@@ -497,6 +544,71 @@ mod tests {
         );
         // Each sentence once.
         assert_eq!(text.matches("It converts").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_question_asking_for_a_name_prefers_the_sentence_that_names_one_over_a_caption() {
+        let passages = vec![item(
+            1,
+            "Environment variables",
+            "Listing 12-23: Checking for an environment variable that switches case-insensitive search\n\
+             We check whether the environment variable that switches search is set. \
+             Setting the variable IGNORE_CASE switches the search.",
+        )];
+        let question = "Which environment variable switches case-insensitive search?";
+        // The embedder finds them all equally close: the words, the caption and the name decide.
+        let even = |texts: &[&str]| -> Result<Vec<f32>> { Ok(vec![0.5; texts.len()]) };
+        let selection = select(question, &passages, Some(&even), 400);
+        assert_eq!(
+            selection.best().map(|s| s.text.as_str()),
+            Some("Setting the variable IGNORE_CASE switches the search."),
+            "{:?}",
+            selection.shown
+        );
+        // It is what is quoted when the model's words do not hold; asked for an explanation,
+        // nothing is quoted for naming something.
+        assert_eq!(
+            selection.naming(question).map(|s| s.text.as_str()),
+            Some("Setting the variable IGNORE_CASE switches the search.")
+        );
+        let explain = "What does the environment variable switch in case-insensitive search?";
+        assert!(select(explain, &passages, Some(&even), 400)
+            .naming(explain)
+            .is_none());
+        assert!(asks_for_a_specific(question));
+        assert!(asks_for_a_specific("How many bytes does a char take?"));
+        assert!(asks_for_a_specific(
+            "The first build records the versions in a file. What is it called?"
+        ));
+        assert!(asks_for_a_specific(
+            "What is the main error the compiler reports?"
+        ));
+        assert!(!asks_for_a_specific("What is a closure?"));
+        assert!(!asks_for_a_specific("What does the ? operator do?"));
+        assert!(!asks_for_a_specific("Why does sort_by_key take FnMut?"));
+        assert!(is_label(
+            "Listing 13-8: Attempting to use an FnOnce closure"
+        ));
+        assert!(is_label("Running `target/debug/minigrep the poem.txt`"));
+        assert!(!is_label(
+            "Compiling functions v0.1.0 error[E0308]: mismatched types"
+        ));
+    }
+
+    #[test]
+    fn a_sentence_repeated_in_another_passage_is_shown_once() {
+        let output = "For more information about this error, try rustc --explain E0382.";
+        let passages = vec![
+            item(1, "Ownership", &format!("{output} The value was moved.")),
+            item(2, "Closures", &format!("{output} Closures capture values.")),
+        ];
+        let selection = select("What is error E0382 about?", &passages, None, 600);
+        let shown: Vec<&str> = selection.shown.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(
+            shown.iter().filter(|t| **t == output).count(),
+            1,
+            "{shown:?}"
+        );
     }
 
     #[test]

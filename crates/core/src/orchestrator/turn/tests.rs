@@ -81,6 +81,17 @@ struct ScriptedBackend {
     finish_reason: &'static str,
 }
 
+impl ScriptedBackend {
+    /// A backend that always answers `answer`, ending for `finish_reason`.
+    fn answering(answer: &str, finish_reason: &'static str) -> Arc<ScriptedBackend> {
+        Arc::new(ScriptedBackend {
+            answer: answer.into(),
+            requests: Mutex::new(Vec::new()),
+            finish_reason,
+        })
+    }
+}
+
 impl ChatBackend for ScriptedBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
@@ -175,6 +186,27 @@ impl Stub {
     }
 }
 
+/// The turn said the documents do not answer.
+fn assert_refused(result: &TurnResult) {
+    assert!(
+        result
+            .answer
+            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
+        "{}",
+        result.answer
+    );
+}
+
+/// The detail of the first `kind` event of the turn's trace.
+fn traced<'r>(result: &'r TurnResult, kind: &str) -> &'r serde_json::Value {
+    &result
+        .trace
+        .iter()
+        .find(|e| e.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind} in the trace"))
+        .detail
+}
+
 /// The administrator's turn on "How do ferns reproduce?", the backend opened by `open`.
 fn ask_about_ferns(
     ctx: &EngineContext<'_>,
@@ -197,11 +229,8 @@ fn ask_about_ferns(
 fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cited() {
     let stub = Stub::new();
     let (ctx, chunk_ids) = (stub.ctx(), &stub.chunk_ids);
-    let backend = Arc::new(ScriptedBackend {
-        answer: "Ferns reproduce by spores [1]. Pumps are loud [7].".into(),
-        requests: Mutex::new(Vec::new()),
-        finish_reason: "stop",
-    });
+    let backend =
+        ScriptedBackend::answering("Ferns reproduce by spores [1]. Pumps are loud [7].", "stop");
     let scripted: Arc<dyn ChatBackend> = backend.clone();
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
     let mut tokens = String::new();
@@ -228,15 +257,11 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
             (2, chunk_ids[1], PUMP, "knowledge_search"),
         ]
     );
-    let tool_result = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "tool.result")
-        .unwrap();
-    assert_eq!(tool_result.detail["tool"], "knowledge_search");
-    assert_eq!(tool_result.detail["by"], "orchestrator");
-    assert_eq!(tool_result.detail["admitted"], serde_json::json!([1, 2]));
-    assert_eq!(tool_result.detail["is_error"], false);
+    let tool_result = traced(&result, "tool.result");
+    assert_eq!(tool_result["tool"], "knowledge_search");
+    assert_eq!(tool_result["by"], "orchestrator");
+    assert_eq!(tool_result["admitted"], serde_json::json!([1, 2]));
+    assert_eq!(tool_result["is_error"], false);
 
     // The model was shown the sentences that answer, numbered as in the ledger; the pump's
     // sentence shares no word with the question, so the selection left it out, and says so.
@@ -245,23 +270,15 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     let prompt = &requests[0].messages.last().unwrap().content;
     assert!(prompt.contains(&format!("[1] {FERNS}")), "{prompt}");
     assert!(!prompt.contains(PUMP), "{prompt}");
-    let selected = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "evidence.selected")
-        .unwrap();
-    assert_eq!(selected.detail["passages"], serde_json::json!([1]));
-    assert_eq!(selected.detail["considered"], 2);
-    assert_eq!(selected.detail["shown"][0]["text"], FERNS);
-    assert_eq!(selected.detail["support"]["answers"], true);
+    let selected = traced(&result, "evidence.selected");
+    assert_eq!(selected["passages"], serde_json::json!([1]));
+    assert_eq!(selected["considered"], 2);
+    assert_eq!(selected["shown"][0]["text"], FERNS);
+    assert_eq!(selected["support"]["answers"], true);
     // What the model wrote before the check is in the trace.
-    let checked = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "answer.checked")
-        .unwrap();
+    let checked = traced(&result, "answer.checked");
     assert_eq!(
-        checked.detail["draft"],
+        checked["draft"],
         "Ferns reproduce by spores [1]. Pumps are loud [7]."
     );
 
@@ -279,12 +296,8 @@ fn knowledge_search_results_are_admitted_as_evidence_shown_to_the_model_and_cite
     );
     assert_eq!(citation.path, Path::new("/docs/ferns.md"));
     assert_eq!(citation.locator, "/docs/ferns.md lines 1-1");
-    let rejected = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "citation.rejected")
-        .unwrap();
-    assert_eq!(rejected.detail["citations"], serde_json::json!(["7"]));
+    let rejected = traced(&result, "citation.rejected");
+    assert_eq!(rejected["citations"], serde_json::json!(["7"]));
 
     // Persisted: the question, and the answer with its citations.
     let messages = conversation::messages_of(ctx.store, &result.conversation).unwrap();
@@ -435,11 +448,7 @@ fn an_outside_agents_calls_are_turns_of_its_session_with_references_and_a_trace(
 fn evidence_that_does_not_hold_the_questions_words_is_refused_before_the_model_runs() {
     let stub = Stub::new();
     let ctx = stub.ctx();
-    let backend = Arc::new(ScriptedBackend {
-        answer: "Ethanol boils at 78 degrees [1].".into(),
-        requests: Mutex::new(Vec::new()),
-        finish_reason: "stop",
-    });
+    let backend = ScriptedBackend::answering("Ethanol boils at 78 degrees [1].", "stop");
     let scripted: Arc<dyn ChatBackend> = backend.clone();
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
     let options = ChatOptions::new(Principal::administrator());
@@ -456,23 +465,13 @@ fn evidence_that_does_not_hold_the_questions_words_is_refused_before_the_model_r
     // The model never ran: the refusal names what no passage mentions, and offers the
     // closest passages as "see also".
     assert!(backend.requests.lock().unwrap().is_empty());
-    assert!(
-        result
-            .answer
-            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
-        "{}",
-        result.answer
-    );
+    assert_refused(&result);
     assert!(result.answer.contains("“ethanol”"), "{}", result.answer);
     assert_eq!(result.basis, "not in your documents");
     assert!(!result.citations.is_empty());
-    let refused = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "answer.refused")
-        .unwrap();
+    let refused = traced(&result, "answer.refused");
     assert_eq!(
-        refused.detail["missing"],
+        refused["missing"],
         serde_json::json!(["boiling", "point", "ethanol", "sea", "level"])
     );
 }
@@ -482,27 +481,14 @@ fn a_draft_the_check_empties_becomes_a_refusal_with_the_reason_when_nothing_is_q
     let stub = Stub::new();
     let ctx = stub.ctx();
     // The stub has no embedder: nothing is close enough in meaning to quote.
-    let scripted: Arc<dyn ChatBackend> = Arc::new(ScriptedBackend {
-        answer: "Ferns reproduce by the FERN_SEED_42 protocol [1].".into(),
-        requests: Mutex::new(Vec::new()),
-        finish_reason: "stop",
-    });
+    let scripted: Arc<dyn ChatBackend> =
+        ScriptedBackend::answering("Ferns reproduce by the FERN_SEED_42 protocol [1].", "stop");
     let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
     let result = ask_about_ferns(&ctx, &open, &mut |_| {});
-    assert!(
-        result
-            .answer
-            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
-        "{}",
-        result.answer
-    );
-    let checked = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "answer.checked")
-        .unwrap();
+    assert_refused(&result);
+    let checked = traced(&result, "answer.checked");
     assert_eq!(
-        checked.detail["changes"][0]["reason"],
+        checked["changes"][0]["reason"],
         "`FERN_SEED_42` in no passage shown"
     );
     assert!(result
@@ -516,28 +502,42 @@ fn a_draft_cut_by_the_length_limit_before_any_citation_is_not_an_answer() {
     let stub = Stub::new();
     let ctx = stub.ctx();
     // A backend that runs on until the length limit without citing anything.
-    let rambling: Arc<dyn ChatBackend> = Arc::new(ScriptedBackend {
-        answer: "Evidence: 12345678901234567890123456789012345678901234567890".into(),
-        requests: Mutex::new(Vec::new()),
-        finish_reason: "length",
-    });
+    let rambling: Arc<dyn ChatBackend> = ScriptedBackend::answering(
+        "Evidence: 12345678901234567890123456789012345678901234567890",
+        "length",
+    );
     let open = |_: &BackendConfig| Ok(Some(rambling.clone()));
     let result = ask_about_ferns(&ctx, &open, &mut |_| {});
     // No embedder in the stub, so nothing is quotable: the turn refuses, and says why.
-    assert!(
-        result
-            .answer
-            .starts_with(crate::orchestrator::NOT_IN_EVIDENCE),
-        "{}",
-        result.answer
-    );
-    let refused = result
-        .trace
-        .iter()
-        .find(|e| e.kind == "answer.refused")
-        .unwrap();
-    assert!(refused.detail["reason"]
+    assert_refused(&result);
+    let refused = traced(&result, "answer.refused");
+    assert!(refused["reason"]
         .as_str()
         .unwrap()
         .starts_with("the model's answer ran to the length limit"));
+}
+
+#[test]
+fn a_draft_that_only_restates_a_question_asking_for_a_name_quotes_the_sentence_naming_it() {
+    let stub = Stub::new();
+    let ctx = stub.ctx();
+    let question = "Which inlet pressure does the pump need?";
+    let scripted: Arc<dyn ChatBackend> =
+        ScriptedBackend::answering("The pump needs an inlet pressure. [2]", "stop");
+    let open = |_: &BackendConfig| Ok(Some(scripted.clone()));
+    let options = ChatOptions::new(Principal::administrator());
+    let result = run(&ctx, &NoPipelines, question, &options, &open, &mut |_| {}).unwrap();
+    assert!(result.answer.contains(PUMP), "{}", result.answer);
+    let checked = traced(&result, "answer.checked");
+    assert_eq!(
+        checked["changes"][0]["reason"],
+        "it only restates the question"
+    );
+    // A draft that makes up a name is not rescued by a sentence naming another: with nothing
+    // close enough in meaning to quote (the stub has no embedder), the turn refuses.
+    let inventing: Arc<dyn ChatBackend> =
+        ScriptedBackend::answering("The pump needs an inlet pressure of 9 bar. [2]", "stop");
+    let open = |_: &BackendConfig| Ok(Some(inventing.clone()));
+    let result = run(&ctx, &NoPipelines, question, &options, &open, &mut |_| {}).unwrap();
+    assert_refused(&result);
 }
