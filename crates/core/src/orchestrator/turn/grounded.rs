@@ -440,6 +440,7 @@ mod tests {
             "{g}"
         );
         assert!(g.contains("\".\" [^ A-Z"), "{g}");
+        assert!(g.contains("| \"...\" char)"), "{g}");
         assert!(
             g.contains(&format!("refusal ::= \"{NOT_IN_EVIDENCE}\"")),
             "{g}"
