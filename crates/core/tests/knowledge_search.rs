@@ -764,6 +764,63 @@ fn a_namespace_not_embedded_yet_is_a_warning_and_the_rest_still_answer() {
 }
 
 #[test]
+fn what_a_namespace_still_being_embedded_holds_in_the_querys_words_is_embedded_first() {
+    let mut fx = fixture();
+    // Twenty notes the walk reaches first, and the page the assistant is after.
+    let mut files: Vec<(String, String)> = (0..20)
+        .map(|i| {
+            (
+                format!("a{i:02}.md"),
+                format!("# Note {i}\n\nNote {i} of the logbook records observation number {i}.\n"),
+            )
+        })
+        .collect();
+    files.push((
+        "z-watering.md".into(),
+        "# Watering\n\nWater tomato plants deeply at the roots, early in the morning.\n".into(),
+    ));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    fx.add_collection("fresh", "internal", "fresh", &refs);
+    fx.reindex();
+    let tool = boot(config(&["fresh"]));
+    let ask = |fx: &Fixture| {
+        tool.call(
+            &fx.ctx(),
+            &admin(&fx.library),
+            &json!({ "query": "watering tomato plants" }),
+        )
+    };
+
+    // Nothing there has a vector: no result, the warning, and the page queued by its words.
+    let out = ask(&fx);
+    assert!(results(&out).is_empty());
+    assert!(
+        out.warnings.iter().any(|w| w.contains("`fresh`")),
+        "{:?}",
+        out.warnings
+    );
+
+    // The lane's first chunk is that page, ahead of the walk; the next call finds it.
+    fx.library
+        .writer()
+        .unwrap()
+        .embed_pending_limited(1, &|_| {}, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    let fresh = fx
+        .library
+        .embedding_coverage()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.collection == "fresh")
+        .unwrap();
+    assert_eq!((fresh.embedded, fresh.ahead), (0, 1), "{fresh:?}");
+    assert_eq!(file_names(&ask(&fx)), ["z-watering.md"]);
+}
+
+#[test]
 fn a_query_that_cannot_be_embedded_is_an_embed_query_error() {
     let fx = fixture();
     let empty = tempfile::tempdir().unwrap();

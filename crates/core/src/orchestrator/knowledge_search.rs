@@ -27,7 +27,9 @@ use crate::evidence::{EvidenceSession, LedgerEntry};
 use crate::ids::{ChunkId, CollectionId};
 use crate::llm::ToolSpec;
 use crate::names::{Name, NameKind};
-use crate::retrieve::{query_collection, RetrievalSettings, VectorContext};
+use crate::retrieve::{
+    query_collection, RetrievalSettings, SearchMode, SearchRequest, VectorContext,
+};
 use crate::store::{Collection, Store, VectorTable};
 
 /// The allow-list entry that stands for every collection (a Quarry departure; see the module doc).
@@ -463,11 +465,13 @@ impl KnowledgeSearch {
         // failures are warnings: partial results are better than zero.
         let k = self.config.top_k;
         let mut candidates = Vec::new();
+        let mut waiting = Vec::new();
         for name in namespaces {
             match nearest_in_namespace(ctx, readable(name), name, &model, &vector, k) {
                 Ok(NamespaceAnswer { hits, note }) => {
                     if let Some(note) = note {
                         warnings.push(note);
+                        waiting.push(name.clone());
                     }
                     candidates.extend(hits.into_iter().map(|(chunk_id, similarity)| Candidate {
                         chunk_id,
@@ -485,6 +489,7 @@ impl KnowledgeSearch {
                 }
             }
         }
+        embed_word_matches_first(ctx, query, waiting, scope);
 
         // 5. Merge, best first (ties by chunk id, so the order is stable); `admit` stops at k.
         candidates.sort_by(|a, b| {
@@ -676,6 +681,11 @@ fn nearest_in_namespace(
                 .partial
                 .map(|issue| format!("namespace `{name}`: {}", issue.message)),
         }),
+        // Nothing embedded there yet: an empty answer with the note, so its word matches queue.
+        Ok(Err(issue)) if issue.component == "vectors_incomplete" => Ok(NamespaceAnswer {
+            hits: Vec::new(),
+            note: Some(format!("namespace `{name}`: {}", issue.message)),
+        }),
         Ok(Err(issue)) => Err(issue.message),
         Err(e) => Err(e.to_string()),
     }
@@ -685,8 +695,30 @@ fn nearest_in_namespace(
 struct NamespaceAnswer {
     /// `(chunk id, cosine similarity)`, best first.
     hits: Vec<(ChunkId, f32)>,
-    /// Set when it answers only in part (still being embedded).
+    /// Set when it answers only in part, or not at all, because its vectors are still being
+    /// made.
     note: Option<String>,
+}
+
+/// A namespace still being embedded answers only from its embedded chunks, and the assistant
+/// asks by meaning. So the documents there that match the query's words are queued to be
+/// embedded first: a plain full-text search does that for what it finds (`retrieve::search`),
+/// and the assistant's next search by meaning can reach them. A hint, so it never fails the call.
+fn embed_word_matches_first(
+    ctx: &EngineContext<'_>,
+    query: &str,
+    waiting: Vec<String>,
+    scope: &crate::auth::Scope,
+) {
+    if waiting.is_empty() {
+        return;
+    }
+    let mut request = SearchRequest::new(query).with_mode(SearchMode::Lexical);
+    request.collections = waiting;
+    request.scope = Some(scope.clone());
+    if let Err(e) = ctx.retrieval.search(&request) {
+        tracing::debug!("knowledge_search: could not queue word matches for vectors: {e}");
+    }
 }
 
 /// The outcome of step 2.
