@@ -240,6 +240,14 @@ fn repaired(
             caps[0].to_string()
         }
     });
+    // A trailing "from std::ops" that names where, from memory, is cut the same way.
+    let trimmed = TRAILING_WHERE.replace(&trimmed, |caps: &regex::Captures<'_>| {
+        if unheld(&caps[1]) {
+            caps[2].to_string()
+        } else {
+            caps[0].to_string()
+        }
+    });
     if trimmed == sentence {
         return (None, Verdict::Drop(reason));
     }
@@ -252,11 +260,18 @@ fn repaired(
     }
 }
 
+/// A sentence's last words when they say where something lives (`… from std::ops.`, `… in the
+/// core crate.`): the place, and the stop after it.
+static TRAILING_WHERE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i),?\s+(?:from|in|of|inside|under)\s+(?:the\s+)?([^\s,]+?(?:\s+(?:module|crate|library|namespace|package))?)(\s*\.?\s*)$")
+        .expect("a valid regex")
+});
+
 /// A sentence without the reference to the evidence a small model ends it with (`…, which is
 /// evidence number 5.`): the citation says it, and its number is no fact of any passage.
 fn without_evidence_reference(sentence: &str) -> std::borrow::Cow<'_, str> {
     static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i),?\s*(?:\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,40}?)?\bevidence(?:\s+number)?\s*\[?\d+\]?(\s*\.?\s*)$")
+        Regex::new(r"(?i),?\s*(?:(?:\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,40}?)?\bevidence(?:\s+number)?\s*\[?\d+\]?|\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,60}?\b(?:the|this)\s+evidence\b(?:\s+(?:provided|given|above|shown))?|\bas evidenced by\b[^.\[\]]{0,60}?)(\s*\.?\s*)$")
             .expect("a valid regex")
     });
     REFERENCE.replace(sentence, "$1")
@@ -718,6 +733,26 @@ mod tests {
             SHOWN,
         );
         assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
+        let checked = check(
+            "An i8 holds numbers up to 127, as evidenced by line number 6 of the evidence provided. [1]",
+            "How big is an i8?",
+            SHOWN,
+        );
+        assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
+        // And where the model says, from memory, that something lives.
+        let checked = check(
+            "The i8 type holds numbers up to 127 from core::num. [1]",
+            "How big is an i8?",
+            SHOWN,
+        );
+        assert_eq!(checked.text, "The i8 type holds numbers up to 127. [1]");
+        // A place the passage names stays.
+        let checked = check(
+            "The escape velocity is about 11.2 km/s from the Earth. [2]",
+            "How fast is the escape velocity?",
+            SHOWN,
+        );
+        assert!(checked.changes.is_empty(), "{:?}", checked.changes);
     }
 
     #[test]

@@ -35,6 +35,10 @@ const MIN_SHOWN_WORDS: usize = 4;
 /// What a line of code keeps of its score: the model answers in prose, and a set's facts are
 /// stated in prose.
 const CODE_FACTOR: f32 = 0.6;
+/// A sentence of at least this many words, this share of them plain words, is prose even
+/// when it names an operator or a path.
+const PROSE_WORDS: usize = 6;
+const PLAIN_SHARE: f32 = 0.75;
 /// What a sentence that names something the question does not (a number, an identifier,
 /// code: a candidate answer) adds to its score when the question asks for a name or a number.
 const SPECIFIC_BONUS: f32 = 0.15;
@@ -403,8 +407,15 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
         }
         picked.push(s.clone());
         if let Some(after) = at(s.n, s.position + 1) {
-            if leans_back(&after.text) && !is_shown(&shown, after) {
+            let introduces = s.text.trim_end().ends_with(':');
+            if (leans_back(&after.text) || introduces) && !is_shown(&shown, after) {
                 picked.push(after.clone());
+                // What a colon introduces comes after its caption ("Filename: Cargo.toml").
+                if introduces && is_label(&after.text) {
+                    if let Some(next) = at(s.n, s.position + 2).filter(|p| !is_shown(&shown, p)) {
+                        picked.push(next.clone());
+                    }
+                }
             }
         }
         let cost: usize = picked.iter().map(|p| p.text.chars().count() + 1).sum();
@@ -418,7 +429,12 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
 }
 
 /// A line of code rather than prose: brackets and operators, or more symbols than prose has.
+/// A sentence of prose that names an operator or a path (`the -> operator`, `Rc::downgrade`)
+/// is prose.
 fn looks_like_code(sentence: &str) -> bool {
+    if is_prose(sentence) {
+        return false;
+    }
     let marks = ["{", "}", ";", "()", "::", "=>", "->", "||", "&&", "!="];
     let symbols = sentence
         .chars()
@@ -428,15 +444,35 @@ fn looks_like_code(sentence: &str) -> bool {
         || symbols as f32 > 0.12 * sentence.chars().count() as f32
 }
 
+/// A sentence mostly of plain words (letters, an apostrophe, trailing punctuation), long
+/// enough to say something: code has identifiers, operators and calls instead.
+fn is_prose(sentence: &str) -> bool {
+    let words: Vec<&str> = sentence.split_whitespace().collect();
+    let plain = words
+        .iter()
+        .filter(|w| {
+            let w = w.trim_end_matches(|c: char| ".,;:!?)\"'’”".contains(c));
+            let w = w.trim_start_matches(|c: char| "(\"'‘“".contains(c));
+            !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_alphabetic() || c == '\'' || c == '’' || c == '-')
+        })
+        .count();
+    words.len() >= PROSE_WORDS && plain as f32 >= PLAIN_SHARE * words.len() as f32
+}
+
 /// A caption or a line of build output ("Listing 13-8: …", "Running `target/debug/…`"): it
 /// names what follows, in the question's words, but states no fact.
 fn is_label(sentence: &str) -> bool {
     static LABEL: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^(?:(?:Listing|Figure|Table)\s+[0-9A-Z]+(?:[-.][0-9]+)*:|(?:Running|Compiling|Finished|Checking|Downloading|Downloaded|Updating|Locking|Adding|Blocking)\s)")
+        Regex::new(r"^(?:(?:Listing|Figure|Table)\s+[0-9A-Z]+(?:[-.][0-9]+)*:|Filename:\s|(?:Running|Compiling|Finished|Checking|Downloading|Downloaded|Updating|Locking|Adding|Blocking)\s)")
             .expect("a valid regex")
     });
-    // Build output that reports an error states the error: that is a fact.
-    LABEL.is_match(sentence.trim_start()) && !sentence.contains("error")
+    // Build output that reports an error states the error: that is a fact. The compiler's
+    // pointer to an error's explanation is not.
+    let sentence = sentence.trim_start();
+    (LABEL.is_match(sentence) && !sentence.contains("error"))
+        || sentence.starts_with("For more information about this error")
 }
 
 /// A sentence that starts by pointing at the one before it.
@@ -592,6 +628,47 @@ mod tests {
         assert!(is_label("Running `target/debug/minigrep the poem.txt`"));
         assert!(!is_label(
             "Compiling functions v0.1.0 error[E0308]: mismatched types"
+        ));
+    }
+
+    #[test]
+    fn prose_that_names_an_operator_or_a_path_is_not_code() {
+        for prose in [
+            "Rust doesn’t have an equivalent to the -> operator; instead, Rust has a feature called automatic referencing and dereferencing.",
+            "You can also create a weak reference to the value within an Rc<T> instance by calling Rc::downgrade and passing a reference to the Rc<T>.",
+        ] {
+            assert!(!looks_like_code(prose), "{prose}");
+        }
+        for code in [
+            "let ignore_case = env::var(\"IGNORE_CASE\").is_ok();",
+            "LruCache { capacity, map: HashMap::new(), order: VecDeque::new() }",
+            "fn main() -> Result<(), Box<dyn Error>> {",
+        ] {
+            assert!(looks_like_code(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn what_a_colon_introduces_is_shown_with_it_past_its_caption() {
+        let passages = vec![item(
+            1,
+            "Using External Packages",
+            "In Chapter 2, we programmed a guessing game that used a package called rand. \
+             To use rand in our project, we added this line to Cargo.toml:\n\n\
+             Filename: Cargo.toml\n\nrand = \"0.8.5\"\n\n\
+             Adding rand as a dependency tells Cargo to download the rand package.",
+        )];
+        let question = "Which version of rand does the guessing game add to Cargo.toml?";
+        let text = select(question, &passages, None, 400).text_of(1);
+        assert!(
+            text.contains(
+                "we added this line to Cargo.toml: Filename: Cargo.toml rand = \"0.8.5\""
+            ),
+            "{text}"
+        );
+        assert!(is_label("Filename: src/main.rs"));
+        assert!(is_label(
+            "For more information about this error, try `rustc --explain E0382`."
         ));
     }
 
