@@ -720,32 +720,27 @@ mod tests {
             checked.text,
             "The escape velocity is about 11.2 km/s. [2] An i8 holds numbers up to 127. [1]"
         );
-        // So is the evidence's number written out at the end.
-        let checked = check(
-            "An i8 holds numbers up to 127, as stated in evidence number 4. [1]",
-            "How big is an i8?",
-            SHOWN,
-        );
-        assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
-        let checked = check(
-            "An i8 holds numbers up to 127, as evidenced by the information in evidence number 4. [1]",
-            "How big is an i8?",
-            SHOWN,
-        );
-        assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
-        let checked = check(
-            "An i8 holds numbers up to 127, as evidenced by line number 6 of the evidence provided. [1]",
-            "How big is an i8?",
-            SHOWN,
-        );
-        assert_eq!(checked.text, "An i8 holds numbers up to 127. [1]");
-        // And where the model says, from memory, that something lives.
-        let checked = check(
-            "The i8 type holds numbers up to 127 from core::num. [1]",
-            "How big is an i8?",
-            SHOWN,
-        );
-        assert_eq!(checked.text, "The i8 type holds numbers up to 127. [1]");
+        // So is the evidence's number written out at the end, and a place named from memory.
+        for (draft, kept) in [
+            (
+                "An i8 holds numbers up to 127, as stated in evidence number 4. [1]",
+                "An i8 holds numbers up to 127. [1]",
+            ),
+            (
+                "An i8 holds numbers up to 127, as evidenced by the information in evidence number 4. [1]",
+                "An i8 holds numbers up to 127. [1]",
+            ),
+            (
+                "An i8 holds numbers up to 127, as evidenced by line number 6 of the evidence provided. [1]",
+                "An i8 holds numbers up to 127. [1]",
+            ),
+            (
+                "The i8 type holds numbers up to 127 from core::num. [1]",
+                "The i8 type holds numbers up to 127. [1]",
+            ),
+        ] {
+            assert_eq!(check(draft, "How big is an i8?", SHOWN).text, kept);
+        }
         // A place the passage names stays.
         let checked = check(
             "The escape velocity is about 11.2 km/s from the Earth. [2]",
