@@ -8,6 +8,7 @@ mod common;
 use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use quarry_core::audit::AuditQuery;
 use quarry_core::evidence::EvidenceSession;
@@ -111,6 +112,42 @@ fn the_system_prompt_is_evaluated_once_and_reused_with_the_same_answers() {
 }
 
 /// Every citation of a turn is an entry of its conversation's ledger, with the same passage.
+#[test]
+fn a_newer_request_to_judge_relevance_cuts_the_one_before_short() {
+    let models = Models::discover(std::path::Path::new("/nonexistent"));
+    let config = EmbeddedConfig::installed(&models, SMALL_MODEL).unwrap();
+    let model = Arc::new(EmbeddedBackend::load(config).unwrap());
+    // Many long passages with no time budget: seconds of work for the first request.
+    let long: Vec<String> = (0..60)
+        .map(|i| format!("Passage {i}. {}", PUMP.repeat(3)))
+        .collect();
+    let count = long.len();
+    let first = {
+        let model = Arc::clone(&model);
+        std::thread::spawn(move || {
+            model
+                .judge_relevance("how do I prime the pump", &long, 128, Duration::MAX)
+                .unwrap()
+        })
+    };
+    // The user searches again while the first is judging (it holds the model by now).
+    std::thread::sleep(Duration::from_millis(500));
+    let passages = vec![PUMP.to_string(), FERNS.to_string()];
+    let newer = model
+        .judge_relevance("how do I prime the pump", &passages, 128, Duration::MAX)
+        .unwrap();
+    let first = first.join().unwrap();
+    assert!(first.superseded, "{first:?}");
+    let judged = first.scores.iter().filter(|s| s.is_some()).count();
+    assert!(judged < count, "{judged} of {count}");
+    assert!(
+        first.scores[judged..].iter().all(Option::is_none),
+        "{first:?}"
+    );
+    assert!(!newer.superseded);
+    assert!(newer.scores.iter().all(Option::is_some), "{newer:?}");
+}
+
 fn assert_citations_resolve(library: &Library, result: &TurnResult) {
     let ledger = library
         .conversation_evidence(&Principal::administrator(), &result.conversation)

@@ -10,6 +10,7 @@
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -155,6 +156,10 @@ pub struct EmbeddedBackend {
     /// One generation at a time: creating contexts from one model in parallel is unsound in
     /// llama.cpp, and two generations on two cores would only halve each other's speed.
     busy: Mutex<()>,
+    /// The ticket of the latest request to judge relevance: a judging that a newer one waits
+    /// behind stops starting passages, so deep searches typed one after another do not queue
+    /// for the model (see `judge_relevance`).
+    judging: AtomicU64,
     /// The last system prompt's evaluated state: the next request that starts with the same
     /// system prompt (every turn of a mode does) evaluates only what follows it.
     system_prefix: Mutex<Option<SystemPrefix>>,
@@ -196,6 +201,7 @@ impl EmbeddedBackend {
             model,
             threads,
             busy: Mutex::new(()),
+            judging: AtomicU64::new(0),
             system_prefix: Mutex::new(None),
         })
     }

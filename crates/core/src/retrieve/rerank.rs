@@ -159,7 +159,9 @@ fn judge(
         count - unjudged,
         judged.tokens,
         judged.threads.prompt,
-        if unjudged > 0 {
+        if judged.superseded {
+            format!("; {unjudged} left unjudged: a newer search took the model")
+        } else if unjudged > 0 {
             format!("; {unjudged} left unjudged by the time budget")
         } else {
             String::new()

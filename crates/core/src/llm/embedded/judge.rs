@@ -3,6 +3,7 @@
 //! after one prompt evaluation (no text is generated). The prompt's head (instructions and
 //! query) is evaluated once; each passage then costs only its own tokens.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -22,8 +23,10 @@ const PASSAGE_SLOT: &str = "\u{1}PASSAGE\u{1}";
 #[derive(Debug, Clone)]
 pub struct Judgement {
     /// Per passage, in order: P(yes) between 0 and 1; `None` for the passages the time budget
-    /// left unjudged (always a tail: passages are judged in order).
+    /// or a newer judging left unjudged (always a tail: passages are judged in order).
     pub scores: Vec<Option<f32>>,
+    /// Whether a newer request to judge (the user searched again) cut this one short.
+    pub superseded: bool,
     /// Prompt tokens evaluated, the shared head once.
     pub tokens: usize,
     /// The threads the evaluation ran on.
@@ -32,7 +35,9 @@ pub struct Judgement {
 
 impl EmbeddedBackend {
     /// Judges each passage's relevance to `query`, best candidates first, each cut to
-    /// `passage_tokens`; stops starting new passages once `budget` has passed.
+    /// `passage_tokens`; stops starting new passages once `budget` has passed, or once a newer
+    /// request to judge waits for the model: the newest question is the one the user still
+    /// wants answered.
     pub fn judge_relevance(
         &self,
         query: &str,
@@ -41,7 +46,18 @@ impl EmbeddedBackend {
         budget: Duration,
     ) -> Result<Judgement> {
         let started = Instant::now();
+        let ticket = self.judging.fetch_add(1, Ordering::SeqCst) + 1;
+        let superseded = || self.judging.load(Ordering::SeqCst) != ticket;
         let _busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let threads = thread_use(self.config.threads, self.threads);
+        if superseded() {
+            return Ok(Judgement {
+                scores: vec![None; passages.len()],
+                superseded: true,
+                tokens: 0,
+                threads,
+            });
+        }
         let backend = llama_backend()?;
         let (head, tail) = self.judging_prompt(query)?;
         let (yes, no) = (
@@ -52,17 +68,18 @@ impl EmbeddedBackend {
             return Err(self.failed("its vocabulary has no single token for yes and no"));
         }
         let n_ctx = (head.len() + passage_tokens + tail.len() + 8) as u32;
-        let threads = thread_use(self.config.threads, self.threads);
         let mut ctx = self.new_context(backend, n_ctx.max(256), threads)?;
         let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
         self.evaluate_prompt(&mut ctx, &mut batch, &head, 0)?;
         let mut judgement = Judgement {
             scores: Vec::with_capacity(passages.len()),
+            superseded: false,
             tokens: head.len(),
             threads,
         };
         for passage in passages {
-            if started.elapsed() >= budget {
+            judgement.superseded |= superseded();
+            if judgement.superseded || started.elapsed() >= budget {
                 judgement.scores.push(None);
                 continue;
             }
