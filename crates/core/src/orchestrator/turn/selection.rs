@@ -640,7 +640,7 @@ mod tests {
             assert!(!looks_like_code(prose), "{prose}");
         }
         for code in [
-            "let ignore_case = env::var(\"IGNORE_CASE\").is_ok();",
+            "let results = search_case_insensitive(&config.query, &contents);",
             "LruCache { capacity, map: HashMap::new(), order: VecDeque::new() }",
             "fn main() -> Result<(), Box<dyn Error>> {",
         ] {
