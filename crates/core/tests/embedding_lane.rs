@@ -269,3 +269,59 @@ fn what_a_search_finds_is_embedded_before_the_rest_and_then_found_by_meaning() {
     assert!(is_pump(&hits[0]), "{hits:?}");
     assert_eq!(hits.iter().filter(|h| is_pump(h)).count(), 1);
 }
+
+#[test]
+fn a_collection_the_assistant_names_is_embedded_before_the_rest_of_another() {
+    let mut f = Fixture::new();
+    let chapters = |topic: &str| -> Vec<(String, String)> {
+        (0..40)
+            .map(|i| {
+                (
+                    format!("{topic}{i:02}.md"),
+                    format!("# {topic} {i}\n\nPart {i} of the {topic} describes step {i}.\n"),
+                )
+            })
+            .collect()
+    };
+    for (collection, topic) in [("archive", "ledger"), ("manuals", "pump")] {
+        let files = chapters(topic);
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        f.add_source(collection, collection, &refs);
+    }
+    f.reindex();
+
+    // The walk starts with `archive` (by name); after its first batch the assistant searches
+    // `manuals`, as a chat mode over it would, from another handle on the library.
+    let assistant = quarry_core::Library::open(f.data.path()).unwrap();
+    let reports = std::cell::RefCell::new(Vec::new());
+    let on_progress = |p: &EmbedProgress| {
+        let first = reports.borrow().is_empty();
+        reports.borrow_mut().push((p.collection.clone(), p.done));
+        if first {
+            let mut request = SearchRequest::new("pump step").with_mode(SearchMode::Lexical);
+            request.collections = vec!["manuals".into()];
+            assert!(!assistant.search(&request).unwrap().hits.is_empty());
+        }
+    };
+    f.library
+        .writer()
+        .unwrap()
+        .embed_pending(&on_progress, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+
+    let reports = reports.into_inner();
+    assert_eq!(reports[0], ("archive".to_string(), false), "{reports:?}");
+    let done = |name: &str| {
+        reports
+            .iter()
+            .position(|(c, done)| c == name && *done)
+            .unwrap_or_else(|| panic!("{name} was not finished: {reports:?}"))
+    };
+    assert!(done("manuals") < done("archive"), "{reports:?}");
+    for coverage in f.library.embedding_coverage().unwrap() {
+        assert_eq!(coverage.embedded, coverage.total, "{coverage:?}");
+    }
+}

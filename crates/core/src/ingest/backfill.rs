@@ -6,7 +6,8 @@
 //!
 //! What the user searches first is embedded first: before each batch of that walk, the lane
 //! embeds the chunks of the documents a search found or the app opened meanwhile
-//! (`store::embed_first`), wherever they are.
+//! (`store::embed_first`), wherever they are; and a collection that a scoped search or the
+//! assistant named while it waited is walked before the others, even midway through another.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +19,7 @@ use crate::embed::need::{vector_need, ShapeKey, VectorNeed};
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::ids::ChunkId;
-use crate::store::{EmbeddingCoverage, PendingChunk, Store, VectorKind, VectorTable};
+use crate::store::{Collection, EmbeddingCoverage, PendingChunk, Store, VectorKind, VectorTable};
 
 /// Chunks embedded per transaction (the model runs them one at a time, see
 /// `embed::Embedder::embed`). Big enough to amortise a commit, small enough that progress moves
@@ -75,23 +76,7 @@ pub(crate) fn backfill(
             return Ok(embedded_total);
         }
     }
-    for collection in store.collections()? {
-        let Some(model_id) = collection
-            .pending_model
-            .clone()
-            .or_else(|| collection.embedding_model.clone())
-        else {
-            continue;
-        };
-        if store
-            .pending_chunks(collection.id, &model_id, 1)?
-            .is_empty()
-        {
-            if collection.pending_model.is_some() {
-                store.finish_model_switch(collection.id)?;
-            }
-            continue;
-        }
+    'walk: while let Some((collection, model_id)) = next_collection(store)? {
         // What indexing freed goes back before the model's sessions and buffers are made:
         // glibc keeps it otherwise, and the lane's peak would stand on full text's.
         crate::memory::return_freed_memory();
@@ -120,6 +105,16 @@ pub(crate) fn backfill(
             if let Some(n) = embed_queued(store, embedder_for, batch)? {
                 embedded_total += n;
                 continue;
+            }
+            if store
+                .collection_embedded_first()?
+                .is_some_and(|first| first != collection.id)
+            {
+                // Another collection was asked for meanwhile: it goes first, this one resumes
+                // at its cursor after.
+                keep_rate(store, collection.id, &this_run, started)?;
+                report(&this_run, false);
+                continue 'walk;
             }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
             let pending = store.pending_chunks(collection.id, &model_id, room)?;
@@ -157,9 +152,37 @@ pub(crate) fn backfill(
         if collection.pending_model.is_some() {
             store.finish_model_switch(collection.id)?;
         }
+        store.collection_walked(collection.id)?;
         report(&this_run, true);
     }
     Ok(embedded_total)
+}
+
+/// The collection the walk goes on with, and the model filling it: the first, in walk order
+/// (requested ones first, see `store::embed_first`), whose chunks wait. Those found with none
+/// waiting finish their model switch, and a request for them is answered.
+fn next_collection(store: &mut Store) -> Result<Option<(Collection, String)>> {
+    for (collection, requested) in store.collections_in_walk_order()? {
+        let filling = collection
+            .pending_model
+            .clone()
+            .or_else(|| collection.embedding_model.clone());
+        if let Some(model_id) = filling {
+            if !store
+                .pending_chunks(collection.id, &model_id, 1)?
+                .is_empty()
+            {
+                return Ok(Some((collection, model_id)));
+            }
+            if collection.pending_model.is_some() {
+                store.finish_model_switch(collection.id)?;
+            }
+        }
+        if requested {
+            store.collection_walked(collection.id)?;
+        }
+    }
+    Ok(None)
 }
 
 /// Embeds the next chunks of the queue (documents a search found or the app opened while

@@ -311,6 +311,9 @@ pub(crate) fn search(ctx: &SearchContext<'_>, request: &SearchRequest) -> Result
     )?;
     add_copies(ctx.store, &mut results.hits, &copies)?;
     embed_found_first(ctx.store, &results.hits);
+    if !request.collections.is_empty() {
+        embed_collections_first(ctx.store, &searched_ids);
+    }
     results.took_us = elapsed_us(started);
     Ok(results)
 }
@@ -329,6 +332,15 @@ fn embed_found_first(store: &Store, hits: &[Hit]) {
         .collect();
     if let Err(e) = store.queue_for_vectors(&documents) {
         tracing::debug!("could not queue the found documents for vectors: {e}");
+    }
+}
+
+/// Puts the collections a search named (a chat mode's, the assistant's, the user's filter) ahead
+/// of the others in the embedding lane, where they still wait: the user works in them now. A
+/// search of everything names none. A hint, so it never fails the search.
+fn embed_collections_first(store: &Store, collections: &[CollectionId]) {
+    if let Err(e) = store.queue_collections_for_vectors(collections) {
+        tracing::debug!("could not queue the searched collections for vectors: {e}");
     }
 }
 

@@ -6,11 +6,15 @@
 //! Those chunks are noted in `embedded_ahead` until the cursor passes them: the searches'
 //! sign-bit copy (`sign_index`) picks up new vectors by cursor range, and reads this table for
 //! the ones ahead of it; the walk, reaching them, finds their vectors and only moves on.
+//!
+//! Whole collections go first too: one that a scoped search or the assistant named while it
+//! waited (`collections.embed_first`) is walked before the others, the latest request first,
+//! even if the lane is partway through another.
 
 use rusqlite::{params, OptionalExtension};
 
 use super::vectors::{pending_chunk, write_vectors};
-use super::{PendingChunk, Store, VectorKind, VectorTable};
+use super::{Collection, PendingChunk, Store, VectorKind, VectorTable};
 use crate::error::Result;
 use crate::ids::{ChunkId, CollectionId, DocumentId};
 
@@ -84,6 +88,91 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(waiting.len())
+    }
+
+    /// Puts `collections` (named by a scoped search or the assistant) ahead of the others in
+    /// the lane's walk: those of them that wait for vectors and have no standing request.
+    /// Returns how many were requested; writes nothing when none was.
+    pub fn queue_collections_for_vectors(&self, collections: &[CollectionId]) -> Result<usize> {
+        let mut waiting = Vec::new();
+        for &collection in collections {
+            if !waiting.contains(&collection) && self.collection_awaits_request(collection)? {
+                waiting.push(collection);
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(0);
+        }
+        let tx = self.write()?;
+        {
+            let mut request = tx.prepare_cached(
+                "UPDATE collections SET embed_first =
+                   (SELECT COALESCE(MAX(embed_first), 0) + 1 FROM collections) WHERE id = ?1",
+            )?;
+            // The first named is requested last, so the lane, taking the latest first, takes it first.
+            for collection in waiting.iter().rev() {
+                request.execute([collection])?;
+            }
+        }
+        tx.commit()?;
+        Ok(waiting.len())
+    }
+
+    /// Whether `collection` has no standing request and chunks that wait for its filling model.
+    fn collection_awaits_request(&self, collection: CollectionId) -> Result<bool> {
+        let row: Option<(Option<i64>, Option<String>)> = self
+            .conn()
+            .query_row(
+                "SELECT embed_first, COALESCE(pending_model, embedding_model)
+                 FROM collections WHERE id = ?1",
+                [collection],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match row {
+            Some((None, Some(model_id))) => {
+                Ok(!self.pending_chunks(collection, &model_id, 1)?.is_empty())
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The collection the lane walks first: the latest standing request.
+    pub(crate) fn collection_embedded_first(&self) -> Result<Option<CollectionId>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT id FROM collections WHERE embed_first IS NOT NULL
+                 ORDER BY embed_first DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Every collection in the order the lane walks them: the requested ones, latest first,
+    /// then the rest by name; each with whether a request for it stands.
+    pub(crate) fn collections_in_walk_order(&self) -> Result<Vec<(Collection, bool)>> {
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT {}, embed_first IS NOT NULL FROM collections
+             ORDER BY embed_first IS NULL, embed_first DESC, name",
+            Collection::COLUMNS
+        ))?;
+        let rows = stmt.query_map([], |r| {
+            Ok((Collection::from_row(r)?, r.get(Collection::COLUMN_COUNT)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The lane has walked `collection` to its end: a request for it is answered.
+    pub(crate) fn collection_walked(&self, collection: CollectionId) -> Result<()> {
+        let tx = self.write()?;
+        tx.execute(
+            "UPDATE collections SET embed_first = NULL WHERE id = ?1",
+            [collection],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// Whether some chunk of `document` waits for a vector the lane has not given it.
@@ -465,5 +554,71 @@ mod tests {
             0
         );
         assert!(store.next_embed_first(8).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_named_collection_that_waits_is_walked_first_until_its_walk_ends() {
+        let (_dir, mut store, table, documents) = notes(&["pump"], 2);
+        let notes_id = store.collections().unwrap()[0].id;
+        let logs = collection_with_source(&mut store, "logs", "internal", "m", Path::new("/l"));
+        write_document(
+            &store,
+            &logs,
+            Path::new("/l/a.md"),
+            "a",
+            90,
+            &chunks(2, "log"),
+        );
+        let archive =
+            collection_with_source(&mut store, "archive", "internal", "m", Path::new("/a"));
+        let logs_id = logs.collection_id;
+        let archive_id = archive.collection_id;
+        let names = |store: &Store| -> Vec<(String, bool)> {
+            store
+                .collections_in_walk_order()
+                .unwrap()
+                .into_iter()
+                .map(|(c, requested)| (c.name, requested))
+                .collect()
+        };
+        let name = |n: &str, r: bool| (n.to_string(), r);
+        assert_eq!(
+            names(&store),
+            [
+                name("archive", false),
+                name("logs", false),
+                name("notes", false)
+            ]
+        );
+
+        // `archive` has nothing to embed: not requested. The first named goes first.
+        let asked = [notes_id, archive_id, logs_id, notes_id];
+        assert_eq!(store.queue_collections_for_vectors(&asked).unwrap(), 2);
+        assert_eq!(store.collection_embedded_first().unwrap(), Some(notes_id));
+        assert_eq!(
+            names(&store),
+            [
+                name("notes", true),
+                name("logs", true),
+                name("archive", false)
+            ]
+        );
+        // A standing request is not written again.
+        assert_eq!(store.queue_collections_for_vectors(&[logs_id]).unwrap(), 0);
+
+        // Walked to its end, `notes` leaves the front; once embedded, it is not asked for again.
+        let notes_chunks = &documents[0];
+        store
+            .store_vectors(
+                &table,
+                notes_id,
+                &vectors_of(notes_chunks),
+                &[],
+                notes_chunks[1].id,
+            )
+            .unwrap();
+        store.collection_walked(notes_id).unwrap();
+        assert_eq!(store.collection_embedded_first().unwrap(), Some(logs_id));
+        assert_eq!(store.queue_collections_for_vectors(&[notes_id]).unwrap(), 0);
     }
 }

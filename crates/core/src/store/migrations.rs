@@ -294,6 +294,10 @@ const MIGRATIONS: &[&str] = &[
         chunk_id INTEGER NOT NULL
      );
      CREATE UNIQUE INDEX embedded_ahead_by_chunk ON embedded_ahead(collection_id, model_id, chunk_id);",
+    // Issue 35. A collection a scoped search or the assistant used while it waited for vectors
+    // is walked before the others (`store::embed_first`): the latest request, a growing
+    // number, first; NULL when none stands.
+    "ALTER TABLE collections ADD COLUMN embed_first INTEGER;",
 ];
 
 /// The schema version this build writes.

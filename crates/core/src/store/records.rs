@@ -55,6 +55,8 @@ impl Collection {
     /// The columns [`Collection::from_row`] reads, in order.
     pub(crate) const COLUMNS: &'static str =
         "id, name, sensitivity, language, created_at, embedding_model, pending_model";
+    /// How many columns [`Collection::COLUMNS`] names.
+    pub(crate) const COLUMN_COUNT: usize = 7;
 
     pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Collection {
