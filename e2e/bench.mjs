@@ -8,7 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { evaluateModes, eventually, repoRoot, startApp, tempDir, tid } from './harness.mjs';
+import { evaluateModes, eventually, percentile, repoRoot, rssMiB, searchRendered, startApp, tempDir, tid } from './harness.mjs';
 
 const rounds = Number(process.env.ROUNDS ?? 20);
 const dataDir = tempDir('quarry-bench-');
@@ -23,45 +23,6 @@ const queries = [
   'approximate nearest neighbour',
   'service interval',
 ];
-
-/** Resident memory (MiB) of the app and every process under it (WebKit's web and network
- * processes). */
-function rssMiB() {
-  const pids = execFileSync('pgrep', ['-f', 'quarry-desktop'], { encoding: 'utf8' })
-    .split('\n')
-    .filter(Boolean)
-    .map(Number);
-  const tree = new Set(pids);
-  // WebKit's helper processes are children of the app.
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (tree.has(ppid)) tree.add(Number(entry));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  let app = 0;
-  let total = 0;
-  for (const pid of tree) {
-    try {
-      const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-      const name = /Name:\s+(\S+)/.exec(status)?.[1] ?? '';
-      total += kb;
-      if (name.startsWith('quarry-desktop')) app += kb;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return { app: app / 1024, total: total / 1024 };
-}
-
-function percentile(sorted, p) {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-}
 
 const spawned = performance.now();
 const app = await startApp({ dataDir });
@@ -95,27 +56,8 @@ try {
     await (await browser.$(tid(`mode-${mode}`))).click();
     const times = [];
     for (let i = 0; i < rounds; i++) {
-      // Type a whole query at once, then wait for its results to render: includes the 150 ms
-      // debounce, the IPC round trip, the engine and the DOM update.
       const query = `${queries[i % queries.length]} ${i}`;
-      const ms = await browser.executeAsync((q, done) => {
-        const input = document.querySelector('[data-testid="search-input"]');
-        const meta = () => document.querySelector('[data-testid="search-meta"]')?.textContent ?? '';
-        const empty = () => document.querySelector('[data-testid="search-empty"]');
-        const before = meta();
-        const started = performance.now();
-        const finish = () => {
-          observer.disconnect();
-          done(performance.now() - started);
-        };
-        const observer = new MutationObserver(() => {
-          if ((meta() && meta() !== before) || empty()) finish();
-        });
-        observer.observe(document.body, { subtree: true, childList: true, characterData: true });
-        input.value = q;
-        input.dispatchEvent(new Event('input', { bubbles: true }));
-        setTimeout(finish, 10_000);
-      }, query);
+      const ms = await searchRendered(browser, query);
       times.push(ms);
     }
     times.sort((a, b) => a - b);

@@ -1,6 +1,6 @@
 // Starts the real desktop app under tauri-driver (which drives WebKitWebDriver) and connects
 // a WebDriver session to it. Needs a display: run under `xvfb-run` (scripts/e2e.sh does).
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -171,4 +171,74 @@ export async function eventually(browser, what, check, timeout = 60_000) {
 /** A fresh temporary directory, removed by the caller. */
 export function tempDir(prefix) {
   return fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), prefix)));
+}
+
+/** Resident memory (MiB) of the app and every process under it (WebKit's web and network
+ * processes); `appAnon`: the app's own anonymous memory (its heap, without the pages of mapped
+ * files such as the full-text index, which the kernel can drop). */
+export function rssMiB() {
+  const pids = execFileSync('pgrep', ['-f', 'quarry-desktop'], { encoding: 'utf8' })
+    .split('\n')
+    .filter(Boolean)
+    .map(Number);
+  const tree = new Set(pids);
+  // WebKit's helper processes are children of the app.
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (tree.has(ppid)) tree.add(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let app = 0;
+  let appAnon = 0;
+  let total = 0;
+  for (const pid of tree) {
+    try {
+      const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      const name = /Name:\s+(\S+)/.exec(status)?.[1] ?? '';
+      total += kb;
+      if (name.startsWith('quarry-desktop')) {
+        app += kb;
+        appAnon += Number(/RssAnon:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return { app: app / 1024, appAnon: appAnon / 1024, total: total / 1024 };
+}
+
+export function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/**
+ * In the open Search view: types `query` at once and resolves with the ms until its results
+ * (or "no results") render: the 150 ms debounce, the IPC round trip, the engine and the DOM
+ * update.
+ */
+export function searchRendered(browser, query) {
+  return browser.executeAsync((q, done) => {
+    const input = document.querySelector('[data-testid="search-input"]');
+    const meta = () => document.querySelector('[data-testid="search-meta"]')?.textContent ?? '';
+    const empty = () => document.querySelector('[data-testid="search-empty"]');
+    const before = meta();
+    const started = performance.now();
+    const finish = () => {
+      observer.disconnect();
+      done(performance.now() - started);
+    };
+    const observer = new MutationObserver(() => {
+      if ((meta() && meta() !== before) || empty()) finish();
+    });
+    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+    input.value = q;
+    input.dispatchEvent(new Event('input', { bubbles: true }));
+    setTimeout(finish, 10_000);
+  }, query);
 }

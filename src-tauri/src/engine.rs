@@ -147,6 +147,11 @@ impl Engine {
             std::thread::Builder::new()
                 .name("quarry-indexer".into())
                 .spawn(move || {
+                    // Below the window's threads: on two cores a whole-tree run otherwise
+                    // starves the page (see `cores::run_in_background`).
+                    if let Err(e) = quarry_core::cores::run_in_background() {
+                        tracing::warn!("the indexer runs at the window's priority: {e}");
+                    }
                     let result = run_indexer(&data_dir, &stop, &activity, &notify, requests);
                     let (state, error) = match result {
                         Ok(()) => (IndexerState::Paused, None),

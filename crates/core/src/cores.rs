@@ -31,6 +31,32 @@ pub fn lanes_busy() -> bool {
     BUSY_LANES.load(Ordering::Relaxed) > 0
 }
 
+/// How much lower than the app's own threads background work runs (the `nice` value added):
+/// at 10 the scheduler gives a thread of the window or the assistant about nine times the
+/// share of a busy background thread, so indexing a large tree keeps the window answering.
+pub const BACKGROUND_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority by [`BACKGROUND_NICENESS`]; the threads it
+/// starts afterwards (the indexer's workers, the embedding and OCR lanes, ONNX Runtime's
+/// pools made there) inherit it. Returns the thread's niceness after, or the OS's refusal.
+pub fn run_in_background() -> std::io::Result<i32> {
+    // SAFETY: gettid and getpriority/setpriority only read or set this thread's own
+    // scheduling attributes (Linux treats PRIO_PROCESS with a thread id as that thread).
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if now == -1 && *libc::__errno_location() != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let lowered = (now + BACKGROUND_NICENESS).min(19);
+        if libc::setpriority(libc::PRIO_PROCESS, tid, lowered) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(lowered)
+    }
+}
+
 /// The cores this process may use.
 pub fn all() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -70,5 +96,26 @@ mod tests {
         drop(second);
         assert!(lanes_busy(), "one lane still holds its guard");
         drop(third);
+    }
+
+    /// This thread's niceness, as the scheduler holds it.
+    fn niceness() -> i32 {
+        // SAFETY: reads the calling thread's own priority.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    #[test]
+    fn background_work_runs_below_the_app_and_what_it_starts_inherits_that() {
+        let app = niceness();
+        let (lowered, seen, started) = std::thread::spawn(|| {
+            let lowered = run_in_background().unwrap();
+            let started = std::thread::spawn(niceness).join().unwrap();
+            (lowered, niceness(), started)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, (app + BACKGROUND_NICENESS).min(19));
+        assert_eq!((seen, started), (lowered, lowered));
+        assert_eq!(niceness(), app, "the calling thread alone is lowered");
     }
 }

@@ -58,7 +58,8 @@ fn waiting_chunks_sql(has_vector: &str) -> String {
 impl Store {
     /// Queues `documents` (best first) to be embedded before the rest of their collections:
     /// those of them whose collection has an embedding model and some of whose chunks still
-    /// wait for it. Returns how many were queued; writes nothing when none waits.
+    /// wait for it. Returns how many were queued; writes nothing when none waits, nor while
+    /// another connection writes (the indexer's batch: a search does not wait for it).
     pub fn queue_for_vectors(&self, documents: &[DocumentId]) -> Result<usize> {
         let mut waiting = Vec::new();
         for &document in documents {
@@ -69,7 +70,9 @@ impl Store {
         if waiting.is_empty() {
             return Ok(0);
         }
-        let tx = self.write()?;
+        let Some(tx) = self.write_if_free()? else {
+            return Ok(0);
+        };
         {
             let mut queue = tx.prepare_cached(
                 "INSERT INTO embed_first(document_id, requested)
@@ -92,7 +95,8 @@ impl Store {
 
     /// Puts `collections` (named by a scoped search or the assistant) ahead of the others in
     /// the lane's walk: those of them that wait for vectors and have no standing request.
-    /// Returns how many were requested; writes nothing when none was.
+    /// Returns how many were requested; writes nothing when none was, nor while another
+    /// connection writes.
     pub fn queue_collections_for_vectors(&self, collections: &[CollectionId]) -> Result<usize> {
         let mut waiting = Vec::new();
         for &collection in collections {
@@ -103,7 +107,9 @@ impl Store {
         if waiting.is_empty() {
             return Ok(0);
         }
-        let tx = self.write()?;
+        let Some(tx) = self.write_if_free()? else {
+            return Ok(0);
+        };
         {
             let mut request = tx.prepare_cached(
                 "UPDATE collections SET embed_first =
@@ -620,5 +626,20 @@ mod tests {
         store.collection_walked(notes_id).unwrap();
         assert_eq!(store.collection_embedded_first().unwrap(), Some(logs_id));
         assert_eq!(store.queue_collections_for_vectors(&[notes_id]).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_hint_is_not_written_while_another_connection_writes() {
+        let (_dir, store, _table, documents) = notes(&["pump"], 2);
+        let waiting = documents[0][0].document_id;
+        let notes_id = store.collections().unwrap()[0].id;
+        let indexer = Store::open(store.path()).unwrap();
+        let batch = indexer.write().unwrap();
+        // Another write would wait up to 30 s for the lock and then fail; a hint gives up.
+        assert_eq!(store.queue_for_vectors(&[waiting]).unwrap(), 0);
+        assert_eq!(store.queue_collections_for_vectors(&[notes_id]).unwrap(), 0);
+        drop(batch);
+        assert_eq!(store.queue_for_vectors(&[waiting]).unwrap(), 1);
+        assert_eq!(store.queue_collections_for_vectors(&[notes_id]).unwrap(), 1);
     }
 }

@@ -87,13 +87,15 @@ pub(crate) fn now_unix() -> i64 {
         .unwrap_or(0)
 }
 
+/// How long a write waits for another connection's: a second writer waits for the first
+/// rather than failing at once (readers never wait in WAL mode).
+const WRITER_WAIT: Duration = Duration::from_secs(30);
+
 impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
         let conn = Connection::open(path)?;
-        // A second writer waits for the first rather than failing at once; readers never wait
-        // in WAL mode.
-        conn.busy_timeout(Duration::from_secs(30))?;
+        conn.busy_timeout(WRITER_WAIT)?;
         vectors::register(&conn)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -126,6 +128,25 @@ impl Store {
             &self.conn,
             rusqlite::TransactionBehavior::Immediate,
         )?)
+    }
+
+    /// A write transaction for a hint that may be lost (what to embed first), or `None` when
+    /// another connection holds the write lock: a search never waits behind the indexer's
+    /// batch for it (the next search gives the hint again).
+    pub(crate) fn write_if_free(&self) -> Result<Option<Tx<'_>>> {
+        self.conn.busy_timeout(Duration::ZERO)?;
+        let begun =
+            Transaction::new_unchecked(&self.conn, rusqlite::TransactionBehavior::Immediate);
+        self.conn.busy_timeout(WRITER_WAIT)?;
+        match begun {
+            Ok(tx) => Ok(Some(tx)),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Runs `read` in one read transaction, so that its queries see one state of the
