@@ -89,17 +89,22 @@ pub(crate) fn backfill(
         let mut shared = SharedVectors::default();
         let started = Instant::now();
         let mut this_run = Work::default();
-        // Counted once: a count per report would cost a scan of the collection's chunks.
+        // Counted at the start, and the total again with each kept rate (a scan beside the lane,
+        // the app's watcher, adds chunks): a count per report would cost a scan of the
+        // collection's chunks.
         let before = store.coverage_of(collection.clone())?;
+        let mut total = before.total;
         let mut last_report = Instant::now() - Duration::from_secs(1);
         let mut last_rate_kept = Instant::now();
-        let report = |this_run: &Work, done: bool| {
-            on_progress(&progress(&before, &model_id, this_run, started, done));
+        let report = |this_run: &Work, total: i64, done: bool| {
+            on_progress(&progress(
+                &before, total, &model_id, this_run, started, done,
+            ));
         };
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
                 keep_rate(store, collection.id, &this_run, started)?;
-                report(&this_run, false);
+                report(&this_run, total, false);
                 return Ok(embedded_total);
             }
             if let Some(n) = embed_queued(store, embedder_for, batch)? {
@@ -113,7 +118,7 @@ pub(crate) fn backfill(
                 // Another collection was asked for meanwhile: it goes first, this one resumes
                 // at its cursor after.
                 keep_rate(store, collection.id, &this_run, started)?;
-                report(&this_run, false);
+                report(&this_run, total, false);
                 continue 'walk;
             }
             let room = (limit - embedded_total).min(batch.max(1) as u64) as usize;
@@ -140,11 +145,12 @@ pub(crate) fn backfill(
             }
             embedded_total += missing.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(500) {
-                report(&this_run, false);
+                report(&this_run, total, false);
                 last_report = Instant::now();
             }
             if last_rate_kept.elapsed() >= RATE_KEPT_EVERY {
                 keep_rate(store, collection.id, &this_run, started)?;
+                total = store.coverage_of(collection.clone())?.total;
                 last_rate_kept = Instant::now();
             }
         }
@@ -153,7 +159,7 @@ pub(crate) fn backfill(
             store.finish_model_switch(collection.id)?;
         }
         store.collection_walked(collection.id)?;
-        report(&this_run, true);
+        report(&this_run, total, true);
     }
     Ok(embedded_total)
 }
@@ -379,15 +385,18 @@ impl SharedVectors {
     }
 }
 
+/// A collection's progress: `before` as counted when its walk began, `total` its chunks as
+/// counted since, and what this run did.
 fn progress(
     before: &EmbeddingCoverage,
+    total: i64,
     model: &str,
     this_run: &Work,
     started: Instant,
     done: bool,
 ) -> EmbedProgress {
     let embedded = before.embedded + this_run.chunks as i64;
-    let total = before.total.max(embedded);
+    let total = total.max(embedded);
     let secs = started.elapsed().as_secs_f64().max(1e-3);
     let rate = this_run.chunks as f64 / secs;
     EmbedProgress {
