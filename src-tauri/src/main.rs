@@ -32,6 +32,12 @@ use tauri_specta::Event;
 use crate::engine::{Engine, Notice};
 use crate::events::{ActivityChanged, IndexChanged, SourcesChanged};
 
+// The same allocator as the CLI. The indexer's threads allocate many small strings, and glibc's
+// malloc, an arena per thread, kept what full-text indexing freed: the app's heap stayed at
+// 935 MiB while the lane embedded the toolchain tree, 480 MiB with this (822 at its peak).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
