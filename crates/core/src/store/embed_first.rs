@@ -14,7 +14,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::vectors::{pending_chunk, write_vectors};
-use super::{Collection, PendingChunk, Store, VectorKind, VectorTable};
+use super::{Collection, PendingChunk, Store, Tx, VectorKind, VectorTable};
 use crate::error::Result;
 use crate::ids::{ChunkId, CollectionId, DocumentId};
 
@@ -33,6 +33,20 @@ pub(crate) struct EmbedFirst {
     /// Queued documents these chunks finish, or that need nothing any more: they leave the
     /// queue once the chunks are stored.
     pub finished: Vec<DocumentId>,
+}
+
+/// `items` without repeats, in their order, that `keep` holds for.
+fn distinct_where<T: Copy + PartialEq>(
+    items: &[T],
+    mut keep: impl FnMut(T) -> Result<bool>,
+) -> Result<Vec<T>> {
+    let mut kept = Vec::new();
+    for &item in items {
+        if !kept.contains(&item) && keep(item)? {
+            kept.push(item);
+        }
+    }
+    Ok(kept)
 }
 
 /// The model filling collection `c` (the pending one, else the serving one), as SQL.
@@ -61,36 +75,21 @@ impl Store {
     /// wait for it. Returns how many were queued; writes nothing when none waits, nor while
     /// another connection writes (the indexer's batch: a search does not wait for it).
     pub fn queue_for_vectors(&self, documents: &[DocumentId]) -> Result<usize> {
-        let mut waiting = Vec::new();
-        for &document in documents {
-            if !waiting.contains(&document) && self.awaits_vectors(document)? {
-                waiting.push(document);
-            }
-        }
-        if waiting.is_empty() {
-            return Ok(0);
-        }
-        let Some(tx) = self.write_if_free()? else {
-            return Ok(0);
-        };
-        {
-            let mut queue = tx.prepare_cached(
-                "INSERT INTO embed_first(document_id, requested)
-                 VALUES (?1, (SELECT COALESCE(MAX(requested), 0) + 1 FROM embed_first))
-                 ON CONFLICT(document_id) DO UPDATE SET requested = excluded.requested",
-            )?;
-            // The best is requested last, so the lane, taking the latest first, takes it first.
-            for document in waiting.iter().rev() {
-                queue.execute([document])?;
-            }
-        }
-        tx.execute(
-            "DELETE FROM embed_first WHERE document_id NOT IN
-             (SELECT document_id FROM embed_first ORDER BY requested DESC LIMIT ?1)",
-            [QUEUED_AT_MOST],
-        )?;
-        tx.commit()?;
-        Ok(waiting.len())
+        let waiting = distinct_where(documents, |d| self.awaits_vectors(d))?;
+        self.write_requests(
+            &waiting,
+            "INSERT INTO embed_first(document_id, requested)
+             VALUES (?1, (SELECT COALESCE(MAX(requested), 0) + 1 FROM embed_first))
+             ON CONFLICT(document_id) DO UPDATE SET requested = excluded.requested",
+            |tx| {
+                tx.execute(
+                    "DELETE FROM embed_first WHERE document_id NOT IN
+                     (SELECT document_id FROM embed_first ORDER BY requested DESC LIMIT ?1)",
+                    [QUEUED_AT_MOST],
+                )?;
+                Ok(())
+            },
+        )
     }
 
     /// Puts `collections` (named by a scoped search or the assistant) ahead of the others in
@@ -98,12 +97,26 @@ impl Store {
     /// Returns how many were requested; writes nothing when none was, nor while another
     /// connection writes.
     pub fn queue_collections_for_vectors(&self, collections: &[CollectionId]) -> Result<usize> {
-        let mut waiting = Vec::new();
-        for &collection in collections {
-            if !waiting.contains(&collection) && self.collection_awaits_request(collection)? {
-                waiting.push(collection);
-            }
-        }
+        let waiting = distinct_where(collections, |c| self.collection_awaits_request(c))?;
+        self.write_requests(
+            &waiting,
+            "UPDATE collections SET embed_first =
+               (SELECT COALESCE(MAX(embed_first), 0) + 1 FROM collections) WHERE id = ?1",
+            |_| Ok(()),
+        )
+    }
+
+    /// Requests each of `waiting` with `request` (`?1` its id), then runs `then` in the same
+    /// transaction. The first of them is requested last, so the lane, taking the latest
+    /// request first, takes it first. Writes nothing when `waiting` is empty, nor while
+    /// another connection writes (a search does not wait for the indexer's batch). Returns
+    /// how many were requested.
+    fn write_requests<T: rusqlite::ToSql>(
+        &self,
+        waiting: &[T],
+        request: &str,
+        then: impl FnOnce(&Tx<'_>) -> Result<()>,
+    ) -> Result<usize> {
         if waiting.is_empty() {
             return Ok(0);
         }
@@ -111,15 +124,12 @@ impl Store {
             return Ok(0);
         };
         {
-            let mut request = tx.prepare_cached(
-                "UPDATE collections SET embed_first =
-                   (SELECT COALESCE(MAX(embed_first), 0) + 1 FROM collections) WHERE id = ?1",
-            )?;
-            // The first named is requested last, so the lane, taking the latest first, takes it first.
-            for collection in waiting.iter().rev() {
-                request.execute([collection])?;
+            let mut statement = tx.prepare_cached(request)?;
+            for id in waiting.iter().rev() {
+                statement.execute([id])?;
             }
         }
+        then(&tx)?;
         tx.commit()?;
         Ok(waiting.len())
     }

@@ -31,6 +31,20 @@ pub(crate) fn bytes_to_path(bytes: &[u8]) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
 }
 
+/// How many columns a comma-separated list of column names names.
+const fn column_count(columns: &str) -> usize {
+    let bytes = columns.as_bytes();
+    let mut count = 1;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b',' {
+            count += 1;
+        }
+        i += 1;
+    }
+    count
+}
+
 /// A named set of sources: the `namespace` of `knowledge_search`.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
@@ -56,7 +70,7 @@ impl Collection {
     pub(crate) const COLUMNS: &'static str =
         "id, name, sensitivity, language, created_at, embedding_model, pending_model";
     /// How many columns [`Collection::COLUMNS`] names.
-    pub(crate) const COLUMN_COUNT: usize = 7;
+    pub(crate) const COLUMN_COUNT: usize = column_count(Self::COLUMNS);
 
     pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Collection {
