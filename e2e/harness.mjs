@@ -225,7 +225,12 @@ export function percentile(sorted, p) {
 export function searchRendered(browser, query) {
   return browser.executeAsync((q, done) => {
     const input = document.querySelector('[data-testid="search-input"]');
-    const meta = () => document.querySelector('[data-testid="search-meta"]')?.textContent ?? '';
+    // The text alone can read the same for two searches ("20 results · 187 ms · hybrid"), and
+    // then no change would ever be seen: each reply's own time in microseconds tells them apart.
+    const meta = () => {
+      const span = document.querySelector('[data-testid="search-meta"]');
+      return span ? `${span.textContent} ${span.dataset.tookUs}` : '';
+    };
     const empty = () => document.querySelector('[data-testid="search-empty"]');
     const before = meta();
     const started = performance.now();
@@ -236,7 +241,13 @@ export function searchRendered(browser, query) {
     const observer = new MutationObserver(() => {
       if ((meta() && meta() !== before) || empty()) finish();
     });
-    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+    observer.observe(document.body, {
+      subtree: true,
+      childList: true,
+      characterData: true,
+      attributes: true,
+      attributeFilter: ['data-took-us'],
+    });
     input.value = q;
     input.dispatchEvent(new Event('input', { bubbles: true }));
     setTimeout(finish, 10_000);
