@@ -7,13 +7,24 @@
 # Only the server target is built, CPU only, statically linked, without TLS, without the web UI
 # (which would otherwise be downloaded from Hugging Face at build time) and without -march=native
 # (so the binary survives a move to another CPU), at -O1. Takes about 5 minutes of one core.
+# LLAMA_SERVER_PROFILE=quarry builds it as Quarry builds llama.cpp instead (Release with AVX2,
+# FMA, F16C and BMI2, see .cargo/config.toml) into target/llama-server-quarry, for benchmarks
+# that compare with the embedded model (bench/speculative/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VERSION=0.3.36
 SDIST=llama_cpp_python-$VERSION.tar.gz
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-DEST=target/llama-server
+case "${LLAMA_SERVER_PROFILE:-tests}" in
+  # -O1 rather than Release's -O3: the tests serve a 135M-parameter model, ggml's kernels are
+  # hand-vectorised either way, and the build takes a core for much less of CI's time.
+  tests) DEST=target/llama-server
+    FLAGS=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG") ;;
+  quarry) DEST=target/llama-server-quarry
+    FLAGS=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON) ;;
+  *) echo "llama-server: LLAMA_SERVER_PROFILE is tests or quarry" >&2; exit 1 ;;
+esac
 BIN=$DEST/bin/llama-server
 JOBS=${JOBS:-2}
 
@@ -45,10 +56,7 @@ LLAMA=$DEST/src/llama_cpp_python-$VERSION/vendor/llama.cpp
 [ -f "$LLAMA/CMakeLists.txt" ] || { echo "llama-server: no vendor/llama.cpp in $SDIST" >&2; exit 1; }
 
 start=$(date +%s)
-# -O1 rather than Release's -O3: the tests serve a 135M-parameter model, ggml's kernels are
-# hand-vectorised either way, and the build takes a core for much less of CI's time.
-cmake -S "$LLAMA" -B "$DEST/build" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+cmake -S "$LLAMA" -B "$DEST/build" -DCMAKE_BUILD_TYPE=Release "${FLAGS[@]}" \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF >"$DEST/build.log" 2>&1 \

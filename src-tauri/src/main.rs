@@ -34,7 +34,7 @@ use crate::events::{ActivityChanged, IndexChanged, SourcesChanged};
 
 // The same allocator as the CLI. The indexer's threads allocate many small strings, and glibc's
 // malloc, an arena per thread, kept what full-text indexing freed: the app's heap stayed at
-// 935 MiB while the lane embedded the toolchain tree, 480 MiB with this (822 at its peak).
+// 935 MiB while the lane embedded the toolchain tree, 459-480 MiB with this.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
