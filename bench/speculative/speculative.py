@@ -77,6 +77,17 @@ def ask(port, user):
     return dict(first=first, total=time.time() - start, text=text, **timings)
 
 
+peak_rss = {}
+
+
+def server_peak_rss_mib(pid):
+    """The server's peak resident memory (VmHWM), in MiB."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return None
+
+
 def run(label, extra):
     port = "18931"
     args = [SERVER, "-m", BIG, "--port", port, "--host", "127.0.0.1", "-t", "1", "-tb", THREADS,
@@ -91,13 +102,15 @@ def run(label, extra):
                 except Exception:
                     time.sleep(0.5)
             # The first question warms the server up and is not counted.
-            return [dict(id=qid, **ask(port, user)) for qid, user in prompts][1:]
+            rows = [dict(id=qid, **ask(port, user)) for qid, user in prompts][1:]
+            peak_rss[label] = server_peak_rss_mib(server.pid)
+            return rows
         finally:
             server.terminate()
             server.wait()
 
 
-def summary(label, rows):
+def summary(key, label, rows):
     def p50(key):
         return statistics.median(r[key] for r in rows if r.get(key) is not None)
     generated = [r["predicted_n"] / (r["predicted_ms"] / 1000) for r in rows if r.get("predicted_ms")]
@@ -106,7 +119,8 @@ def summary(label, rows):
     print(f"{label}: {len(rows)} questions, first token p50 {p50('first'):.2f} s, turn p50 "
           f"{p50('total'):.2f} s, prompt {p50('prompt_n'):.0f} tokens in {p50('prompt_ms'):.0f} ms, "
           f"generated p50 {statistics.median(generated):.1f} tokens/s ({p50('predicted_n'):.0f} "
-          f"tokens), drafted {drafted}, accepted {accepted}", flush=True)
+          f"tokens), drafted {drafted}, accepted {accepted}, server peak RSS "
+          f"{peak_rss.get(key)} MiB", flush=True)
 
 
 draft = ["-md", SMALL, "-td", "1", "-tbd", THREADS, "--spec-draft-n-min", "1"]
@@ -118,7 +132,7 @@ variants = [
 results = {}
 for key, label, extra in variants:
     results[key] = run(key, extra)
-    summary(label, results[key])
+    summary(key, label, results[key])
 for key, rows in results.items():
     if key != "alone":
         same = sum(a["text"] == b["text"] for a, b in zip(results["alone"], rows))
