@@ -60,7 +60,7 @@ export function traceSummary(kind: string, d: Detail): string {
     case 'answer.refused':
       return `refused: ${d.reason}`;
     case 'answer.quoted':
-      return `quoted [${d.n}]: ${d.reason}`;
+      return `quoted [${d.n}]${d.chosen ? `, ${d.chosen}` : ''}: ${d.reason}`;
     case 'notice':
       return String(d.text);
     case 'citation.rejected':

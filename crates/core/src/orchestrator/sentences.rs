@@ -69,24 +69,36 @@ pub(crate) fn names(question: &str) -> Vec<String> {
     out
 }
 
-/// Whether a question asks for a thing by its name, number or place ("Which attribute …",
-/// "Whose poem …", "How many …", "What version …"), not for an explanation ("What does …",
-/// "Why …"): a sentence that names something the question does not is then likely the answer.
-pub(crate) fn asks_for_a_specific(question: &str) -> bool {
-    // The question proper is the last sentence: "Rust has no null. Which enum …?"
-    let asked = question
+/// The question proper, lowercased and split into words: its last sentence ("Rust has no
+/// null. Which enum …?").
+fn asked_words(question: &str) -> Vec<String> {
+    question
         .trim_end()
         .trim_end_matches('?')
         .rsplit(['.', '!', '?'])
         .next()
         .unwrap_or(question)
-        .to_lowercase();
-    let words: Vec<&str> = asked
+        .to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .collect();
-    let word = |i: usize| words.get(i).copied().unwrap_or("");
-    if matches!(words.last(), Some(&("called" | "named"))) {
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a question asks for a count ("How many …?", "How much …?").
+pub(crate) fn asks_how_many(question: &str) -> bool {
+    let words = asked_words(question);
+    words.first().is_some_and(|w| w == "how")
+        && words.get(1).is_some_and(|w| w == "many" || w == "much")
+}
+
+/// Whether a question asks for a thing by its name, number or place ("Which attribute …",
+/// "Whose poem …", "How many …", "What version …"), not for an explanation ("What does …",
+/// "Why …"): a sentence that names something the question does not is then likely the answer.
+pub(crate) fn asks_for_a_specific(question: &str) -> bool {
+    let words = asked_words(question);
+    let word = |i: usize| words.get(i).map_or("", String::as_str);
+    if matches!(words.last().map(String::as_str), Some("called" | "named")) {
         return true;
     }
     match word(0) {

@@ -77,21 +77,38 @@ impl Turn<'_> {
         } else {
             "nothing the model wrote is in the passages shown"
         };
-        // When the model only restated a question that asks for a name (it wrote around the
-        // answer), the sentence that names one; else the best sentence when it is close to
-        // the question; else the closest in meaning (a refusal where the documents do say it
-        // in other words was 5 of 7 answerable questions refused on the tuning set). A model
-        // that made up a name or a number is not offered the naming sentence: on the tuning
-        // set that was an unanswerable question.
+        // Which sentence to quote: when the model only restated a question that asks for a
+        // name (it wrote around the answer), the sentence that names one; else the sentence
+        // the model drew on, when it named what one holds and added a detail from memory
+        // (`rustup doc --open`); else the best sentence when it is close to the question; else
+        // the closest in meaning (a refusal where the documents do say it in other words was
+        // 5 of 7 answerable questions refused on the tuning set). A model that made up a name
+        // or a number is not offered the naming sentence: on the tuning set that was an
+        // unanswerable question. The draft never decides whether a quote is given, only which.
         let wrote_around = checked.sentences > 0 && checked.restated == checked.sentences;
+        let fallback = selection
+            .quotable()
+            .map(|s| (s, "the best sentence"))
+            .or_else(|| {
+                selection
+                    .closest_quotable()
+                    .map(|s| (s, "the sentence closest in meaning"))
+            });
         let quotable = wrote_around
             .then(|| selection.naming(&self.question))
             .flatten()
-            .or_else(|| selection.quotable())
-            .or_else(|| selection.closest_quotable())
-            .cloned();
-        if let Some(sentence) = quotable {
-            self.quote(&sentence, why, on_event)
+            .map(|s| (s, "the sentence naming what the question asks for"))
+            .or_else(|| {
+                fallback.map(|fallback| {
+                    selection
+                        .drawn_on(&draft, &self.question)
+                        .map(|s| (s, "the sentence the model's words came from"))
+                        .unwrap_or(fallback)
+                })
+            })
+            .map(|(s, chosen)| (s.clone(), chosen));
+        if let Some((sentence, chosen)) = quotable {
+            self.quote(&sentence, why, chosen, on_event)
         } else {
             let why = format!("{why}, and no sentence is close enough to the question to quote");
             self.refuse(&selection, &why, on_event)
@@ -338,17 +355,28 @@ impl Turn<'_> {
         answer: &str,
         selection: &Selection,
     ) -> Result<Option<(String, i64)>> {
-        let Some(best) = selection.quotable() else {
+        let quote = if let Some(counting) = selection
+            .counting(&self.question)
+            .filter(|_| !grounding::states_a_count(answer, &self.question))
+        {
+            (
+                counting,
+                "the question asks how many, and the answer states no count",
+            )
+        } else if let Some(best) = selection
+            .quotable()
+            .filter(|best| grounding::misses_specifics(answer, &best.text, &self.question))
+        {
+            (best, "the answer leaves out what the best sentence names")
+        } else {
             return Ok(None);
         };
-        if !grounding::misses_specifics(answer, &best.text, &self.question) {
-            return Ok(None);
-        }
+        let (sentence, reason) = quote;
         self.record(
             "answer.quoted",
-            json!({"reason": "the answer leaves out what the best sentence names", "n": best.n, "sentence": best.text, "beside": true}),
+            json!({"reason": reason, "n": sentence.n, "sentence": sentence.text, "beside": true}),
         )?;
-        Ok(Some((best.text.clone(), best.n)))
+        Ok(Some((sentence.text.clone(), sentence.n)))
     }
 
     /// `best`, quoted and cited, when the evidence answers but the model's words did not
@@ -357,12 +385,13 @@ impl Turn<'_> {
         &mut self,
         best: &ScoredSentence,
         reason: &str,
+        chosen: &str,
         on_event: &mut dyn FnMut(TurnEvent<'_>),
     ) -> Result<Written> {
         let text = format!("Your documents say: “{}” [{}]", best.text, best.n);
         self.record(
             "answer.quoted",
-            json!({"reason": reason, "n": best.n, "sentence": best.text}),
+            json!({"reason": reason, "chosen": chosen, "n": best.n, "sentence": best.text}),
         )?;
         on_event(TurnEvent::Token(&text));
         Ok(Written::Chosen {
@@ -395,7 +424,9 @@ fn without_uncited_tail(response: ChatResponse) -> String {
 /// but not `null.The`, two sentences run together), so the model ends a sentence where it
 /// means to instead of being cut off mid-word at the length limit. Three stops are written
 /// as three (`let...else`, as the documents spell it), never as the one character `…`, which
-/// no passage holds where the model puts it. Unless
+/// no passage holds where the model puts it. Brackets, which outside a code span would read
+/// as a citation, may stand in one (`#[ignore]`, `&[i32]`), unless they hold digits alone:
+/// without them a model wrote `#ignore`, which no passage holds. Unless
 /// `cjk` (the question is written in Chinese, Japanese or Korean), those scripts are left out:
 /// a small multilingual model drifts into them mid-sentence.
 pub fn citation_grammar(shown: &[i64], sentence_chars: usize, cjk: bool) -> String {
@@ -413,8 +444,9 @@ pub fn citation_grammar(shown: &[i64], sentence_chars: usize, cjk: bool) -> Stri
         "root ::= answer | refusal\n\
          answer ::= sentence (\" \" sentence)?\n\
          refusal ::= \"{NOT_IN_EVIDENCE}\"\n\
-         sentence ::= [A-Z] (char | \".\" [^ A-Z\\[\\]\\n.\\u2026{outside}] | \"...\" char){{20,{sentence_chars}}} \". [\" num \"]\"\n\
-         char ::= [^\\[\\]\\n.\\u2026{outside}]\n\
+         sentence ::= [A-Z] (char | \".\" [^ A-Z\\[\\]\\n.`\\u2026{outside}] | \"...\" char | code){{20,{sentence_chars}}} \". [\" num \"]\"\n\
+         char ::= [^\\[\\]\\n.`\\u2026{outside}]\n\
+         code ::= \"`\" ([^`\\[\\]\\n{outside}] | \"[\" [^0-9`\\[\\]\\n] | \"]\"){{1,60}} \"`\"\n\
          num ::= {numbers}\n"
     )
 }
@@ -436,11 +468,12 @@ mod tests {
         assert!(g.contains("num ::= \"2\" | \"5\""), "{g}");
         assert!(g.starts_with("root ::= answer | refusal"), "{g}");
         assert!(
-            g.contains("char ::= [^\\[\\]\\n.\\u2026\\u3000-\\u9fff"),
+            g.contains("char ::= [^\\[\\]\\n.`\\u2026\\u3000-\\u9fff"),
             "{g}"
         );
         assert!(g.contains("\".\" [^ A-Z"), "{g}");
-        assert!(g.contains("| \"...\" char)"), "{g}");
+        assert!(g.contains("| \"...\" char | code)"), "{g}");
+        assert!(g.contains("code ::= \"`\" ([^`\\[\\]\\n\\u3000"), "{g}");
         assert!(
             g.contains(&format!("refusal ::= \"{NOT_IN_EVIDENCE}\"")),
             "{g}"

@@ -248,13 +248,32 @@ fn repaired(
             caps[0].to_string()
         }
     });
-    if trimmed == sentence {
-        return (None, Verdict::Drop(reason));
+    if trimmed != sentence {
+        if let Verdict::Keep(citation, _) = verdict(&trimmed, n, asked, passages) {
+            let kept = Some(trimmed.to_string());
+            return (
+                kept,
+                Verdict::Keep(citation, format!("an aside left out: {reason}")),
+            );
+        }
     }
-    match verdict(&trimmed, n, asked, passages) {
+    // A place one passage names, tacked onto a fact another holds ("… BitAnd from
+    // std::ops"): the fact stands without it.
+    let Some(place) = TRAILING_WHERE
+        .captures(&trimmed)
+        .filter(|caps| !exact_tokens(&caps[1]).is_empty())
+        .map(|caps| caps[1].to_string())
+    else {
+        return (None, Verdict::Drop(reason));
+    };
+    let placeless = TRAILING_WHERE.replace(&trimmed, "$2");
+    match verdict(&placeless, n, asked, passages) {
         Verdict::Keep(citation, _) => (
-            Some(trimmed.to_string()),
-            Verdict::Keep(citation, format!("an aside left out: {reason}")),
+            Some(placeless.to_string()),
+            Verdict::Keep(
+                citation,
+                format!("`{place}` left out, no passage holds it beside the rest: {reason}"),
+            ),
         ),
         Verdict::Drop(_) => (None, Verdict::Drop(reason)),
     }
@@ -271,7 +290,7 @@ static TRAILING_WHERE: LazyLock<Regex> = LazyLock::new(|| {
 /// evidence number 5.`): the citation says it, and its number is no fact of any passage.
 fn without_evidence_reference(sentence: &str) -> std::borrow::Cow<'_, str> {
     static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i),?\s*(?:(?:\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,40}?)?\bevidence(?:\s+number)?\s*\[?\d+\]?|\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,60}?\b(?:the|this)\s+evidence\b(?:\s+(?:provided|given|above|shown))?|\bas evidenced by\b[^.\[\]]{0,60}?)(\s*\.?\s*)$")
+        Regex::new(r"(?i),?\s*(?:(?:\b(?:which|as|from|according|see|in|by|using|with|per|on)\b[^,.\[\]]{0,40}?)?\bevidence(?:\s+number)?\s*\[?\d+\]?|\b(?:which|as|from|according|see|in|by)\b[^,.\[\]]{0,60}?\b(?:the|this)\s+evidence\b(?:\s+(?:provided|given|above|shown))?|\bas evidenced by\b[^.\[\]]{0,60}?)(\s*\.?\s*)$")
             .expect("a valid regex")
     });
     REFERENCE.replace(sentence, "$1")
@@ -380,12 +399,19 @@ impl Passage {
     }
 }
 
-/// Whether the flat `text` holds `token` as it is, or a small number as its word.
+/// Whether the flat `text` holds `token` as it is, a small number as its word, or an
+/// attribute written without its brackets (`#ignore` for `#[ignore]`, as a model writes it
+/// outside a code span, where brackets would read as a citation).
 fn holds_token(text: &str, token: &str) -> bool {
     let token = flat(token);
+    let bracketed = token
+        .strip_prefix('#')
+        .filter(|rest| rest.starts_with(|c: char| c.is_alphabetic()))
+        .map(|rest| format!("#[{rest}"));
     contains_token(text, &token)
         || number_word(&token).is_some_and(|w| contains_token(text, w))
         || word_number(&token).is_some_and(|d| contains_token(text, d))
+        || bracketed.is_some_and(|b| contains_token(text, &b))
 }
 
 /// The stems of `sentence`'s words that can carry a fact, its specifics left out: what a
@@ -496,6 +522,23 @@ pub(super) fn misses_specifics(answer: &str, best: &str, question: &str) -> bool
         .filter(|t| !asked.contains(t))
         .collect();
     !specifics.is_empty() && !specifics.iter().any(|t| contains_token(&answer, &flat(t)))
+}
+
+/// Whether `text` states a count the question does not: a number, in digits or as a word
+/// (`five`, `24`), its citations' numbers aside.
+pub(super) fn states_a_count(text: &str, question: &str) -> bool {
+    let words = |text: &str| -> HashSet<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    static CITATION: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\[\d+\]").expect("a valid regex"));
+    let asked = words(question);
+    words(&CITATION.replace_all(text, " ")).iter().any(|w| {
+        !asked.contains(w) && (w.chars().all(|c| c.is_ascii_digit()) || word_number(w).is_some())
+    })
 }
 
 /// `a`, `b` as the reasons quote them.
@@ -738,6 +781,10 @@ mod tests {
                 "The i8 type holds numbers up to 127 from core::num. [1]",
                 "The i8 type holds numbers up to 127. [1]",
             ),
+            (
+                "An i8 holds numbers up to 127 using evidence number 1. [1]",
+                "An i8 holds numbers up to 127. [1]",
+            ),
         ] {
             assert_eq!(check(draft, "How big is an i8?", SHOWN).text, kept);
         }
@@ -748,6 +795,81 @@ mod tests {
             SHOWN,
         );
         assert!(checked.changes.is_empty(), "{:?}", checked.changes);
+    }
+
+    #[test]
+    fn a_place_another_passage_names_is_cut_from_the_fact_it_was_tacked_onto() {
+        let shown: &[(i64, &str)] = &[
+            (
+                1,
+                "If an operator is overloadable, the relevant trait to use to overload that operator is listed. & expr & expr Bitwise AND BitAnd",
+            ),
+            (
+                3,
+                "You can overload the operations and corresponding traits listed in std::ops by implementing the traits.",
+            ),
+        ];
+        let question = "Which trait do you implement to overload the bitwise AND operator &?";
+        let checked = check(
+            "To overload the bitwise AND operator &, you implement the trait BitAnd from std::ops. [1]",
+            question,
+            shown,
+        );
+        assert_eq!(
+            checked.text,
+            "To overload the bitwise AND operator &, you implement the trait BitAnd. [1]"
+        );
+        assert_eq!(checked.dropped, 0);
+        assert!(
+            checked.changes[0].reason.starts_with("`std::ops` left out"),
+            "{:?}",
+            checked.changes
+        );
+        // A name no passage holds is not saved by cutting the place.
+        let checked = check(
+            "You implement the trait BitAndOp from std::ops. [1]",
+            question,
+            shown,
+        );
+        assert_eq!(checked.text, NOT_IN_EVIDENCE);
+    }
+
+    #[test]
+    fn an_attribute_written_without_its_brackets_is_the_attribute() {
+        let shown: &[(i64, &str)] = &[(
+            1,
+            "Tests can be excluded by the #[ignore] attribute, and the #[cfg(test)] module is only compiled for tests.",
+        )];
+        let question = "Which attribute excludes a test?";
+        for draft in [
+            "The `#[ignore]` attribute excludes a test. [1]",
+            "The #ignore attribute excludes a test. [1]",
+        ] {
+            let checked = check(draft, question, shown);
+            assert_eq!(checked.text, draft, "{:?}", checked.changes);
+        }
+        assert_eq!(
+            check(
+                "The #must_use attribute excludes a test. [1]",
+                question,
+                shown
+            )
+            .text,
+            NOT_IN_EVIDENCE
+        );
+    }
+
+    #[test]
+    fn a_count_is_a_number_in_digits_or_words_the_question_does_not_hold() {
+        let question = "How many slashes start a doc comment?";
+        assert!(states_a_count("Three slashes start one. [1]", question));
+        assert!(states_a_count("It takes 3. [1]", question));
+        assert!(states_a_count("Two slashes. [1]", question));
+        assert!(!states_a_count(
+            "Slashes start a doc comment. [1]",
+            question
+        ));
+        assert!(!states_a_count("It has two.", "Why two slashes?"));
     }
 
     #[test]

@@ -16,9 +16,11 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::Serialize;
 
+use super::grounding::states_a_count;
 use crate::orchestrator::conversation::EvidenceItem;
 use crate::orchestrator::sentences::{
-    asks_for_a_specific, exact_tokens, names, sentences, stem, terms, word_stems,
+    asks_for_a_specific, asks_how_many, contains_token, exact_tokens, flat, names, sentences, stem,
+    terms, word_stems,
 };
 use crate::Result;
 
@@ -202,6 +204,45 @@ impl Selection {
             .filter(|s| s.score >= NAMING_SHARE * best)
             .filter(|s| !looks_like_code(&s.text) && !is_label(&s.text))
             .filter(|s| exact_tokens(&s.text).iter().any(|t| !asked.contains(t)))
+            .max_by(|a, b| a.score.total_cmp(&b.score))
+    }
+
+    /// The shown sentence the model's draft drew on, when it scores near the best: the one
+    /// holding the most of what the draft names that the question does not (identifiers,
+    /// numbers, code, or a command's leading words: `rustup doc` of `rustup doc --open`).
+    /// When the check drops the draft for a detail it added, that sentence is what the model
+    /// was reading, and the one to quote rather than the best-scored.
+    pub fn drawn_on(&self, draft: &str, question: &str) -> Option<&ScoredSentence> {
+        let asked: HashSet<String> = exact_tokens(question).iter().map(|t| flat(t)).collect();
+        let named: Vec<String> = exact_tokens(draft)
+            .iter()
+            .map(|t| flat(t))
+            .filter(|t| !asked.contains(t))
+            .collect();
+        let best = self.best()?.score;
+        self.shown
+            .iter()
+            .filter(|s| s.score >= NAMING_SHARE * best && !is_label(&s.text))
+            .map(|s| {
+                let text = flat(&s.text);
+                let held = named.iter().filter(|t| holds_leading(&text, t)).count();
+                (s, held)
+            })
+            .filter(|(_, held)| *held > 0)
+            .max_by(|a, b| a.1.cmp(&b.1).then(a.0.score.total_cmp(&b.0.score)))
+            .map(|(s, _)| s)
+    }
+
+    /// The best shown sentence of prose that states a count the question does not, for a
+    /// question asking how many: quoted beside an answer that states none.
+    pub fn counting(&self, question: &str) -> Option<&ScoredSentence> {
+        if !asks_how_many(question) || !self.support.answers() {
+            return None;
+        }
+        self.shown
+            .iter()
+            .filter(|s| !looks_like_code(&s.text) && !is_label(&s.text))
+            .filter(|s| states_a_count(&s.text, question))
             .max_by(|a, b| a.score.total_cmp(&b.score))
     }
 
@@ -426,6 +467,18 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
         shown.extend(picked);
     }
     shown
+}
+
+/// Whether the flat `text` holds `token`, or, for a command of three words or more, its
+/// first words (`rustup doc --open` → `rustup doc`): a model adds flags from memory.
+fn holds_leading(text: &str, token: &str) -> bool {
+    if contains_token(text, token) {
+        return true;
+    }
+    let words: Vec<&str> = token.split_whitespace().collect();
+    (2..words.len())
+        .rev()
+        .any(|n| contains_token(text, &words[..n].join(" ")))
 }
 
 /// A line of code rather than prose: brackets and operators, or more symbols than prose has.
@@ -748,6 +801,61 @@ mod tests {
             selection.closest_quotable().unwrap().text,
             "Integers overflow in release builds."
         );
+    }
+
+    #[test]
+    fn the_sentence_a_draft_drew_on_is_the_one_it_names() {
+        let passages = vec![item(
+            1,
+            "Local documentation",
+            "The installation of Rust also includes a local copy of the documentation so that you can read it offline. \
+             Run rustup doc to open the local documentation in your browser.",
+        )];
+        let question = "I installed Rust with rustup and want to read the docs offline. Which command opens the local copy in a browser?";
+        let even = |texts: &[&str]| -> Result<Vec<f32>> { Ok(vec![0.7; texts.len()]) };
+        let selection = select(question, &passages, Some(&even), 400);
+        assert!(selection
+            .best()
+            .unwrap()
+            .text
+            .starts_with("The installation"));
+        // The draft added a flag no passage holds; its command's first words name the sentence.
+        let draft = "You can use the command `rustup doc --open`. [1]";
+        assert_eq!(
+            selection.drawn_on(draft, question).map(|s| s.text.as_str()),
+            Some("Run rustup doc to open the local documentation in your browser.")
+        );
+        // A draft naming nothing the sentences hold names no sentence.
+        assert!(selection
+            .drawn_on("Use `docs --offline`. [1]", question)
+            .is_none());
+        assert!(selection.drawn_on("It opens them. [1]", question).is_none());
+    }
+
+    #[test]
+    fn a_question_asking_how_many_gets_the_sentence_that_counts() {
+        let passages = vec![item(
+            1,
+            "Unsafe superpowers",
+            "Those superpowers include the ability to: dereference a raw pointer. \
+             You can take five actions in unsafe Rust that you can’t in safe Rust.",
+        )];
+        let question = "How many superpowers does an unsafe block give you?";
+        let even = |texts: &[&str]| -> Result<Vec<f32>> { Ok(vec![0.7; texts.len()]) };
+        let selection = select(question, &passages, Some(&even), 400);
+        assert_eq!(
+            selection.counting(question).map(|s| s.text.as_str()),
+            Some("You can take five actions in unsafe Rust that you can’t in safe Rust.")
+        );
+        assert!(selection
+            .counting("Which superpower does an unsafe block give you?")
+            .is_none());
+        assert!(asks_how_many(
+            "Rust is safe. How much memory does a char take?"
+        ));
+        assert!(!asks_how_many(
+            "Which function returns how many owners an Rc has?"
+        ));
     }
 
     #[test]
