@@ -355,7 +355,7 @@ impl Turn<'_> {
         answer: &str,
         selection: &Selection,
     ) -> Result<Option<(String, i64)>> {
-        let quote = if let Some(counting) = selection
+        let (sentence, reason) = if let Some(counting) = selection
             .counting(&self.question)
             .filter(|_| !grounding::states_a_count(answer, &self.question))
         {
@@ -371,7 +371,6 @@ impl Turn<'_> {
         } else {
             return Ok(None);
         };
-        let (sentence, reason) = quote;
         self.record(
             "answer.quoted",
             json!({"reason": reason, "n": sentence.n, "sentence": sentence.text, "beside": true}),

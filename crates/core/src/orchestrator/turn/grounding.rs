@@ -259,17 +259,21 @@ fn repaired(
     }
     // A place one passage names, tacked onto a fact another holds ("… BitAnd from
     // std::ops"): the fact stands without it.
-    let Some(place) = TRAILING_WHERE
+    let Some(caps) = TRAILING_WHERE
         .captures(&trimmed)
         .filter(|caps| !exact_tokens(&caps[1]).is_empty())
-        .map(|caps| caps[1].to_string())
     else {
         return (None, Verdict::Drop(reason));
     };
-    let placeless = TRAILING_WHERE.replace(&trimmed, "$2");
+    let place = &caps[1];
+    let placeless = format!(
+        "{}{}",
+        &trimmed[..caps.get(0).expect("the match").start()],
+        &caps[2]
+    );
     match verdict(&placeless, n, asked, passages) {
         Verdict::Keep(citation, _) => (
-            Some(placeless.to_string()),
+            Some(placeless),
             Verdict::Keep(
                 citation,
                 format!("`{place}` left out, no passage holds it beside the rest: {reason}"),

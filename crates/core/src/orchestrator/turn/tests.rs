@@ -533,6 +533,10 @@ fn a_draft_that_only_restates_a_question_asking_for_a_name_quotes_the_sentence_n
         checked["changes"][0]["reason"],
         "it only restates the question"
     );
+    assert_eq!(
+        traced(&result, "answer.quoted")["chosen"],
+        "the sentence naming what the question asks for"
+    );
     // A draft that makes up a name is not rescued by a sentence naming another: with nothing
     // close enough in meaning to quote (the stub has no embedder), the turn refuses.
     let inventing: Arc<dyn ChatBackend> =
