@@ -896,6 +896,12 @@ describe('Quarry desktop', () => {
   }
 
   const toolItem = (slug) => browser.$(`${tid('tool-item')}[data-slug="${slug}"]`);
+  // Opening a tool loads it; its tabs belong to it once its item is the active one.
+  const openTool = async (slug) => {
+    const item = await toolItem(slug);
+    await item.click();
+    await eventually(browser, `${slug} open`, async () => (await item.getAttribute('class')).includes('active'));
+  };
 
   it('creates a code tool, shows a syntax error at its line, and derives the settings form once fixed', async () => {
     await (await browser.$(tid('nav-tools'))).click();
@@ -936,7 +942,7 @@ describe('Quarry desktop', () => {
   });
 
   it('refuses a new egress origin on this machine until the administrator confirms it, and audits the confirmation', async () => {
-    await (await toolItem('e2e-boost')).click();
+    await openTool('e2e-boost');
     await (await browser.$(tid('tool-tab-definition'))).click();
     const egress = await browser.$(tid('tool-egress'));
     await egress.scrollIntoView();
@@ -964,7 +970,7 @@ describe('Quarry desktop', () => {
     });
     assert.ok(created.secret, JSON.stringify(created));
     await (await browser.$(tid('nav-tools'))).click();
-    await (await toolItem('retrieve-lexical-focused')).click();
+    await openTool('retrieve-lexical-focused');
     await (await browser.$(tid('tool-tab-test'))).click();
     await (await browser.$(tid('test-as-key'))).click();
     await (await browser.$(tid('test-key'))).setValue(created.secret);
@@ -992,7 +998,7 @@ describe('Quarry desktop', () => {
 
   it('refuses to give a tool another type, and to delete one a pipeline uses', async () => {
     await (await browser.$(tid('nav-tools'))).click();
-    await (await toolItem('retrieve-hybrid-coverage')).click();
+    await openTool('retrieve-hybrid-coverage');
     await (await browser.$(tid('tool-duplicate'))).click();
     const slug = await browser.$(tid('tool-dup-slug'));
     await slug.clearValue();
