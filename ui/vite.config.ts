@@ -6,6 +6,8 @@ import { svelte } from '@sveltejs/vite-plugin-svelte';
 export default defineConfig({
   base: './',
   plugins: [svelte()],
+  // Vitest mounts components in happy-dom: Svelte's browser build, not its server build.
+  resolve: process.env.VITEST ? { conditions: ['browser'] } : undefined,
   clearScreen: false,
   server: { port: 5173, strictPort: true },
   build: {
