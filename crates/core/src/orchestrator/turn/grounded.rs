@@ -86,6 +86,14 @@ impl Turn<'_> {
         // or a number is not offered the naming sentence: on the tuning set that was an
         // unanswerable question. The draft never decides whether a quote is given, only which.
         let wrote_around = checked.sentences > 0 && checked.restated == checked.sentences;
+        // A sentence the model copied with another name in the answer's place: the copy's
+        // source, as the passage has it, is what it was reading.
+        let copied = checked
+            .changes
+            .iter()
+            .filter_map(|c| c.copied.as_ref())
+            .find_map(|c| selection.sentence_holding(c.n, &c.sentence))
+            .map(|s| (s, "the sentence the model copied, with its own name"));
         let fallback = selection
             .quotable()
             .map(|s| (s, "the best sentence"))
@@ -94,10 +102,13 @@ impl Turn<'_> {
                     .closest_quotable()
                     .map(|s| (s, "the sentence closest in meaning"))
             });
-        let quotable = wrote_around
-            .then(|| selection.naming(&self.question))
-            .flatten()
-            .map(|s| (s, "the sentence naming what the question asks for"))
+        let quotable = copied
+            .or_else(|| {
+                wrote_around
+                    .then(|| selection.naming(&self.question))
+                    .flatten()
+                    .map(|s| (s, "the sentence naming what the question asks for"))
+            })
             .or_else(|| {
                 fallback.map(|fallback| {
                     selection

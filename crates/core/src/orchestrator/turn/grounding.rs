@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::Serialize;
 
+use super::copies::{self, Copied};
 use crate::orchestrator::sentences::{
     contains_token, exact_tokens, flat, is_stopword, sentences, stem, word_stems,
 };
@@ -109,9 +110,13 @@ pub(super) struct Change {
     pub cited: i64,
     pub to: Option<i64>,
     pub reason: String,
-    /// The sentence as kept, when an aside no passage holds was cut from it.
+    /// The sentence as kept, when an aside no passage holds was cut from it or brackets were
+    /// put back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// The passage sentence a dropped sentence copied with a name changed: what to quote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copied: Option<Copied>,
 }
 
 /// Checks `answer` (sentences each ending `[n]`) against the `shown` passages `(n, text)`,
@@ -122,6 +127,14 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
     let cited = Regex::new(r"(?s)(.*?)\[(\d+)\]").expect("a valid regex");
     let asked = Asked::of(question);
     let passages: Vec<Passage> = shown.iter().map(|(n, t)| Passage::of(*n, t)).collect();
+    let shown_sentences: Vec<(i64, String)> = shown
+        .iter()
+        .flat_map(|(n, t)| sentences(t).into_iter().map(move |s| (*n, s)))
+        .collect();
+    let shown_sentences: Vec<(i64, &str)> = shown_sentences
+        .iter()
+        .map(|(n, s)| (*n, s.as_str()))
+        .collect();
     let mut text = String::new();
     let mut end = 0;
     let mut sentences = 0;
@@ -140,8 +153,48 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
             to,
             reason,
             kept: None,
+            copied: None,
         };
-        let (kept, verdict) = repaired(sentence, n, &asked, &passages);
+        let restored = with_brackets_restored(sentence, shown);
+        let subject = restored.as_ref().map_or(sentence, |(r, _)| r.as_str());
+        let (kept, verdict) = repaired(subject, n, &asked, &passages);
+        let verdict = match verdict {
+            Verdict::Keep(..) => {
+                let claim = kept.as_deref().unwrap_or(subject);
+                match copies::swapped_name(claim, question, &shown_sentences) {
+                    Some(copied) => {
+                        changes.push(Change {
+                            copied: Some(copied.clone()),
+                            ..change(
+                                None,
+                                format!(
+                                    "it copies “{}” [{}] with `{}` in place of “{}”",
+                                    copied.sentence, copied.n, copied.ours, copied.theirs
+                                ),
+                            )
+                        });
+                        continue;
+                    }
+                    None => verdict,
+                }
+            }
+            drop => drop,
+        };
+        let kept = kept.or_else(|| restored.as_ref().map(|(r, _)| r.clone()));
+        let verdict = match (verdict, &restored) {
+            (Verdict::Keep(citation, reason), Some((_, put_back)))
+                if citation == n || reason.is_empty() =>
+            {
+                Verdict::Keep(
+                    citation,
+                    format!(
+                        "brackets put back as the passage writes it: {}",
+                        quoted(put_back)
+                    ),
+                )
+            }
+            (verdict, _) => verdict,
+        };
         match verdict {
             Verdict::Keep(citation, reason) => {
                 if let Some(kept) = &kept {
@@ -281,6 +334,75 @@ fn repaired(
         ),
         Verdict::Drop(_) => (None, Verdict::Drop(reason)),
     }
+}
+
+/// `sentence` with brackets put back into a code-like word that a shown passage writes with
+/// them (`&i32` for `&[i32]`, `#derive(Debug)` for `#[derive(Debug)]`), as a code span, and
+/// the words put back: the grammar lets brackets stand only in a code span, and a model
+/// writing in prose leaves them out. A word some passage holds as written stays as written.
+fn with_brackets_restored(sentence: &str, shown: &[(i64, &str)]) -> Option<(String, Vec<String>)> {
+    let edges = |word: &str| -> String {
+        let mut word = word.trim_matches(&['.', ',', ';', ':', '!', '?', '"', '“', '”'][..]);
+        // A parenthesis around the word, not one of its own (`derive(Debug)`).
+        let count = |w: &str, c: char| w.chars().filter(|x| *x == c).count();
+        while word.starts_with('(') && count(word, '(') > count(word, ')') {
+            word = &word[1..];
+        }
+        while word.ends_with(')') && count(word, ')') > count(word, '(') {
+            word = word[..word.len() - 1].trim_end_matches(&['.', ',', ';', ':'][..]);
+        }
+        word.to_string()
+    };
+    let mut bracketed: Vec<(String, String)> = Vec::new();
+    for (_, text) in shown {
+        for word in text.split_whitespace() {
+            let word = edges(word);
+            let bare: String = word.chars().filter(|c| !matches!(c, '[' | ']')).collect();
+            // A sigil or a call beside the brackets: `[i32]` alone is a plain word without them.
+            let code_like = bare.contains(['&', '*', '#', '<', ':', '(']);
+            if bare.len() != word.len()
+                && bare.len() >= 2
+                && code_like
+                && !bracketed.iter().any(|(b, _)| *b == bare)
+            {
+                bracketed.push((bare, word.to_string()));
+            }
+        }
+    }
+    bracketed.retain(|(bare, _)| {
+        !shown
+            .iter()
+            .any(|(_, t)| contains_token(&flat(t), &flat(bare)))
+    });
+    if bracketed.is_empty() {
+        return None;
+    }
+    let mut put_back = Vec::new();
+    // Outside code spans only: the odd pieces between backticks are code already.
+    let pieces: Vec<String> = sentence
+        .split('`')
+        .enumerate()
+        .map(|(i, piece)| {
+            if i % 2 == 1 {
+                return piece.to_string();
+            }
+            piece
+                .split(' ')
+                .map(|word| {
+                    let core = edges(word);
+                    match bracketed.iter().find(|(bare, _)| *bare == core) {
+                        Some((_, written)) if !core.is_empty() => {
+                            put_back.push(written.clone());
+                            word.replacen(&core, &format!("`{written}`"), 1)
+                        }
+                        _ => word.to_string(),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    (!put_back.is_empty()).then(|| (pieces.join("`"), put_back))
 }
 
 /// A sentence's last words when they say where something lives (`… from std::ops.`, `… in the
@@ -560,7 +682,7 @@ const NUMBER_WORDS: [&str; 13] = [
 ];
 
 /// The word for a small number (`4` → `four`).
-fn number_word(token: &str) -> Option<&'static str> {
+pub(super) fn number_word(token: &str) -> Option<&'static str> {
     token
         .parse::<usize>()
         .ok()
@@ -568,7 +690,7 @@ fn number_word(token: &str) -> Option<&'static str> {
 }
 
 /// The digits for a number word (`four` → `4`).
-fn word_number(token: &str) -> Option<&'static str> {
+pub(super) fn word_number(token: &str) -> Option<&'static str> {
     const DIGITS: [&str; 13] = [
         "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
     ];
@@ -628,6 +750,77 @@ mod tests {
             "It goes 400 km up.",
             question
         ));
+    }
+
+    #[test]
+    fn brackets_the_grammar_kept_out_of_prose_are_put_back_as_the_passage_writes_them() {
+        let shown: &[(i64, &str)] = &[
+            (1, "Here, i32 is the type of each element."),
+            (
+                2,
+                "This slice has the type &[i32]. Add #[derive(Debug)] before the struct.",
+            ),
+        ];
+        let checked = check(
+            "The type of a slice taken from an array of i32 values is &i32. [1]",
+            "What is the type of a slice taken from an array of i32 values?",
+            shown,
+        );
+        assert_eq!(
+            checked.text,
+            "The type of a slice taken from an array of i32 values is `&[i32]`. [2]"
+        );
+        assert_eq!(checked.dropped, 0);
+        // A code span already, a plain word, or a word a passage holds as written: unchanged.
+        for answer in [
+            "The type is `&i32`. [1]",
+            "The type of each element is i32. [1]",
+        ] {
+            let checked = check(answer, "What is the type of each element?", shown);
+            assert!(
+                checked.changes.iter().all(|c| c.kept.is_none()),
+                "{answer}: {checked:?}"
+            );
+        }
+        let checked = check(
+            "Add #derive(Debug) before the struct. [2]",
+            "What must be added before the struct to print it?",
+            shown,
+        );
+        assert_eq!(
+            checked.text,
+            "Add `#[derive(Debug)]` before the struct. [2]"
+        );
+    }
+
+    #[test]
+    fn a_sentence_copied_with_another_name_in_the_answers_place_is_dropped_with_its_source() {
+        let shown: &[(i64, &str)] = &[(
+            1,
+            "The proc_macro crate is the compiler’s API that allows us to read and manipulate Rust code from our code. The quote crate turns syn data structures back into Rust code.",
+        )];
+        let checked = check(
+            "The proc_macro crate turns syn data structures back into Rust code in the procedural macro example. [1]",
+            "Which crate turns syn data structures back into Rust code in the procedural macro example?",
+            shown,
+        );
+        assert_eq!(checked.text, NOT_IN_EVIDENCE);
+        let copied = checked.changes[0].copied.as_ref().expect("the source");
+        assert_eq!(
+            copied.sentence,
+            "The quote crate turns syn data structures back into Rust code."
+        );
+        assert_eq!(
+            checked.changes[0].reason,
+            "it copies “The quote crate turns syn data structures back into Rust code.” [1] with `proc_macro` in place of “quote”"
+        );
+        // The source's own name stands.
+        let checked = check(
+            "The quote crate turns syn data structures back into Rust code. [1]",
+            "Which crate turns syn data structures back into Rust code in the procedural macro example?",
+            shown,
+        );
+        assert_eq!(checked.dropped, 0);
     }
 
     #[test]
@@ -845,13 +1038,18 @@ mod tests {
             "Tests can be excluded by the #[ignore] attribute, and the #[cfg(test)] module is only compiled for tests.",
         )];
         let question = "Which attribute excludes a test?";
-        for draft in [
-            "The `#[ignore]` attribute excludes a test. [1]",
-            "The #ignore attribute excludes a test. [1]",
-        ] {
-            let checked = check(draft, question, shown);
-            assert_eq!(checked.text, draft, "{:?}", checked.changes);
-        }
+        let draft = "The `#[ignore]` attribute excludes a test. [1]";
+        assert_eq!(check(draft, question, shown).text, draft);
+        // Without its brackets (the grammar keeps them out of prose), they are put back.
+        assert_eq!(
+            check(
+                "The #ignore attribute excludes a test. [1]",
+                question,
+                shown
+            )
+            .text,
+            draft
+        );
         assert_eq!(
             check(
                 "The #must_use attribute excludes a test. [1]",

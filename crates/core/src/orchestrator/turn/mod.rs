@@ -19,6 +19,7 @@ mod admission;
 mod agent;
 mod backend;
 mod citations;
+mod copies;
 mod dispatch;
 mod generation;
 mod grounded;

@@ -193,6 +193,19 @@ impl Selection {
             .filter(|_| self.support.answers())
     }
 
+    /// The shown sentence of passage `n` that is, or holds, `sentence` (the check splits a
+    /// passage's shown text into sentences again, and may cut them elsewhere).
+    pub fn sentence_holding(&self, n: i64, sentence: &str) -> Option<&ScoredSentence> {
+        let wanted = flat(sentence);
+        let of_passage = || self.shown.iter().filter(move |s| s.n == n);
+        of_passage().find(|s| flat(&s.text) == wanted).or_else(|| {
+            of_passage().find(|s| {
+                let text = flat(&s.text);
+                text.contains(&wanted) || wanted.contains(&text)
+            })
+        })
+    }
+
     /// The best shown sentence that names something the question does not (a number, an
     /// identifier, code), when the question asks for a name, the evidence answers and the
     /// sentence scores near the best: the answer the model wrote around.
