@@ -62,7 +62,7 @@ impl Turn<'_> {
         let draft = without_uncited_tail(response);
         let checked = self.checked_against(&draft, &selection, on_event)?;
         if !rambled && !crate::orchestrator::is_refusal(&checked.text) {
-            let quote = self.supporting_quote(&checked.text, &selection)?;
+            let quote = self.supporting_quote(&checked, &selection)?;
             return Ok(Written::Model {
                 text: checked.text,
                 quote,
@@ -86,14 +86,6 @@ impl Turn<'_> {
         // or a number is not offered the naming sentence: on the tuning set that was an
         // unanswerable question. The draft never decides whether a quote is given, only which.
         let wrote_around = checked.sentences > 0 && checked.restated == checked.sentences;
-        // A sentence the model copied with another name in the answer's place: the copy's
-        // source, as the passage has it, is what it was reading.
-        let copied = checked
-            .changes
-            .iter()
-            .filter_map(|c| c.copied.as_ref())
-            .find_map(|c| selection.sentence_holding(c.n, &c.sentence))
-            .map(|s| (s, "the sentence the model copied, with its own name"));
         let fallback = selection
             .quotable()
             .map(|s| (s, "the best sentence"))
@@ -102,13 +94,10 @@ impl Turn<'_> {
                     .closest_quotable()
                     .map(|s| (s, "the sentence closest in meaning"))
             });
-        let quotable = copied
-            .or_else(|| {
-                wrote_around
-                    .then(|| selection.naming(&self.question))
-                    .flatten()
-                    .map(|s| (s, "the sentence naming what the question asks for"))
-            })
+        let quotable = wrote_around
+            .then(|| selection.naming(&self.question))
+            .flatten()
+            .map(|s| (s, "the sentence naming what the question asks for"))
             .or_else(|| {
                 fallback.map(|fallback| {
                     selection
@@ -338,6 +327,7 @@ impl Turn<'_> {
                 "dropped": checked.dropped,
                 "citations_moved": checked.moved,
                 "changes": checked.changes,
+                "swapped": checked.swapped,
             }),
         )?;
         if checked.dropped > 0 {
@@ -358,15 +348,27 @@ impl Turn<'_> {
         Ok(checked)
     }
 
-    /// The best sentence, to quote beneath an answer that leaves out every name, number and
-    /// piece of code it holds (the model wrote around the fact instead of stating it); recorded
-    /// as `answer.quoted`.
+    /// The sentence to quote beneath the answer, recorded as `answer.quoted`: the shown
+    /// sentence the answer copied with another name in place of one of its own (the user sees
+    /// both names and where each stands), else the best sentence when the answer leaves out
+    /// every name, number and piece of code it holds (the model wrote around the fact instead
+    /// of stating it), else the count a how-many question's answer left out.
     fn supporting_quote(
         &mut self,
-        answer: &str,
+        checked: &Checked,
         selection: &Selection,
     ) -> Result<Option<(String, i64)>> {
-        let (sentence, reason) = if let Some(counting) = selection
+        let answer = checked.text.as_str();
+        let copied = checked
+            .swapped
+            .iter()
+            .find_map(|c| selection.sentence_holding(c.n, &c.sentence));
+        let (sentence, reason) = if let Some(copied) = copied {
+            (
+                copied,
+                "the answer copies this sentence with another name in place of one of its own",
+            )
+        } else if let Some(counting) = selection
             .counting(&self.question)
             .filter(|_| !grounding::states_a_count(answer, &self.question))
         {
