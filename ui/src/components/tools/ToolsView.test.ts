@@ -9,14 +9,12 @@ const pending = new Map<string, (d: ToolDetail) => void>();
 
 vi.mock('../../lib/api', async (importOriginal) => {
   const real = await importOriginal<typeof import('../../lib/api')>();
-  return {
-    ...real,
-    api: {
-      toolsList: async (): Promise<ToolSummary[]> => [summary('first'), summary('second')],
-      toolOpen: (slug: string) => new Promise<ToolDetail>((resolve) => pending.set(slug, resolve)),
-      toolCheck: async () => ({ derived: null, problems: [] }),
-    },
-  };
+  const api = {
+    toolsList: async (): Promise<ToolSummary[]> => [summary('first'), summary('second')],
+    toolOpen: (slug: string) => new Promise<ToolDetail>((resolve) => pending.set(slug, resolve)),
+    toolCheck: async () => ({ tool: null, problem: null }),
+  } satisfies Partial<typeof real.api>;
+  return { ...real, api };
 });
 
 const { default: ToolsView } = await import('./ToolsView.svelte');
@@ -69,8 +67,8 @@ test('a load that finishes after a later click is dropped: the last tool asked f
   await settle();
   pending.get('first')!(detail('first')); // the older load finishes last
   await settle();
-  expect(document.body.textContent).toContain('second');
-  expect(document.querySelector('.active')?.textContent).toContain('second');
+  expect(document.querySelector<HTMLInputElement>('[data-testid="tool-name"]')?.value).toBe('second');
+  expect(document.querySelector('.active')?.getAttribute('data-slug')).toBe('second');
 });
 
 test('a tab picked while the tool loads is kept when the load finishes', async () => {
@@ -84,5 +82,6 @@ test('a tab picked while the tool loads is kept when the load finishes', async (
   await settle();
   pending.get('second')!(detail('second'));
   await settle();
+  expect(document.querySelector('.active')?.getAttribute('data-slug')).toBe('second');
   expect(document.querySelector('[data-testid="tool-tab-test"]')?.getAttribute('aria-selected')).toBe('true');
 });

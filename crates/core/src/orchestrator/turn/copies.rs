@@ -21,7 +21,8 @@ const OF_ANSWER: f64 = 0.6;
 const OF_SOURCE: f64 = 0.8;
 /// Fewer words in common than this is no copy, whatever the shares.
 const MIN_COMMON: usize = 5;
-/// The longest run of words on either side of a swap: more is a rewording, not a swap.
+/// The longest run of words a swap spans, in the answer and in its source: more is a
+/// rewording, not a swap.
 const MAX_SWAPPED: usize = 2;
 
 /// The sentence an answer copied with a name changed.
@@ -44,8 +45,11 @@ fn words(text: &str) -> Vec<(String, String)> {
         Regex::new(r"[A-Za-z0-9_$#&*<>]+(?:(?:::|[.,:'’/-])[A-Za-z0-9_$#<>]+)*")
             .expect("a valid regex")
     });
+    // Emphasis (`**JoinHandle<T>**`) is no part of a word.
     WORD.find_iter(text)
-        .map(|m| (m.as_str().to_string(), m.as_str().to_lowercase()))
+        .map(|m| m.as_str().trim_matches('*'))
+        .filter(|w| !w.is_empty())
+        .map(|w| (w.to_string(), w.to_lowercase()))
         .collect()
 }
 
@@ -87,9 +91,11 @@ fn aligned(a: &[(String, String)], b: &[(String, String)]) -> Vec<(usize, usize)
 /// The passage sentence `answer` copies with one of its names swapped, if any: among
 /// `sentences` (`(n, sentence)`), one that holds most of the answer's words in order, where
 /// the answer has, between two words in common, a name of at most two words that neither the
-/// source nor the question holds, and the source a word of its own that the answer lacks.
-/// The question's words never count as the answer's own: a name the question gave may stand
-/// anywhere.
+/// source nor the question holds, and the source a word of its own that the answer lacks (the
+/// gaps before the first word in common and after the last are not looked at: a sentence may
+/// open and close in its own words). The question's words never count as the answer's own: a
+/// name the question gave may stand anywhere. No swap is found when a sentence that holds the
+/// answer's name aligns with it at least as well: the answer then copies that sentence.
 pub(super) fn swapped_name(
     answer: &str,
     question: &str,
@@ -97,50 +103,93 @@ pub(super) fn swapped_name(
 ) -> Option<Copied> {
     let ours = words(answer);
     let asked: HashSet<String> = words(question).into_iter().map(|(_, w)| w).collect();
-    sentences.iter().find_map(|(n, sentence)| {
-        let theirs = words(sentence);
-        let pairs = aligned(&ours, &theirs);
-        let common = pairs.len() as f64;
-        let copied = pairs.len() >= MIN_COMMON
-            && (common >= OF_ANSWER * ours.len() as f64
-                || common >= OF_SOURCE * theirs.len() as f64);
-        if !copied {
+    let alignments: Vec<Alignment<'_>> = sentences
+        .iter()
+        .map(|(n, sentence)| {
+            let words = words(sentence);
+            let pairs = aligned(&ours, &words);
+            Alignment {
+                n: *n,
+                sentence,
+                words,
+                pairs,
+            }
+        })
+        .collect();
+    let source = alignments
+        .iter()
+        .filter(|a| copies(a.pairs.len(), ours.len(), a.words.len()))
+        .max_by_key(|a| a.pairs.len())?;
+    let (name, instead) = swap_in(&ours, &source.words, &source.pairs, &asked)?;
+    let held_elsewhere = alignments.iter().any(|other| {
+        other.pairs.len() >= source.pairs.len()
+            && other.words.iter().any(|(_, w)| *w == name.to_lowercase())
+    });
+    (!held_elsewhere).then(|| Copied {
+        n: source.n,
+        sentence: source.sentence.trim().to_string(),
+        ours: name,
+        theirs: instead,
+    })
+}
+
+/// A shown sentence's words and where the answer's words stand among them.
+struct Alignment<'a> {
+    n: i64,
+    sentence: &'a str,
+    words: Vec<(String, String)>,
+    /// `(answer's word, sentence's word)` positions in common, in order.
+    pairs: Vec<(usize, usize)>,
+}
+
+/// Whether `common` words in order make a copy of an answer of `answer` words from a
+/// sentence of `source` words.
+fn copies(common: usize, answer: usize, source: usize) -> bool {
+    common >= MIN_COMMON
+        && (common as f64 >= OF_ANSWER * answer as f64
+            || common as f64 >= OF_SOURCE * source as f64)
+}
+
+/// The answer's name and the source's word in its place, in the first gap between two words
+/// in common (`pairs`) that holds a swap.
+fn swap_in(
+    ours: &[(String, String)],
+    theirs: &[(String, String)],
+    pairs: &[(usize, usize)],
+    asked: &HashSet<String>,
+) -> Option<(String, String)> {
+    let held: HashSet<&str> = theirs.iter().map(|(_, w)| w.as_str()).collect();
+    let given: HashSet<&str> = ours.iter().map(|(_, w)| w.as_str()).collect();
+    pairs.windows(2).find_map(|pair| {
+        let ((i0, j0), (i1, j1)) = (pair[0], pair[1]);
+        let (our_gap, their_gap) = (&ours[i0 + 1..i1], &theirs[j0 + 1..j1]);
+        // The longest gap in either sentence: more is a rewording, not a swap.
+        if our_gap.is_empty()
+            || their_gap.is_empty()
+            || our_gap.len() > MAX_SWAPPED
+            || their_gap.len() > MAX_SWAPPED
+        {
             return None;
         }
-        let held: HashSet<&str> = theirs.iter().map(|(_, w)| w.as_str()).collect();
-        let given: HashSet<&str> = ours.iter().map(|(_, w)| w.as_str()).collect();
-        // Gaps between consecutive words in common; the one before the first is skipped (a
-        // sentence may open in its own words).
-        pairs.windows(2).find_map(|pair| {
-            let ((i0, j0), (i1, j1)) = (pair[0], pair[1]);
-            let (our_gap, their_gap) = (&ours[i0 + 1..i1], &theirs[j0 + 1..j1]);
-            if our_gap.is_empty()
-                || their_gap.is_empty()
-                || our_gap.len() > MAX_SWAPPED
-                || their_gap.len() > MAX_SWAPPED
-            {
-                return None;
-            }
-            let name = our_gap.iter().find(|(raw, lower)| {
-                is_name(raw) && !held.contains(lower.as_str()) && !asked.contains(lower)
-            })?;
-            // A number written as its word (`4` for "four") is the same number.
-            let same = |lower: &str| {
-                number_word(&name.1) == Some(lower) || word_number(&name.1) == Some(lower)
-            };
-            let instead = their_gap.iter().find(|(_, lower)| {
-                !is_stopword(lower)
-                    && !given.contains(lower.as_str())
-                    && !asked.contains(lower)
-                    && !same(lower)
-            })?;
-            Some(Copied {
-                n: *n,
-                sentence: sentence.trim().to_string(),
-                ours: name.0.clone(),
-                theirs: instead.0.clone(),
-            })
-        })
+        let name = our_gap.iter().find(|(raw, lower)| {
+            is_name(raw) && !held.contains(lower.as_str()) && !asked.contains(lower)
+        })?;
+        // The same thing in other words: a number and its word (`4`, "four"), or a name and
+        // the same name qualified (`io::Result`, `Result`).
+        let same = |lower: &str| {
+            number_word(&name.1) == Some(lower)
+                || word_number(&name.1) == Some(lower)
+                || name.1.contains(lower)
+                || lower.contains(name.1.as_str())
+        };
+        let instead = their_gap.iter().find(|(_, lower)| {
+            lower.chars().count() > 2
+                && !is_stopword(lower)
+                && !given.contains(lower.as_str())
+                && !asked.contains(lower)
+                && !same(lower)
+        })?;
+        Some((name.0.clone(), instead.0.clone()))
     })
 }
 
@@ -185,6 +234,41 @@ mod tests {
             "It is quote, which generates tokens from parsed syntax trees.",
         ] {
             assert_eq!(swapped_name(answer, QUESTION, &shown), None, "{answer}");
+        }
+        // The answer copies a like sentence that holds its name: no swap with the first.
+        let like = [
+            (
+                3,
+                "The gen keyword was added as a reserved keyword in the 2024 edition.",
+            ),
+            (
+                3,
+                "The try keyword was added as a reserved keyword in the 2018 edition.",
+            ),
+        ];
+        assert_eq!(
+            swapped_name(
+                "The try keyword was added as a reserved keyword in the 2018 edition.",
+                "In which edition was try reserved?",
+                &like
+            ),
+            None
+        );
+        // Emphasis, a qualified name, a small word: no swap either.
+        let shown = [(
+            2,
+            "The spawn function returns a Result in a collection of handles.",
+        )];
+        for answer in [
+            "The spawn function returns a **Result** in a collection of handles.",
+            "The spawn function returns a io::Result in a collection of handles.",
+            "The spawn function returns a Result in the Vec<i32> collection of handles.",
+        ] {
+            assert_eq!(
+                swapped_name(answer, "What does spawn return?", &shown),
+                None,
+                "{answer}"
+            );
         }
         // A name the question gave stands where the source says "this".
         let shown = [(

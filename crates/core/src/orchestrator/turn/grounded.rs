@@ -350,19 +350,21 @@ impl Turn<'_> {
 
     /// The sentence to quote beneath the answer, recorded as `answer.quoted`: the shown
     /// sentence the answer copied with another name in place of one of its own (the user sees
-    /// both names and where each stands), else the best sentence when the answer leaves out
-    /// every name, number and piece of code it holds (the model wrote around the fact instead
-    /// of stating it), else the count a how-many question's answer left out.
+    /// both names and where each stands), else, for a how-many question whose answer states no
+    /// count, the best sentence that states one, else the best sentence when the answer leaves
+    /// out every name, number and piece of code it holds (the model wrote around the fact).
     fn supporting_quote(
         &mut self,
         checked: &Checked,
         selection: &Selection,
     ) -> Result<Option<(String, i64)>> {
         let answer = checked.text.as_str();
-        let copied = checked
-            .swapped
-            .iter()
-            .find_map(|c| selection.sentence_holding(c.n, &c.sentence));
+        // The shown sentence holding the source's own word, not a shorter one beside it.
+        let copied = checked.swapped.iter().find_map(|c| {
+            selection
+                .sentence_holding(c.n, &c.sentence)
+                .filter(|s| s.text.contains(&c.theirs))
+        });
         let (sentence, reason) = if let Some(copied) = copied {
             (
                 copied,

@@ -156,7 +156,7 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
             reason,
             kept: None,
         };
-        let restored = with_brackets_restored(sentence, shown);
+        let restored = with_brackets_restored(sentence, question, shown);
         let subject = restored.as_ref().map_or(sentence, |(r, _)| r.as_str());
         let (kept, verdict) = repaired(subject, n, &asked, &passages);
         if let Verdict::Keep(..) = verdict {
@@ -164,17 +164,22 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
             swapped.extend(copies::swapped_name(claim, question, &shown_sentences));
         }
         let kept = kept.or_else(|| restored.as_ref().map(|(r, _)| r.clone()));
+        // The note on brackets put back comes first; a reason the check gave stays after it.
         let verdict = match (verdict, &restored) {
-            (Verdict::Keep(citation, reason), Some((_, put_back)))
-                if citation == n || reason.is_empty() =>
-            {
-                Verdict::Keep(
-                    citation,
-                    format!(
-                        "brackets put back as the passage writes it: {}",
-                        quoted(put_back)
-                    ),
-                )
+            (Verdict::Keep(citation, reason), Some((_, put_back))) => {
+                let note = format!(
+                    "brackets put back as the passage writes it: {}",
+                    quoted(put_back)
+                );
+                // A citation that stays has no reason of its own to give (the verdict words one
+                // anyway, "[n] holds more …"); an aside cut or a citation moved does.
+                let unmoved = citation == n && reason.starts_with('[');
+                let reason = if reason.is_empty() || unmoved {
+                    note
+                } else {
+                    format!("{note}; {reason}")
+                };
+                Verdict::Keep(citation, reason)
             }
             (verdict, _) => verdict,
         };
@@ -324,7 +329,11 @@ fn repaired(
 /// them (`&i32` for `&[i32]`, `#derive(Debug)` for `#[derive(Debug)]`), as a code span, and
 /// the words put back: the grammar lets brackets stand only in a code span, and a model
 /// writing in prose leaves them out. A word some passage holds as written stays as written.
-fn with_brackets_restored(sentence: &str, shown: &[(i64, &str)]) -> Option<(String, Vec<String>)> {
+fn with_brackets_restored(
+    sentence: &str,
+    question: &str,
+    shown: &[(i64, &str)],
+) -> Option<(String, Vec<String>)> {
     let edges = |word: &str| -> String {
         let mut word = word.trim_matches(&['.', ',', ';', ':', '!', '?', '"', '“', '”'][..]);
         // A parenthesis around the word, not one of its own (`derive(Debug)`).
@@ -343,8 +352,11 @@ fn with_brackets_restored(sentence: &str, shown: &[(i64, &str)]) -> Option<(Stri
             let word = edges(word);
             let bare: String = word.chars().filter(|c| !matches!(c, '[' | ']')).collect();
             // A sigil or a call beside the brackets: `[i32]` alone is a plain word without them.
+            // Brackets that close where they open: `[&str; 3]` split at its space is no form.
             let code_like = bare.contains(['&', '*', '#', '<', ':', '(']);
+            let balanced = word.matches('[').count() == word.matches(']').count();
             if bare.len() != word.len()
+                && balanced
                 && bare.len() >= 2
                 && code_like
                 && !bracketed.iter().any(|(b, _)| *b == bare)
@@ -353,10 +365,12 @@ fn with_brackets_restored(sentence: &str, shown: &[(i64, &str)]) -> Option<(Stri
             }
         }
     }
+    // A form the question or a passage writes without brackets (`&T`) is meant as written.
+    let question = flat(question);
     bracketed.retain(|(bare, _)| {
-        !shown
-            .iter()
-            .any(|(_, t)| contains_token(&flat(t), &flat(bare)))
+        let bare = flat(bare);
+        !contains_token(&question, &bare)
+            && !shown.iter().any(|(_, t)| contains_token(&flat(t), &bare))
     });
     if bracketed.is_empty() {
         return None;
@@ -376,7 +390,9 @@ fn with_brackets_restored(sentence: &str, shown: &[(i64, &str)]) -> Option<(Stri
                     let core = edges(word);
                     match bracketed.iter().find(|(bare, _)| *bare == core) {
                         Some((_, written)) if !core.is_empty() => {
-                            put_back.push(written.clone());
+                            if !put_back.contains(written) {
+                                put_back.push(written.clone());
+                            }
                             word.replacen(&core, &format!("`{written}`"), 1)
                         }
                         _ => word.to_string(),
@@ -755,17 +771,40 @@ mod tests {
             "The type of a slice taken from an array of i32 values is `&[i32]`. [2]"
         );
         assert_eq!(checked.dropped, 0);
-        // A code span already, a plain word, or a word a passage holds as written: unchanged.
+        // A code span already, or a plain word: unchanged.
         for answer in [
             "The type is `&i32`. [1]",
             "The type of each element is i32. [1]",
         ] {
-            let checked = check(answer, "What is the type of each element?", shown);
-            assert!(
-                checked.changes.iter().all(|c| c.kept.is_none()),
-                "{answer}: {checked:?}"
+            assert_eq!(
+                with_brackets_restored(answer, "What is the type of each element?", shown),
+                None,
+                "{answer}"
             );
         }
+        // A word a passage also holds as written: unchanged.
+        let both: &[(i64, &str)] = &[(1, "Use &i32 for one value and &[i32] for many.")];
+        assert_eq!(
+            with_brackets_restored("Use &i32. [1]", "What to use?", both),
+            None
+        );
+        // Half a form (`[&str; 3]` split at its space), or a form the question writes bare.
+        let arrays: &[(i64, &str)] = &[(
+            1,
+            "An array of three names has the type [&str; 3], and &[T] is a slice.",
+        )];
+        assert_eq!(
+            with_brackets_restored("A name is a &str. [1]", "What is a name?", arrays),
+            None
+        );
+        assert_eq!(
+            with_brackets_restored(
+                "A reference &T is not a slice. [1]",
+                "Is &T a slice?",
+                arrays
+            ),
+            None
+        );
         let checked = check(
             "Add #derive(Debug) before the struct. [2]",
             "What must be added before the struct to print it?",
