@@ -121,9 +121,9 @@ pub(super) fn swapped_name(
         .filter(|a| copies(a.pairs.len(), ours.len(), a.words.len()))
         .max_by_key(|a| a.pairs.len())?;
     let (name, instead) = swap_in(&ours, &source.words, &source.pairs, &asked)?;
+    let lower = name.to_lowercase();
     let held_elsewhere = alignments.iter().any(|other| {
-        other.pairs.len() >= source.pairs.len()
-            && other.words.iter().any(|(_, w)| *w == name.to_lowercase())
+        other.pairs.len() >= source.pairs.len() && other.words.iter().any(|(_, w)| *w == lower)
     });
     (!held_elsewhere).then(|| Copied {
         n: source.n,

@@ -136,6 +136,7 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
         .iter()
         .map(|(n, s)| (*n, s.as_str()))
         .collect();
+    let forms = bracket_forms(question, shown, &passages);
     let mut text = String::new();
     let mut end = 0;
     let mut sentences = 0;
@@ -156,9 +157,10 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
             reason,
             kept: None,
         };
-        let restored = with_brackets_restored(sentence, question, shown);
+        let restored = with_brackets_restored(sentence, &forms);
         let subject = restored.as_ref().map_or(sentence, |(r, _)| r.as_str());
         let (kept, verdict) = repaired(subject, n, &asked, &passages);
+        let cut = kept.is_some();
         if let Verdict::Keep(..) = verdict {
             let claim = kept.as_deref().unwrap_or(subject);
             swapped.extend(copies::swapped_name(claim, question, &shown_sentences));
@@ -171,13 +173,12 @@ pub(super) fn check(answer: &str, question: &str, shown: &[(i64, &str)]) -> Chec
                     "brackets put back as the passage writes it: {}",
                     quoted(put_back)
                 );
-                // A citation that stays has no reason of its own to give (the verdict words one
-                // anyway, "[n] holds more …"); an aside cut or a citation moved does.
-                let unmoved = citation == n && reason.starts_with('[');
-                let reason = if reason.is_empty() || unmoved {
-                    note
-                } else {
+                // Only an aside cut or a citation moved has a reason of its own to give (the
+                // verdict words one anyway, "[n] holds more …").
+                let reason = if cut || citation != n {
                     format!("{note}; {reason}")
+                } else {
+                    note
                 };
                 Verdict::Keep(citation, reason)
             }
@@ -328,51 +329,9 @@ fn repaired(
 /// `sentence` with brackets put back into a code-like word that a shown passage writes with
 /// them (`&i32` for `&[i32]`, `#derive(Debug)` for `#[derive(Debug)]`), as a code span, and
 /// the words put back: the grammar lets brackets stand only in a code span, and a model
-/// writing in prose leaves them out. A word some passage holds as written stays as written.
-fn with_brackets_restored(
-    sentence: &str,
-    question: &str,
-    shown: &[(i64, &str)],
-) -> Option<(String, Vec<String>)> {
-    let edges = |word: &str| -> String {
-        let mut word = word.trim_matches(&['.', ',', ';', ':', '!', '?', '"', '“', '”'][..]);
-        // A parenthesis around the word, not one of its own (`derive(Debug)`).
-        let count = |w: &str, c: char| w.chars().filter(|x| *x == c).count();
-        while word.starts_with('(') && count(word, '(') > count(word, ')') {
-            word = &word[1..];
-        }
-        while word.ends_with(')') && count(word, ')') > count(word, '(') {
-            word = word[..word.len() - 1].trim_end_matches(&['.', ',', ';', ':'][..]);
-        }
-        word.to_string()
-    };
-    let mut bracketed: Vec<(String, String)> = Vec::new();
-    for (_, text) in shown {
-        for word in text.split_whitespace() {
-            let word = edges(word);
-            let bare: String = word.chars().filter(|c| !matches!(c, '[' | ']')).collect();
-            // A sigil or a call beside the brackets: `[i32]` alone is a plain word without them.
-            // Brackets that close where they open: `[&str; 3]` split at its space is no form.
-            let code_like = bare.contains(['&', '*', '#', '<', ':', '(']);
-            let balanced = word.matches('[').count() == word.matches(']').count();
-            if bare.len() != word.len()
-                && balanced
-                && bare.len() >= 2
-                && code_like
-                && !bracketed.iter().any(|(b, _)| *b == bare)
-            {
-                bracketed.push((bare, word.to_string()));
-            }
-        }
-    }
-    // A form the question or a passage writes without brackets (`&T`) is meant as written.
-    let question = flat(question);
-    bracketed.retain(|(bare, _)| {
-        let bare = flat(bare);
-        !contains_token(&question, &bare)
-            && !shown.iter().any(|(_, t)| contains_token(&flat(t), &bare))
-    });
-    if bracketed.is_empty() {
+/// writing in prose leaves them out. `forms` are the passages' (see [`bracket_forms`]).
+fn with_brackets_restored(sentence: &str, forms: &[BracketForm]) -> Option<(String, Vec<String>)> {
+    if forms.is_empty() {
         return None;
     }
     let mut put_back = Vec::new();
@@ -387,9 +346,9 @@ fn with_brackets_restored(
             piece
                 .split(' ')
                 .map(|word| {
-                    let core = edges(word);
-                    match bracketed.iter().find(|(bare, _)| *bare == core) {
-                        Some((_, written)) if !core.is_empty() => {
+                    let core = without_edges(word);
+                    match forms.iter().find(|form| form.bare == core) {
+                        Some(BracketForm { written, .. }) if !core.is_empty() => {
                             if !put_back.contains(written) {
                                 put_back.push(written.clone());
                             }
@@ -403,6 +362,61 @@ fn with_brackets_restored(
         })
         .collect();
     (!put_back.is_empty()).then(|| (pieces.join("`"), put_back))
+}
+
+/// A code-like word a shown passage writes with brackets (`&[i32]`), and the same without
+/// them (`&i32`), as a model writing in prose puts it.
+struct BracketForm {
+    bare: String,
+    written: String,
+}
+
+/// The bracket forms of the shown passages, once per check: a sigil or a call beside the
+/// brackets (`[i32]` alone is a plain word without them), brackets that close where they open
+/// (`[&str; 3]` split at its space is no form), and a bare form that neither the question nor
+/// a passage writes as it is (`&T` is meant as written).
+fn bracket_forms(question: &str, shown: &[(i64, &str)], passages: &[Passage]) -> Vec<BracketForm> {
+    let mut forms: Vec<BracketForm> = Vec::new();
+    for (_, text) in shown {
+        for word in text.split_whitespace() {
+            let written = without_edges(word);
+            let bare: String = written
+                .chars()
+                .filter(|c| !matches!(c, '[' | ']'))
+                .collect();
+            let code_like = bare.contains(['&', '*', '#', '<', ':', '(']);
+            let balanced = written.matches('[').count() == written.matches(']').count();
+            if bare.len() != written.len()
+                && balanced
+                && bare.len() >= 2
+                && code_like
+                && !forms.iter().any(|f| f.bare == bare)
+            {
+                forms.push(BracketForm { bare, written });
+            }
+        }
+    }
+    let question = flat(question);
+    forms.retain(|form| {
+        let bare = flat(&form.bare);
+        !contains_token(&question, &bare)
+            && !passages.iter().any(|p| contains_token(&p.flat, &bare))
+    });
+    forms
+}
+
+/// `word` without the punctuation around it, and without a parenthesis around it that is not
+/// one of its own (`(&[i32])`, but `derive(Debug)` keeps its call).
+fn without_edges(word: &str) -> String {
+    let mut word = word.trim_matches(&['.', ',', ';', ':', '!', '?', '"', '“', '”'][..]);
+    let count = |w: &str, c: char| w.chars().filter(|x| *x == c).count();
+    while word.starts_with('(') && count(word, '(') > count(word, ')') {
+        word = &word[1..];
+    }
+    while word.ends_with(')') && count(word, ')') > count(word, '(') {
+        word = word[..word.len() - 1].trim_end_matches(&['.', ',', ';', ':'][..]);
+    }
+    word.to_string()
 }
 
 /// A sentence's last words when they say where something lives (`… from std::ops.`, `… in the
@@ -752,6 +766,16 @@ mod tests {
         ));
     }
 
+    /// `sentence` with brackets put back from `shown`, as `check` does it.
+    fn restored(
+        sentence: &str,
+        question: &str,
+        shown: &[(i64, &str)],
+    ) -> Option<(String, Vec<String>)> {
+        let passages: Vec<Passage> = shown.iter().map(|(n, t)| Passage::of(*n, t)).collect();
+        with_brackets_restored(sentence, &bracket_forms(question, shown, &passages))
+    }
+
     #[test]
     fn brackets_the_grammar_kept_out_of_prose_are_put_back_as_the_passage_writes_them() {
         let shown: &[(i64, &str)] = &[
@@ -777,28 +801,25 @@ mod tests {
             "The type of each element is i32. [1]",
         ] {
             assert_eq!(
-                with_brackets_restored(answer, "What is the type of each element?", shown),
+                restored(answer, "What is the type of each element?", shown),
                 None,
                 "{answer}"
             );
         }
         // A word a passage also holds as written: unchanged.
         let both: &[(i64, &str)] = &[(1, "Use &i32 for one value and &[i32] for many.")];
-        assert_eq!(
-            with_brackets_restored("Use &i32. [1]", "What to use?", both),
-            None
-        );
+        assert_eq!(restored("Use &i32. [1]", "What to use?", both), None);
         // Half a form (`[&str; 3]` split at its space), or a form the question writes bare.
         let arrays: &[(i64, &str)] = &[(
             1,
             "An array of three names has the type [&str; 3], and &[T] is a slice.",
         )];
         assert_eq!(
-            with_brackets_restored("A name is a &str. [1]", "What is a name?", arrays),
+            restored("A name is a &str. [1]", "What is a name?", arrays),
             None
         );
         assert_eq!(
-            with_brackets_restored(
+            restored(
                 "A reference &T is not a slice. [1]",
                 "Is &T a slice?",
                 arrays
