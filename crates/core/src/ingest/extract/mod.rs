@@ -8,6 +8,7 @@
 
 mod budget;
 mod data;
+mod html;
 mod markup;
 mod office;
 mod pdf;
@@ -261,7 +262,7 @@ fn extract_format(
                     Format::Markdown => {
                         markup::extract_markdown(&decoded.text, decoded.offset, budget)
                     }
-                    Format::Html => markup::extract_html(&decoded.text, decoded.offset, budget),
+                    Format::Html => html::extract_html(&decoded.text, decoded.offset, budget),
                     Format::Csv => data::extract_csv(&decoded.text, b',', budget),
                     Format::Tsv => data::extract_csv(&decoded.text, b'\t', budget),
                     Format::Json => data::extract_json(&decoded.text, false, budget),

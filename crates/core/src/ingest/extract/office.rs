@@ -11,7 +11,7 @@ use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 use zip::ZipArchive;
 
-use super::markup::html_blocks;
+use super::html::html_blocks;
 use super::{Block, BlockKind, Budget, ExtractLimits, Extracted, NotIndexed};
 
 /// How many XML events pass between two looks at the clock.
