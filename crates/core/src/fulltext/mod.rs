@@ -629,7 +629,7 @@ impl FulltextResults {
 
 /// Deletes the documents whose `field` holds one of `ids`, as one operation. A delete per id
 /// (`delete_term`) keeps a scorer's weight of about 1 KB in tantivy's queue until the commit:
-/// marking 131,000 repeated chunks of a tree held 170 MB that way.
+/// the sync that marks a whole tree's 131,000 repeated chunks held 150 MB that way.
 fn delete_ids(
     writer: &mut IndexWriter,
     field: tantivy::schema::Field,

@@ -1,8 +1,8 @@
 //! HTML: the text of the body from html5ever's tokenizer, as it streams, with no tree built.
 //!
-//! A document tree costs about 25 bytes per byte of HTML: a highlighted source page of the
-//! standard library (8.5 MB, a `<span>` per token) took 200 MB to parse, and two such pages
-//! read side by side made most of a whole-tree index run's peak. The walk needs only element
+//! A document tree costs many bytes per byte of HTML: a highlighted source page of the
+//! standard library (8.5 MB, a `<span>` per token) needed about 100 MB more with one, and two
+//! such pages read side by side on two workers stood on a whole-tree index run's peak. The walk needs only element
 //! names and nesting, which the tokens give in document order.
 
 use std::cell::RefCell;
