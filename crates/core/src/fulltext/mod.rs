@@ -661,6 +661,26 @@ fn recreate(dir: &Path, schema: tantivy::schema::Schema) -> Result<Index> {
 mod tests {
     use super::*;
 
+    fn chunk(text: &str) -> crate::store::NewChunk {
+        crate::store::NewChunk {
+            text: text.into(),
+            heading_path: String::new(),
+            location: Default::default(),
+            token_count: 4,
+            reader_span: None,
+        }
+    }
+
+    /// "tide" over every chunk of `collections`.
+    fn tide_in(collections: &[CollectionId]) -> FulltextQuery<'_> {
+        FulltextQuery {
+            text: "tide",
+            languages: &[],
+            collection_ids: collections,
+            limit: 100,
+        }
+    }
+
     fn reason(text: &str) -> String {
         match check_query(text) {
             Err(Error::InvalidQuery { reason }) => reason,
@@ -674,13 +694,6 @@ mod tests {
         use crate::store::NewChunk;
         let (dir, mut store) = temp_store();
         let source = collection_with_source(&mut store, "docs", "internal", "m", dir.path());
-        let chunk = |text: &str| NewChunk {
-            text: text.into(),
-            heading_path: String::new(),
-            location: Default::default(),
-            token_count: 4,
-            reader_span: None,
-        };
         // A short page and a long one: their id terms have very different idf.
         let short = write_document(
             &store,
@@ -696,12 +709,7 @@ mod tests {
         fulltext.start_writing().unwrap();
         fulltext.sync(&store).unwrap();
         let collections = [store.collections().unwrap()[0].id];
-        let query = FulltextQuery {
-            text: "tide",
-            languages: &[],
-            collection_ids: &collections,
-            limit: 100,
-        };
+        let query = tide_in(&collections);
         let plain: HashMap<ChunkId, f32> = fulltext
             .search(&query)
             .unwrap()
@@ -721,20 +729,10 @@ mod tests {
     #[test]
     fn a_rewritten_document_is_searched_once_as_it_is_now() {
         use crate::store::test_support::{collection_with_source, temp_store, write_document};
-        use crate::store::NewChunk;
         let (dir, mut store) = temp_store();
         let source = collection_with_source(&mut store, "docs", "internal", "m", dir.path());
-        let chunks = |words: &[&str]| -> Vec<NewChunk> {
-            words
-                .iter()
-                .map(|w| NewChunk {
-                    text: format!("tide {w}"),
-                    heading_path: String::new(),
-                    location: Default::default(),
-                    token_count: 2,
-                    reader_span: None,
-                })
-                .collect()
+        let chunks = |words: &[&str]| -> Vec<_> {
+            words.iter().map(|w| chunk(&format!("tide {w}"))).collect()
         };
         let (a, b) = (dir.path().join("a.md"), dir.path().join("b.md"));
         let mut fulltext = FullText::open(&dir.path().join("fulltext")).unwrap();
@@ -748,12 +746,7 @@ mod tests {
         let now_b = write_document(&store, &source, &b, "B2", 12, &chunks(&["six"]));
         fulltext.sync(&store).unwrap();
         let collections = [store.collections().unwrap()[0].id];
-        let query = FulltextQuery {
-            text: "tide",
-            languages: &[],
-            collection_ids: &collections,
-            limit: 100,
-        };
+        let query = tide_in(&collections);
         let mut found: Vec<ChunkId> = fulltext
             .search(&query)
             .unwrap()
