@@ -19,13 +19,14 @@ use super::{Block, BlockKind, Budget, Extracted, LineIndex, NotIndexed};
 /// How many tokens pass between two looks at the clock.
 const CHECK_EVERY: usize = 1024;
 
-/// How much of the file the tokenizer is given at a time: the budget is looked at between.
+/// How much of the file the tokenizer is given at a time: a walk whose budget ran out (looked
+/// at every [`CHECK_EVERY`] tokens) is not fed more.
 const FEED_BYTES: usize = 64 << 10;
 
 /// Elements whose content is not document text (navigation, scripts, UI chrome).
 const SKIPPED: &[&str] = &[
     "head", "script", "style", "noscript", "template", "nav", "svg", "button", "select", "form",
-    "iframe", "canvas",
+    "iframe", "canvas", "noframes",
 ];
 
 /// Elements that end a block of text.
@@ -55,6 +56,55 @@ const BLOCK_LEVEL: &[&str] = &[
     "hr",
     "body",
 ];
+
+/// HTML start tags that end an SVG or MathML element left open (the tree builder's list).
+const BREAKS_OUT_OF_FOREIGN: &[&str] = &[
+    "b",
+    "big",
+    "blockquote",
+    "body",
+    "br",
+    "center",
+    "code",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "embed",
+    "head",
+    "hr",
+    "i",
+    "img",
+    "li",
+    "listing",
+    "menu",
+    "meta",
+    "nobr",
+    "ol",
+    "p",
+    "pre",
+    "ruby",
+    "s",
+    "small",
+    "span",
+    "strike",
+    "strong",
+    "sub",
+    "sup",
+    "table",
+    "tt",
+    "u",
+    "ul",
+    "var",
+];
+
+/// SVG elements whose content is HTML again (the tree builder's integration points): a block
+/// tag there does not end the SVG.
+const HTML_INSIDE_FOREIGN: &[&str] = &["foreignobject", "desc", "title"];
+
+/// A table's own structure, where a `<form>` holds nothing.
+const TABLE_PARTS: &[&str] = &["table", "tbody", "thead", "tfoot", "tr"];
 
 /// Elements with no end tag and nothing inside.
 const VOID: &[&str] = &[
@@ -232,35 +282,61 @@ struct Walk<'a> {
 impl Walk<'_> {
     fn start_tag(&mut self, name: &LocalName, self_closing: bool) -> TokenSinkResult<()> {
         let n: &str = name;
-        if let Some(innermost) = self.skipping.last() {
-            if is_foreign(innermost) {
+        // `<title/>` or `<script src=…/>` (XHTML, EPUB) is empty: reading it as open would
+        // take the rest of the chapter for its text.
+        let empty = self_closing && (n == "title" || SKIPPED.contains(&n));
+        if let Some(foreign) = self.skipping.iter().position(|s| is_foreign(s)) {
+            let in_html_point = self.skipping[foreign..]
+                .iter()
+                .any(|s| HTML_INSIDE_FOREIGN.contains(&&**s));
+            if !in_html_point && (BREAKS_OUT_OF_FOREIGN.contains(&n) || heading_level(n).is_some())
+            {
+                // HTML's own block tags end an SVG or MathML left open.
+                self.skipping.truncate(foreign);
+            } else {
                 // SVG and MathML have no raw text elements, and `<x/>` closes itself there.
-                if n == &**innermost && !self_closing {
+                if (is_foreign(n) || HTML_INSIDE_FOREIGN.contains(&n)) && !self_closing {
                     self.skipping.push(name.clone());
                 }
                 return TokenSinkResult::Continue;
             }
+        }
+        if !self.skipping.is_empty() {
             if self.in_head_only() && !HEAD_CONTENT.contains(&n) {
                 self.skipping.clear();
             } else {
+                if empty {
+                    return TokenSinkResult::Continue;
+                }
                 if n == "title" {
                     self.title_text = Some(String::new());
-                } else if SKIPPED.contains(&n) && !(self_closing && is_foreign(n)) {
+                } else if SKIPPED.contains(&n) {
                     self.skipping.push(name.clone());
                 }
                 return raw_text(n);
             }
         }
+        if empty {
+            return TokenSinkResult::Continue;
+        }
         if n == "title" {
             self.title_text = Some(String::new());
             return raw_text(n);
         }
+        if n == "form"
+            && self
+                .open
+                .last()
+                .is_some_and(|o| TABLE_PARTS.contains(&&*o.name))
+        {
+            // A form between a table's rows holds none of them: the parser leaves it empty.
+            return TokenSinkResult::Continue;
+        }
         if SKIPPED.contains(&n) {
-            if !(self_closing && is_foreign(n)) {
-                self.skipping.push(name.clone());
-            }
+            self.skipping.push(name.clone());
             return raw_text(n);
         }
+        self.close_implied_by(n);
         let closes = block_kind(n);
         match closes {
             Some(_) => self.blocks.flush(BlockKind::Text),
@@ -276,6 +352,45 @@ impl Walk<'_> {
         raw_text(n)
     }
 
+    /// Ends what a start tag implies is over, as the tree builder does: an open `<li>` at the
+    /// next `<li>`, a `<p>` at a block, a cell at the next cell. Without it, a `<pre>` of a
+    /// thousand `<a name=…>` lines would bury its own end tag past [`END_TAG_REACH`].
+    fn close_implied_by(&mut self, name: &str) {
+        let sibling: Option<(&[&str], &[&str])> = match name {
+            "li" => Some((&["li"], &["ul", "ol", "menu", "table"])),
+            "dt" | "dd" => Some((&["dt", "dd"], &["dl", "table"])),
+            "tr" => Some((&["tr"], &["table", "tbody", "thead", "tfoot"])),
+            "td" | "th" => Some((&["td", "th"], &["tr", "table"])),
+            "option" => Some((&["option"], &["select", "optgroup", "datalist"])),
+            _ => None,
+        };
+        if let Some((same, within)) = sibling {
+            self.close_open(|o| same.contains(&&*o.name), |o| within.contains(&&*o.name));
+        }
+        if name == "a" {
+            self.close_open(|o| &*o.name == "a", |o| o.closes.is_some());
+        }
+        if block_kind(name).is_some() && !matches!(name, "body" | "br" | "tr") {
+            self.close_open(|o| &*o.name == "p", |o| o.closes.is_some());
+        }
+    }
+
+    /// Closes the innermost open element that `is_target`, unless one that `stops` is inside
+    /// it (an `<a>` or `<p>` is not ended across a block; only the top of the stack is looked at).
+    fn close_open(&mut self, is_target: impl Fn(&Open) -> bool, stops: impl Fn(&Open) -> bool) {
+        let reach = self.open.len().saturating_sub(END_TAG_REACH);
+        for at in (reach..self.open.len()).rev() {
+            let open = &self.open[at];
+            if is_target(open) {
+                self.close_from(at);
+                return;
+            }
+            if stops(open) {
+                return;
+            }
+        }
+    }
+
     fn end_tag(&mut self, name: &LocalName) {
         let n: &str = name;
         if n == "title" && self.title_text.is_some() {
@@ -283,19 +398,20 @@ impl Walk<'_> {
             return;
         }
         if !self.skipping.is_empty() {
-            if let Some(at) = self.skipping.iter().rposition(|s| s == name) {
-                self.skipping.truncate(at);
+            let reach = self.skipping.len().saturating_sub(END_TAG_REACH);
+            if let Some(at) = self.skipping[reach..].iter().rposition(|s| s == name) {
+                self.skipping.truncate(reach + at);
+                return;
             }
-            return;
+            // The end of an element open around the skipped one ends it too (`<div><button>x
+            // </div>`): what follows is the page again.
+            if self.innermost_open(name).is_none() {
+                return;
+            }
+            self.skipping.clear();
         }
-        // Any heading's end tag ends the open heading, as the tree builder has it.
-        let heading = heading_level(n).is_some();
-        let reach = self.open.len().saturating_sub(END_TAG_REACH);
-        let found = self.open[reach..]
-            .iter()
-            .rposition(|o| o.name == *name || (heading && heading_level(&o.name).is_some()));
-        match found {
-            Some(at) => self.close_from(reach + at),
+        match self.innermost_open(name) {
+            Some(at) => self.close_from(at),
             // `</br>` is read as `<br>`.
             None if n == "br" => self.blocks.flush(BlockKind::Text),
             None => {}
@@ -316,6 +432,17 @@ impl Walk<'_> {
             }
         }
         self.blocks.buf.push_str(text);
+    }
+
+    /// Where the open element an end tag of `name` ends is: the innermost of that name, or
+    /// for a heading's end tag the innermost heading (as the tree builder has it).
+    fn innermost_open(&self, name: &LocalName) -> Option<usize> {
+        let heading = heading_level(name).is_some();
+        let reach = self.open.len().saturating_sub(END_TAG_REACH);
+        self.open[reach..]
+            .iter()
+            .rposition(|o| o.name == *name || (heading && heading_level(&o.name).is_some()))
+            .map(|at| reach + at)
     }
 
     /// Inside `<head>` and nothing else skipped.
@@ -546,6 +673,34 @@ mod tests {
                 (BlockKind::Text, "tail"),
             ]
         );
+    }
+
+    #[test]
+    fn html_skipped_or_left_open_ends_where_the_parser_ends_it() {
+        let lines: String = (1..=300)
+            .map(|i| format!("<a name=L{i}>line {i}\n"))
+            .collect();
+        let html = format!(
+            "<title/><div><button>press</div><p>after a button</p>\
+             <svg><path d=M0/><p>after an svg</p>\
+             <svg><foreignObject><div>inside</div></foreignObject></svg><p>out</p>\
+             <table><form><tr><td>Name</td></tr></form></table><pre>{lines}</pre><p>end"
+        );
+        let e = extract_html(&html, 0, &Budget::unbounded()).unwrap();
+        assert_eq!(e.title, None);
+        let blocks: Vec<_> = e.blocks.iter().map(|b| (b.kind, b.text.as_str())).collect();
+        assert_eq!(
+            blocks[..4],
+            [
+                (BlockKind::Text, "after a button"),
+                (BlockKind::Text, "after an svg"),
+                (BlockKind::Text, "out"),
+                (BlockKind::Text, "Name"),
+            ]
+        );
+        assert_eq!(blocks[4].0, BlockKind::Code, "{:.60}", blocks[4].1);
+        assert!(blocks[4].1.starts_with("line 1\nline 2\n") && blocks[4].1.ends_with("line 300"));
+        assert_eq!(blocks[5..], [(BlockKind::Text, "end")]);
     }
 
     #[test]
