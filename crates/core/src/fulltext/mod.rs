@@ -631,7 +631,7 @@ impl FulltextResults {
 /// (`delete_term`) keeps a scorer's weight of about 1 KB in tantivy's queue until the commit:
 /// the sync that marks a whole tree's 131,000 repeated chunks held 150 MB that way.
 fn delete_ids(
-    writer: &mut IndexWriter,
+    writer: &IndexWriter,
     field: tantivy::schema::Field,
     ids: impl Iterator<Item = i64>,
 ) -> Result<()> {

@@ -301,20 +301,9 @@ impl Walk<'_> {
                 return TokenSinkResult::Continue;
             }
         }
-        if !self.skipping.is_empty() {
-            if self.in_head_only() && !HEAD_CONTENT.contains(&n) {
-                self.skipping.clear();
-            } else {
-                if empty {
-                    return TokenSinkResult::Continue;
-                }
-                if n == "title" {
-                    self.title_text = Some(String::new());
-                } else if SKIPPED.contains(&n) {
-                    self.skipping.push(name.clone());
-                }
-                return raw_text(n);
-            }
+        if self.in_head_only() && !HEAD_CONTENT.contains(&n) {
+            // The body begins where `</head>` was left out.
+            self.skipping.clear();
         }
         if empty {
             return TokenSinkResult::Continue;
@@ -324,6 +313,7 @@ impl Walk<'_> {
             return raw_text(n);
         }
         if n == "form"
+            && self.skipping.is_empty()
             && self
                 .open
                 .last()
@@ -334,6 +324,9 @@ impl Walk<'_> {
         }
         if SKIPPED.contains(&n) {
             self.skipping.push(name.clone());
+            return raw_text(n);
+        }
+        if !self.skipping.is_empty() {
             return raw_text(n);
         }
         self.close_implied_by(n);
@@ -397,6 +390,7 @@ impl Walk<'_> {
             self.end_title();
             return;
         }
+        let open_at = self.innermost_open(name);
         if !self.skipping.is_empty() {
             let reach = self.skipping.len().saturating_sub(END_TAG_REACH);
             if let Some(at) = self.skipping[reach..].iter().rposition(|s| s == name) {
@@ -405,12 +399,12 @@ impl Walk<'_> {
             }
             // The end of an element open around the skipped one ends it too (`<div><button>x
             // </div>`): what follows is the page again.
-            if self.innermost_open(name).is_none() {
+            if open_at.is_none() {
                 return;
             }
             self.skipping.clear();
         }
-        match self.innermost_open(name) {
+        match open_at {
             Some(at) => self.close_from(at),
             // `</br>` is read as `<br>`.
             None if n == "br" => self.blocks.flush(BlockKind::Text),
