@@ -23,6 +23,11 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 # (libclang-cpp, which other packages bring, is not what bindgen loads.)
 ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
   /usr/lib/*-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
+# The chat model on a GPU: llama.cpp's Vulkan backend compiles its shaders with glslc against the
+# Vulkan and SPIR-V headers; its test runs on Mesa's software Vulkan (lavapipe).
+for pkg in glslc libvulkan-dev spirv-headers mesa-vulkan-drivers; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 # The desktop app (Tauri 2 on WebKitGTK) and its end-to-end tests (WebKitWebDriver under Xvfb).
 # libdbus-1-dev: the app keeps API keys in the Secret Service keyring over D-Bus.
 # Scans and images are read by Tesseract 5 (libtesseract, English data; other languages are

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use quarry_core::llm::embedded::EmbeddedBackend;
+use quarry_core::llm::device::{self, Placement};
+use quarry_core::llm::embedded::{EmbeddedBackend, MODEL_FILE};
 use quarry_core::llm::speed::{self, ChatSpeed, Choice};
 use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
 use quarry_core::orchestrator::BackendConfig;
@@ -82,6 +83,8 @@ pub struct ModelsOverview {
     pipeline_reranker: Option<String>,
     /// The chat model `auto` (the seeded modes' model) answers with, and why.
     auto: Choice,
+    /// Where that model runs: a GPU, or the CPU and why (`None`: it is not installed).
+    chat_device: Option<Placement>,
 }
 
 /// The model the assistant's chosen backend (the desktop's own setting) answers with, if it
@@ -203,6 +206,7 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
     // Only the coverage: `status()` would also walk the data folder on every refresh.
     let coverage = library.embedding_coverage()?;
     let setup = library.models().setup_report();
+    let auto = speed::choose(library.models());
     Ok(ModelsOverview {
         install_dir: library.models().install_dir().display().to_string(),
         runtime: setup.runtime,
@@ -216,8 +220,15 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
             })
             .collect(),
         pipeline_reranker: library.pipeline_reranker(DEFAULT_PIPELINE)?,
-        auto: speed::choose(library.models()),
+        chat_device: auto_placement(library.models(), &auto),
+        auto,
     })
+}
+
+/// Where `auto`'s model runs (a GPU or the CPU), if it is installed.
+fn auto_placement(models: &Models, auto: &Choice) -> Option<Placement> {
+    let model = models.find_kind(&auto.model, ModelKind::Llm).ok()?;
+    Some(device::placement_for_file(&model.file(MODEL_FILE)))
 }
 
 /// Makes `model` (`None`: none) the reranker of the default pipeline, saved as its new

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use quarry_core::llm::speed;
+use quarry_core::llm::embedded::MODEL_FILE;
+use quarry_core::llm::{device, speed};
 use quarry_core::models::{
     default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, ServedApi,
     ServedModel, DEFAULT_SERVED_BATCH, DEFAULT_SERVED_CONCURRENCY, RUNTIME_ID,
@@ -141,6 +142,14 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                     printable(&choice.model),
                     printable(&choice.why)
                 );
+                if let Ok(model) = models.find_kind(&choice.model, ModelKind::Llm) {
+                    let placement = device::placement_for_file(&model.file(MODEL_FILE));
+                    println!(
+                        "it runs on {}: {}",
+                        printable(&placement.label()),
+                        printable(&placement.why)
+                    );
+                }
             }
         }
         ModelsCommand::Fetch {
@@ -290,12 +299,18 @@ fn measure_and_print(
 
 /// A measured speed on one line.
 fn speed_line(speed: &speed::ChatSpeed) -> String {
+    let (prompt_on, generation_on) = if speed.device == "CPU" {
+        (
+            format!("{} thread(s)", speed.prompt_threads),
+            speed.threads.to_string(),
+        )
+    } else {
+        (printable(&speed.device).to_string(), "it".into())
+    };
     format!(
-        "{:.0} prompt tokens/s on {} thread(s), {:.1} generated tokens/s on {}, loads in {} ms; {}",
+        "{:.0} prompt tokens/s on {prompt_on}, {:.1} generated tokens/s on {generation_on}, loads in {} ms; {}",
         speed.prompt_tokens_per_sec,
-        speed.prompt_threads,
         speed.generation_tokens_per_sec,
-        speed.threads,
         speed.load_ms,
         speed::first_tokens(speed)
     )

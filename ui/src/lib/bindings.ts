@@ -180,6 +180,18 @@ export const events = {
 };
 
 /* Types */
+/**  A device llama.cpp can offload a model to. */
+export type Accelerator = {
+	/**  llama.cpp's name for it (`Vulkan0`). */
+	name: string,
+	/**  What the driver calls it (`NVIDIA GeForce RTX 4070`). */
+	description: string,
+	/**  Its memory in bytes. */
+	memory_total: number,
+	/**  How much of it is free, in bytes. */
+	memory_free: number,
+};
+
 /**  Everything the UI shows about indexing (the payload of `events::ActivityChanged`). */
 export type Activity = {
 	/**  Grows with every change: the UI ignores a snapshot older than the one it shows. */
@@ -452,6 +464,8 @@ export type ChatSpeed = {
 	generation_tokens_per_sec: number | null,
 	/**  Milliseconds to load the model. */
 	load_ms: number,
+	/**  Where it ran (`CPU`, `Vulkan0 (…)`; records from before this field: the CPU). */
+	device?: string,
 };
 
 /**  One recorded event of a turn, its detail as JSON text. */
@@ -1181,6 +1195,8 @@ export type ModelsOverview = {
 	pipeline_reranker: string | null,
 	/**  The chat model `auto` (the seeded modes' model) answers with, and why. */
 	auto: Choice,
+	/**  Where that model runs: a GPU, or the CPU and why (`None`: it is not installed). */
+	chat_device: Placement | null,
 };
 
 /**  What a new key may do. */
@@ -1317,6 +1333,14 @@ export type PipelineView = {
 	 *  definition against its snapshot (`tools.<slug>.settings.limit`), that differs.
 	 */
 	changes: ConfigChange[],
+};
+
+/**  Where a model is loaded, and why. */
+export type Placement = {
+	/**  The GPU; `None`: the CPU. */
+	device: Accelerator | null,
+	/**  Why there, in words. */
+	why: string,
 };
 
 /**  The kind of principal. */

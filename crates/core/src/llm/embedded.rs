@@ -19,6 +19,7 @@ use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
@@ -28,6 +29,7 @@ mod judge;
 
 pub use judge::Judgement;
 
+use super::device::{self, Placement, Preference};
 use super::{
     BackendInfo, Cancel, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Constraint, Role,
     StreamEvent, ThreadUse, ToolCall, ToolSpec, Usage, CANCELLED,
@@ -128,7 +130,7 @@ fn thread_use(configured: Option<usize>, generation: usize) -> ThreadUse {
 pub const LOG_TARGET: &str = "llama-cpp-2";
 
 /// llama.cpp's process-wide backend: it can be initialised only once.
-fn llama_backend() -> Result<&'static LlamaBackend> {
+pub(super) fn llama_backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
@@ -152,6 +154,8 @@ fn llama_backend() -> Result<&'static LlamaBackend> {
 pub struct EmbeddedBackend {
     config: EmbeddedConfig,
     model: LlamaModel,
+    /// The GPU it was loaded on, or the CPU, and why.
+    placement: Placement,
     threads: usize,
     /// One generation at a time: creating contexts from one model in parallel is unsound in
     /// llama.cpp, and two generations on two cores would only halve each other's speed.
@@ -193,12 +197,16 @@ impl EmbeddedBackend {
             return Err(failed("not a GGUF file".into()));
         }
         let backend = llama_backend()?;
-        let model = LlamaModel::load_from_file(backend, &config.model_path, &Default::default())
+        let bytes = std::fs::metadata(&config.model_path).map_or(0, |m| m.len());
+        let placement = device::place(&Preference::from_env(), &device::accelerators()?, bytes)?;
+        let (model, placement) = load_placed(backend, &config.model_path, placement)
             .map_err(|e| failed(format!("llama.cpp cannot load it: {e}")))?;
+        tracing::info!(model = %config.model_id, device = %placement.label(), why = %placement.why, "chat model loaded");
         let threads = config.threads.unwrap_or_else(default_threads).max(1);
         Ok(EmbeddedBackend {
             config,
             model,
+            placement,
             threads,
             busy: Mutex::new(()),
             judging: AtomicU64::new(0),
@@ -248,6 +256,11 @@ impl EmbeddedBackend {
     /// The model's name in reports.
     pub fn model_id(&self) -> &str {
         &self.config.model_id
+    }
+
+    /// Where the model runs.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// The generation thread count.
@@ -499,6 +512,7 @@ impl ChatBackend for EmbeddedBackend {
             location: self.config.model_path.display().to_string(),
             supports_tools: true,
             supports_grammar: true,
+            device: Some(self.placement.label()),
         }
     }
 
@@ -570,6 +584,36 @@ impl ChatBackend for EmbeddedBackend {
     }
 }
 
+/// Loads the model where `placement` says; when a GPU cannot take it (its driver fails, its
+/// memory runs out), on the CPU, saying why.
+fn load_placed(
+    backend: &LlamaBackend,
+    path: &Path,
+    placement: Placement,
+) -> std::result::Result<(LlamaModel, Placement), String> {
+    let on_cpu = LlamaModelParams::default().with_n_gpu_layers(0);
+    let Some(gpu) = &placement.device else {
+        return LlamaModel::load_from_file(backend, path, &on_cpu)
+            .map(|m| (m, placement))
+            .map_err(|e| e.to_string());
+    };
+    // Every layer: llama.cpp caps the count at the model's.
+    let on_gpu = LlamaModelParams::default()
+        .with_devices(&[gpu.index])
+        .map(|p| p.with_n_gpu_layers(u32::from(u16::MAX)));
+    let failure = match on_gpu.map_err(|e| e.to_string()).and_then(|params| {
+        LlamaModel::load_from_file(backend, path, &params).map_err(|e| e.to_string())
+    }) {
+        Ok(model) => return Ok((model, placement)),
+        Err(e) => e,
+    };
+    tracing::warn!(device = %gpu.name, error = %failure, "the GPU cannot take the chat model; loading it on the CPU");
+    let why = format!("{} could not load it ({failure})", gpu.name);
+    LlamaModel::load_from_file(backend, path, &on_cpu)
+        .map(|m| (m, Placement::cpu(why)))
+        .map_err(|e| e.to_string())
+}
+
 /// The models [`EmbeddedBackend::shared`] loaded, for the life of the process.
 fn shared_models() -> std::sync::MutexGuard<'static, Vec<Arc<EmbeddedBackend>>> {
     static LOADED: OnceLock<Mutex<Vec<Arc<EmbeddedBackend>>>> = OnceLock::new();
@@ -625,6 +669,10 @@ impl EmbeddedBackend {
             .with_n_batch(BATCH_TOKENS as u32)
             .with_n_threads(count(threads.generation))
             .with_n_threads_batch(count(threads.prompt));
+        // On the CPU, nothing of the model's work goes to a GPU either (llama.cpp would send
+        // a long prompt's products to one that did not take the weights).
+        let on_gpu = self.placement.device.is_some();
+        let params = params.with_offload_kqv(on_gpu).with_op_offload(on_gpu);
         self.model
             .new_context(backend, params)
             .map_err(|e| self.failed(format!("cannot create a context: {e}")))

@@ -6,6 +6,7 @@
 //! calls come back with their arguments as raw JSON text; the orchestrator parses and checks
 //! them against the tool's schema, so a lenient server cannot smuggle a bad call through.
 
+pub mod device;
 pub mod embedded;
 pub mod openai;
 pub mod speed;
@@ -244,6 +245,9 @@ pub struct BackendInfo {
     pub supports_tools: bool,
     /// Whether it honours [`Constraint::Grammar`].
     pub supports_grammar: bool,
+    /// The device it runs on, when it runs here (`Vulkan0 (…)`, `CPU`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// An LLM backend.

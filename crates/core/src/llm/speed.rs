@@ -64,6 +64,13 @@ pub struct ChatSpeed {
     pub generation_tokens_per_sec: f64,
     /// Milliseconds to load the model.
     pub load_ms: u64,
+    /// Where it ran (`CPU`, `Vulkan0 (…)`; records from before this field: the CPU).
+    #[serde(default = "on_the_cpu")]
+    pub device: String,
+}
+
+fn on_the_cpu() -> String {
+    "CPU".into()
 }
 
 impl ChatSpeed {
@@ -145,6 +152,7 @@ pub fn measure(models: &Models, id: &str, threads: Option<usize>) -> Result<Chat
         prompt_tokens_per_sec: 1000.0 / prompt,
         generation_tokens_per_sec: generation,
         load_ms,
+        device: backend.placement().label(),
     })
 }
 
@@ -157,11 +165,12 @@ fn read_all(dir: &Path) -> Vec<ChatSpeed> {
 }
 
 /// This machine's measurement of `model` at the default thread counts (the prompt on every
-/// core, generation on all but one), if one was kept.
+/// core, generation on all but one), if one was kept; of several (on the CPU and on a GPU),
+/// the latest.
 pub fn recorded(models: &Models, model: &str) -> Option<ChatSpeed> {
     let cpu = cpu_model();
     let (threads, prompt_threads) = (default_threads(), crate::cores::all());
-    models.dirs().iter().flat_map(|d| read_all(d)).find(|s| {
+    models.dirs().iter().flat_map(|d| read_all(d)).rfind(|s| {
         s.cpu == cpu
             && s.model == model
             && s.threads == threads
@@ -169,13 +178,14 @@ pub fn recorded(models: &Models, model: &str) -> Option<ChatSpeed> {
     })
 }
 
-/// Keeps `speed` in the install folder, replacing an older one for the same CPU, model and
-/// threads. Best effort: a folder that cannot be written only means measuring again.
+/// Keeps `speed` in the install folder, replacing an older one for the same CPU, device,
+/// model and threads. Best effort: a folder that cannot be written only means measuring again.
 pub fn remember(models: &Models, speed: &ChatSpeed) {
     let dir = models.install_dir();
     let mut all = read_all(dir);
     all.retain(|s| {
         !(s.cpu == speed.cpu
+            && s.device == speed.device
             && s.model == speed.model
             && s.threads == speed.threads
             && s.prompt_threads == speed.prompt_threads)
@@ -273,6 +283,7 @@ mod tests {
             prompt_tokens_per_sec,
             generation_tokens_per_sec: 10.0,
             load_ms: 100,
+            device: on_the_cpu(),
         }
     }
 
@@ -338,7 +349,7 @@ mod tests {
     }
 
     #[test]
-    fn measurements_are_kept_per_cpu_model_and_threads() {
+    fn measurements_are_kept_per_cpu_device_model_and_threads() {
         let dir = tempfile::tempdir().unwrap();
         let models = Models::at(vec![dir.path().to_path_buf()]);
         let mut mine = speed("small", 300.0);
@@ -361,8 +372,16 @@ mod tests {
         let mut again = mine.clone();
         again.prompt_tokens_per_sec = 320.0;
         remember(&models, &again);
+        assert_eq!(recorded(&models, "small"), Some(again.clone()));
+        // Measured on a GPU: kept beside the CPU's, and the latest is what `auto` reads.
+        let mut on_gpu = again.clone();
+        on_gpu.device = "Vulkan0 (Test GPU)".into();
+        on_gpu.prompt_tokens_per_sec = 3_000.0;
+        remember(&models, &on_gpu);
+        assert_eq!(recorded(&models, "small"), Some(on_gpu));
+        remember(&models, &again);
         assert_eq!(recorded(&models, "small"), Some(again));
-        let kept = if crate::cores::all() > 1 { 3 } else { 2 };
+        let kept = if crate::cores::all() > 1 { 4 } else { 3 };
         assert_eq!(read_all(dir.path()).len(), kept);
         assert!(recorded(&models, "big").is_none());
     }

@@ -359,6 +359,7 @@ impl ChatBackend for OpenAiBackend {
             supports_tools: !self.no_tools.load(Ordering::Relaxed),
             // llama-server honours `grammar`; other OpenAI servers may ignore it, so a hint.
             supports_grammar: self.config.dialect == Dialect::OpenAi && self.config.grammar,
+            device: None,
         }
     }
 

@@ -100,6 +100,7 @@ impl ChatBackend for ScriptedBackend {
             location: "memory".into(),
             supports_tools: false,
             supports_grammar: false,
+            device: None,
         }
     }
 
