@@ -83,8 +83,11 @@ pub struct ModelsOverview {
     pipeline_reranker: Option<String>,
     /// The chat model `auto` (the seeded modes' model) answers with, and why.
     auto: Choice,
-    /// Where that model runs: a GPU, or the CPU and why (`None`: it is not installed).
+    /// Where that model runs: a GPU, or the CPU and why (`None`: it is not installed, or
+    /// cannot load).
     chat_device: Option<Placement>,
+    /// Why it cannot load where `QUARRY_LLM_DEVICE` asks.
+    chat_device_problem: Option<String>,
 }
 
 /// The model the assistant's chosen backend (the desktop's own setting) answers with, if it
@@ -207,6 +210,7 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
     let coverage = library.embedding_coverage()?;
     let setup = library.models().setup_report();
     let auto = speed::choose(library.models());
+    let (chat_device, chat_device_problem) = auto_placement(library.models(), &auto);
     Ok(ModelsOverview {
         install_dir: library.models().install_dir().display().to_string(),
         runtime: setup.runtime,
@@ -220,15 +224,22 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
             })
             .collect(),
         pipeline_reranker: library.pipeline_reranker(DEFAULT_PIPELINE)?,
-        chat_device: auto_placement(library.models(), &auto),
+        chat_device,
+        chat_device_problem,
         auto,
     })
 }
 
-/// Where `auto`'s model runs (a GPU or the CPU), if it is installed.
-fn auto_placement(models: &Models, auto: &Choice) -> Option<Placement> {
-    let model = models.find_kind(&auto.model, ModelKind::Llm).ok()?;
-    Some(device::placement_for_file(&model.file(MODEL_FILE)))
+/// Where `auto`'s model runs (a GPU or the CPU), or why it cannot load there; nothing when it
+/// is not installed.
+fn auto_placement(models: &Models, auto: &Choice) -> (Option<Placement>, Option<String>) {
+    let Ok(model) = models.find_kind(&auto.model, ModelKind::Llm) else {
+        return (None, None);
+    };
+    match device::placement_for_file(&model.file(MODEL_FILE)) {
+        Ok(placement) => (Some(placement), None),
+        Err(e) => (None, Some(e.to_string())),
+    }
 }
 
 /// Makes `model` (`None`: none) the reranker of the default pipeline, saved as its new

@@ -2,11 +2,15 @@
 //
 // llama.cpp's Vulkan backend (built by llama-cpp-sys-2 with Quarry's `vulkan` feature) names
 // VK_EXT_layer_settings types unconditionally; they arrived in Vulkan headers 1.3.272, and
-// Debian 12 ships 1.3.239. llama.cpp chains the struct only to ask the validation layer for
-// best-practice checks, and enables the extension only when the loader offers it, so on older
-// headers the definitions below (the registry's, verbatim in layout) are all it needs. With
-// newer headers this file only includes the system's. `.cargo/config.toml` puts this folder
-// first on llama.cpp's include path (CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES).
+// Debian 12 ships 1.3.239. llama.cpp always chains a VkLayerSettingsCreateInfoEXT (asking the
+// validation layer for best-practice checks) into its instance's create info, but enables the
+// extension only for validation builds; without it the loader and drivers skip the struct, as
+// they do with newer headers. So the definitions below (the registry's, in layout and sType)
+// are all it needs; with newer headers this file only includes the system's.
+// `.cargo/config.toml` adds this folder to llama.cpp's include path
+// (CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES): CMake puts it after the explicit include paths but
+// before the compiler's own /usr/include, where Debian's headers are, so this file is found
+// first and #include_next reaches the system's.
 #pragma once
 
 #include_next <vulkan/vulkan.hpp>

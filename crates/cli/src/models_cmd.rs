@@ -143,12 +143,14 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                     printable(&choice.why)
                 );
                 if let Ok(model) = models.find_kind(&choice.model, ModelKind::Llm) {
-                    let placement = device::placement_for_file(&model.file(MODEL_FILE));
-                    println!(
-                        "it runs on {}: {}",
-                        printable(&placement.label()),
-                        printable(&placement.why)
-                    );
+                    match device::placement_for_file(&model.file(MODEL_FILE)) {
+                        Ok(placement) => println!(
+                            "it runs on {}: {}",
+                            printable(&placement.label()),
+                            printable(&placement.why)
+                        ),
+                        Err(e) => println!("it cannot load: {}", printable(&e.to_string())),
+                    }
                 }
             }
         }

@@ -319,6 +319,30 @@ fn models_measure_times_prompt_and_generation_on_the_threads_asked_and_keeps_the
     let refused = measure("0");
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--threads"));
+
+    // The list says where `auto`'s model runs, as QUARRY_LLM_DEVICE asks, and why.
+    let list = |device: &str| {
+        let out = env
+            .command(&["models", "list"])
+            .env("QUARRY_MODELS_DIR", &models_dir)
+            .env("QUARRY_LLM_DEVICE", device)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = list("cpu");
+    assert!(
+        listed.contains("it runs on CPU: QUARRY_LLM_DEVICE=cpu"),
+        "{listed}"
+    );
+    let listed = list("Vulkan9");
+    assert!(
+        listed.contains(
+            "it cannot load: invalid setting `QUARRY_LLM_DEVICE`: no device is called `Vulkan9`"
+        ),
+        "{listed}"
+    );
 }
 
 fn llama_server() -> LlamaServer {

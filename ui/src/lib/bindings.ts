@@ -1195,8 +1195,13 @@ export type ModelsOverview = {
 	pipeline_reranker: string | null,
 	/**  The chat model `auto` (the seeded modes' model) answers with, and why. */
 	auto: Choice,
-	/**  Where that model runs: a GPU, or the CPU and why (`None`: it is not installed). */
+	/**
+	 *  Where that model runs: a GPU, or the CPU and why (`None`: it is not installed, or
+	 *  cannot load).
+	 */
 	chat_device: Placement | null,
+	/**  Why it cannot load where `QUARRY_LLM_DEVICE` asks. */
+	chat_device_problem: string | null,
 };
 
 /**  What a new key may do. */

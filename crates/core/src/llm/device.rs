@@ -92,18 +92,23 @@ impl Placement {
     }
 }
 
-/// The GPUs llama.cpp can offload to, in its order (none without the `vulkan` feature).
+/// The GPUs llama.cpp can offload to, discrete ones first (an integrated GPU's memory is the
+/// system's, so it would always seem to have room), else in llama.cpp's order; none without
+/// the `vulkan` feature.
 pub fn accelerators() -> Result<Vec<Accelerator>> {
     super::embedded::llama_backend()?;
-    Ok(llama_cpp_2::list_llama_ggml_backend_devices()
+    let mut found: Vec<_> = llama_cpp_2::list_llama_ggml_backend_devices()
         .into_iter()
-        .filter(|d| {
-            matches!(
-                d.device_type,
-                LlamaBackendDeviceType::Gpu | LlamaBackendDeviceType::IntegratedGpu
-            )
+        .filter_map(|d| match d.device_type {
+            LlamaBackendDeviceType::Gpu => Some((0, d)),
+            LlamaBackendDeviceType::IntegratedGpu => Some((1, d)),
+            _ => None,
         })
-        .map(|d| Accelerator {
+        .collect();
+    found.sort_by_key(|(integrated, _)| *integrated);
+    Ok(found
+        .into_iter()
+        .map(|(_, d)| Accelerator {
             index: d.index,
             name: d.name,
             description: d.description,
@@ -176,13 +181,15 @@ fn names(accelerators: &[Accelerator]) -> String {
         .join(", ")
 }
 
-/// Where a model file would be loaded now, as [`DEVICE_ENV`] asks (for the Models view and
-/// `quarry models list`); an unusable setting is said as the reason it stays on the CPU.
-pub fn placement_for_file(path: &std::path::Path) -> Placement {
+/// Where a model file runs: where it was loaded, when this process holds it (its memory on a
+/// GPU is no longer free), else where it would be loaded now, as [`DEVICE_ENV`] asks. An
+/// error when the setting names no device here (loading would fail the same way).
+pub fn placement_for_file(path: &std::path::Path) -> Result<Placement> {
+    if let Some(loaded) = super::embedded::EmbeddedBackend::shared_placement(path) {
+        return Ok(loaded);
+    }
     let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
-    accelerators()
-        .and_then(|found| place(&Preference::from_env(), &found, bytes))
-        .unwrap_or_else(|e| Placement::cpu(e.to_string()))
+    place(&Preference::from_env(), &accelerators()?, bytes)
 }
 
 #[cfg(test)]

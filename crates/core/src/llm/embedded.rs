@@ -253,6 +253,14 @@ impl EmbeddedBackend {
         shared_models().iter().any(|b| b.config.model_path == path)
     }
 
+    /// Where [`EmbeddedBackend::shared`] loaded the model at `path`, if it did.
+    pub fn shared_placement(path: &Path) -> Option<Placement> {
+        shared_models()
+            .iter()
+            .find(|b| b.config.model_path == path)
+            .map(|b| b.placement.clone())
+    }
+
     /// The model's name in reports.
     pub fn model_id(&self) -> &str {
         &self.config.model_id
@@ -591,27 +599,33 @@ fn load_placed(
     path: &Path,
     placement: Placement,
 ) -> std::result::Result<(LlamaModel, Placement), String> {
-    let on_cpu = LlamaModelParams::default().with_n_gpu_layers(0);
-    let Some(gpu) = &placement.device else {
-        return LlamaModel::load_from_file(backend, path, &on_cpu)
-            .map(|m| (m, placement))
-            .map_err(|e| e.to_string());
+    // An empty device list: no GPU takes a layer, a buffer or a context's backend (with the
+    // list unset llama.cpp would still start every GPU and keep the weights in its pinned
+    // host memory instead of the memory-mapped file).
+    let on_cpu = || -> std::result::Result<LlamaModel, String> {
+        let params = LlamaModelParams::default()
+            .with_devices(&[])
+            .map_err(|e| e.to_string())?;
+        LlamaModel::load_from_file(backend, path, &params).map_err(|e| e.to_string())
     };
-    // Every layer: llama.cpp caps the count at the model's.
+    let Some(gpu) = &placement.device else {
+        return on_cpu().map(|m| (m, placement));
+    };
+    // llama.cpp's default layer count is every layer.
     let on_gpu = LlamaModelParams::default()
         .with_devices(&[gpu.index])
-        .map(|p| p.with_n_gpu_layers(u32::from(u16::MAX)));
-    let failure = match on_gpu.map_err(|e| e.to_string()).and_then(|params| {
-        LlamaModel::load_from_file(backend, path, &params).map_err(|e| e.to_string())
-    }) {
-        Ok(model) => return Ok((model, placement)),
-        Err(e) => e,
-    };
-    tracing::warn!(device = %gpu.name, error = %failure, "the GPU cannot take the chat model; loading it on the CPU");
-    let why = format!("{} could not load it ({failure})", gpu.name);
-    LlamaModel::load_from_file(backend, path, &on_cpu)
-        .map(|m| (m, Placement::cpu(why)))
         .map_err(|e| e.to_string())
+        .and_then(|params| {
+            LlamaModel::load_from_file(backend, path, &params).map_err(|e| e.to_string())
+        });
+    match on_gpu {
+        Ok(model) => Ok((model, placement)),
+        Err(failure) => {
+            tracing::warn!(device = %gpu.name, error = %failure, "the GPU cannot take the chat model; loading it on the CPU");
+            let why = format!("{} could not load it ({failure})", gpu.name);
+            on_cpu().map(|m| (m, Placement::cpu(why)))
+        }
+    }
 }
 
 /// The models [`EmbeddedBackend::shared`] loaded, for the life of the process.

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::embedded::{default_threads, EmbeddedBackend, EmbeddedConfig};
+use super::device::{self, Preference};
+use super::embedded::{default_threads, EmbeddedBackend, EmbeddedConfig, MODEL_FILE};
 use super::{ChatBackend, ChatMessage, ChatRequest};
 use crate::models::{cpu_model, default_llm_model, manifest, ModelKind, Models};
 use crate::Result;
@@ -165,17 +166,37 @@ fn read_all(dir: &Path) -> Vec<ChatSpeed> {
 }
 
 /// This machine's measurement of `model` at the default thread counts (the prompt on every
-/// core, generation on all but one), if one was kept; of several (on the CPU and on a GPU),
-/// the latest.
+/// core, generation on all but one), if one was kept. Measured on the CPU and on a GPU, the
+/// one where the model runs now (asked of llama.cpp only then: starting it loads the
+/// machine's Vulkan drivers); `QUARRY_LLM_DEVICE=cpu` reads only the CPU's.
 pub fn recorded(models: &Models, model: &str) -> Option<ChatSpeed> {
     let cpu = cpu_model();
     let (threads, prompt_threads) = (default_threads(), crate::cores::all());
-    models.dirs().iter().flat_map(|d| read_all(d)).rfind(|s| {
-        s.cpu == cpu
-            && s.model == model
-            && s.threads == threads
-            && s.prompt_threads == prompt_threads
-    })
+    let mut found: Vec<ChatSpeed> = models
+        .dirs()
+        .iter()
+        .flat_map(|d| read_all(d))
+        .filter(|s| {
+            s.cpu == cpu
+                && s.model == model
+                && s.threads == threads
+                && s.prompt_threads == prompt_threads
+        })
+        .collect();
+    if Preference::from_env() == Preference::Cpu {
+        found.retain(|s| s.device == on_the_cpu());
+    }
+    if found.iter().any(|s| s.device != found[0].device) {
+        let here = models
+            .find_kind(model, ModelKind::Llm)
+            .ok()
+            .and_then(|m| device::placement_for_file(&m.file(MODEL_FILE)).ok())
+            .map_or_else(on_the_cpu, |p| p.label());
+        if found.iter().any(|s| s.device == here) {
+            found.retain(|s| s.device == here);
+        }
+    }
+    found.pop()
 }
 
 /// Keeps `speed` in the install folder, replacing an older one for the same CPU, device,
@@ -373,12 +394,13 @@ mod tests {
         again.prompt_tokens_per_sec = 320.0;
         remember(&models, &again);
         assert_eq!(recorded(&models, "small"), Some(again.clone()));
-        // Measured on a GPU: kept beside the CPU's, and the latest is what `auto` reads.
+        // Measured on a GPU too: kept beside the CPU's, and `auto` reads the one of the device
+        // the model runs on now (the CPU here: "small" is not installed).
         let mut on_gpu = again.clone();
         on_gpu.device = "Vulkan0 (Test GPU)".into();
         on_gpu.prompt_tokens_per_sec = 3_000.0;
         remember(&models, &on_gpu);
-        assert_eq!(recorded(&models, "small"), Some(on_gpu));
+        assert_eq!(recorded(&models, "small"), Some(again.clone()));
         remember(&models, &again);
         assert_eq!(recorded(&models, "small"), Some(again));
         let kept = if crate::cores::all() > 1 { 4 } else { 3 };
