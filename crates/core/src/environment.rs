@@ -15,6 +15,7 @@
 //! | `QUARRY_BWRAP` | bubblewrap's path, or `none` to turn the sandbox tier off |
 //! | `QUARRY_UNCONFINED_CODE_TOOLS` | `admin`: where the OS cannot confine code tools (no user namespaces, seccomp or Landlock), the administrator may still run them |
 //! | `OMP_WAIT_POLICY` | read to warn when llama.cpp's OpenMP threads will spin |
+//! | `QUARRY_LLM_DEVICE` | where the embedded chat model runs: `auto` (the first GPU with room, else the CPU), `cpu`, or a device's name (`Vulkan0`); see `llm::device` |
 //! | `TESSDATA_PREFIX` | Tesseract's language data folder for OCR (default: Debian's and other usual places) |
 //!
 //! An OpenAI-compatible backend's API key is read from the variable its configuration names
@@ -77,6 +78,11 @@ pub fn embed_memory_mib() -> Option<u64> {
 /// the model file says (see `embed::int8_matmul`); anything else, or unset, runs them in int8.
 pub fn embed_int8_products() -> bool {
     std::env::var("QUARRY_EMBED_INT8").map_or(true, |v| v.trim() != "0")
+}
+
+/// `QUARRY_LLM_DEVICE`, as set (`None`: unset).
+pub fn llm_device() -> Option<String> {
+    std::env::var(crate::llm::device::DEVICE_ENV).ok()
 }
 
 /// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.

@@ -60,7 +60,7 @@ impl Preference {
 
     /// From [`DEVICE_ENV`]; `auto` when it is not set.
     pub fn from_env() -> Preference {
-        std::env::var(DEVICE_ENV).map_or(Preference::Auto, |v| Preference::parse(&v))
+        crate::environment::llm_device().map_or(Preference::Auto, |v| Preference::parse(&v))
     }
 }
 
