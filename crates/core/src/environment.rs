@@ -80,9 +80,12 @@ pub fn embed_int8_products() -> bool {
     std::env::var("QUARRY_EMBED_INT8").map_or(true, |v| v.trim() != "0")
 }
 
+/// The variable that places the embedded chat model (`llm::device`).
+pub const LLM_DEVICE: &str = "QUARRY_LLM_DEVICE";
+
 /// `QUARRY_LLM_DEVICE`, as set (`None`: unset).
 pub fn llm_device() -> Option<String> {
-    std::env::var(crate::llm::device::DEVICE_ENV).ok()
+    std::env::var(LLM_DEVICE).ok()
 }
 
 /// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.

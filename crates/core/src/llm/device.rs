@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::{Error, Result};
 
 /// The environment variable that picks the device.
-pub const DEVICE_ENV: &str = "QUARRY_LLM_DEVICE";
+pub const DEVICE_ENV: &str = crate::environment::LLM_DEVICE;
 
 /// Free memory a model needs beyond its file: the KV cache of a 4,096-token context and the
 /// compute buffers (about 330 MiB for the 1.5B model).
