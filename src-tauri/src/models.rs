@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use quarry_core::llm::device::{self, Placement};
-use quarry_core::llm::embedded::{EmbeddedBackend, MODEL_FILE};
+use quarry_core::llm::embedded::EmbeddedBackend;
 use quarry_core::llm::speed::{self, ChatSpeed, Choice};
 use quarry_core::models::{spec, FetchProgress, InstalledModel, ModelKind, Models, RuntimeStatus};
 use quarry_core::orchestrator::BackendConfig;
@@ -233,12 +233,10 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
 /// Where `auto`'s model runs (a GPU or the CPU), or why it cannot load there; nothing when it
 /// is not installed.
 fn auto_placement(models: &Models, auto: &Choice) -> (Option<Placement>, Option<String>) {
-    let Ok(model) = models.find_kind(&auto.model, ModelKind::Llm) else {
-        return (None, None);
-    };
-    match device::placement_for_file(&model.file(MODEL_FILE)) {
-        Ok(placement) => (Some(placement), None),
-        Err(e) => (None, Some(e.to_string())),
+    match device::placement_of_installed(models, &auto.model) {
+        Some(Ok(placement)) => (Some(placement), None),
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
     }
 }
 

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use quarry_core::llm::embedded::MODEL_FILE;
 use quarry_core::llm::{device, speed};
 use quarry_core::models::{
     default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, ServedApi,
@@ -142,15 +141,14 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                     printable(&choice.model),
                     printable(&choice.why)
                 );
-                if let Ok(model) = models.find_kind(&choice.model, ModelKind::Llm) {
-                    match device::placement_for_file(&model.file(MODEL_FILE)) {
-                        Ok(placement) => println!(
-                            "it runs on {}: {}",
-                            printable(&placement.label()),
-                            printable(&placement.why)
-                        ),
-                        Err(e) => println!("it cannot load: {}", printable(&e.to_string())),
-                    }
+                match device::placement_of_installed(models, &choice.model) {
+                    Some(Ok(placement)) => println!(
+                        "it runs on {}: {}",
+                        printable(&placement.label()),
+                        printable(&placement.why)
+                    ),
+                    Some(Err(e)) => println!("it cannot load: {}", printable(&e.to_string())),
+                    None => {}
                 }
             }
         }
@@ -301,7 +299,7 @@ fn measure_and_print(
 
 /// A measured speed on one line.
 fn speed_line(speed: &speed::ChatSpeed) -> String {
-    let (prompt_on, generation_on) = if speed.device == "CPU" {
+    let (prompt_on, generation_on) = if speed.device == device::CPU {
         (
             format!("{} thread(s)", speed.prompt_threads),
             speed.threads.to_string(),

@@ -11,10 +11,15 @@
 use llama_cpp_2::LlamaBackendDeviceType;
 use serde::Serialize;
 
+use super::embedded::MODEL_FILE;
+use crate::models::{ModelKind, Models};
 use crate::{Error, Result};
 
 /// The environment variable that picks the device.
 pub const DEVICE_ENV: &str = crate::environment::LLM_DEVICE;
+
+/// How the CPU is named where a device's label stands ([`Placement::label`], measured speeds).
+pub const CPU: &str = "CPU";
 
 /// Free memory a model needs beyond its file: the KV cache of a 4,096-token context and the
 /// compute buffers (about 330 MiB for the 1.5B model).
@@ -87,7 +92,7 @@ impl Placement {
     pub fn label(&self) -> String {
         match &self.device {
             Some(d) => format!("{} ({})", d.name, d.description),
-            None => "CPU".into(),
+            None => CPU.into(),
         }
     }
 }
@@ -179,6 +184,13 @@ fn names(accelerators: &[Accelerator]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Where the installed chat model `id` runs ([`placement_for_file`]); `None` when it is not
+/// installed.
+pub fn placement_of_installed(models: &Models, id: &str) -> Option<Result<Placement>> {
+    let model = models.find_kind(id, ModelKind::Llm).ok()?;
+    Some(placement_for_file(&model.file(MODEL_FILE)))
 }
 
 /// Where a model file runs: where it was loaded, when this process holds it (its memory on a

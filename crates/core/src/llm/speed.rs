@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::device::{self, Preference};
-use super::embedded::{default_threads, EmbeddedBackend, EmbeddedConfig, MODEL_FILE};
+use super::embedded::{default_threads, EmbeddedBackend, EmbeddedConfig};
 use super::{ChatBackend, ChatMessage, ChatRequest};
 use crate::models::{cpu_model, default_llm_model, manifest, ModelKind, Models};
 use crate::Result;
@@ -71,7 +71,7 @@ pub struct ChatSpeed {
 }
 
 fn on_the_cpu() -> String {
-    "CPU".into()
+    device::CPU.into()
 }
 
 impl ChatSpeed {
@@ -187,10 +187,8 @@ pub fn recorded(models: &Models, model: &str) -> Option<ChatSpeed> {
         found.retain(|s| s.device == on_the_cpu());
     }
     if found.iter().any(|s| s.device != found[0].device) {
-        let here = models
-            .find_kind(model, ModelKind::Llm)
-            .ok()
-            .and_then(|m| device::placement_for_file(&m.file(MODEL_FILE)).ok())
+        let here = device::placement_of_installed(models, model)
+            .and_then(|placed| placed.ok())
             .map_or_else(on_the_cpu, |p| p.label());
         if found.iter().any(|s| s.device == here) {
             found.retain(|s| s.device == here);
