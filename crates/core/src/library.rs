@@ -175,6 +175,11 @@ impl Library {
             }
         }
         crate::pipeline::install_seeds(&library.store, &library.executor)?;
+        // Chats run an applied revision: it takes up what an amendment of the seeds saved.
+        crate::orchestrator::revisions::follow_amended_pipelines(
+            &library.store,
+            &crate::pipeline::amendment_authors(),
+        )?;
         Ok(library)
     }
 

@@ -253,3 +253,68 @@ fn the_default_pipeline_s_reranker_is_chosen_and_saved_as_a_new_version() {
         .unwrap();
     assert_eq!(library.pipeline_reranker("default").unwrap(), None);
 }
+
+/// The `max_per_document` of the default pipeline's retrieval tool in the tool itself, the
+/// pipeline's newest version and the chat's newest revision.
+fn answers_per_page(library: &Library) -> [Option<u64>; 3] {
+    let setting = |tool: &quarry_core::ToolDefinition| tool.settings["max_per_document"].as_u64();
+    let slug = "retrieve-hybrid-coverage";
+    let pipeline = library.pipeline("default").unwrap();
+    let revision = library.orchestrator_revision("default", None).unwrap();
+    [
+        setting(&library.tool(slug).unwrap()),
+        setting(&pipeline.saved.unwrap().tools[slug]),
+        setting(&revision.pipelines["default"].tools[slug]),
+    ]
+}
+
+#[test]
+fn a_library_seeded_before_a_seed_was_amended_takes_it_up_in_the_tool_the_pipeline_and_the_chat() {
+    let f = Fixture::new();
+    // Seeded today: no amendment to take up.
+    assert_eq!(answers_per_page(&f.library), [Some(0); 3]);
+    assert_eq!(
+        f.library.orchestrator_revisions("default").unwrap().len(),
+        1
+    );
+
+    // As seeded before (two passages per page), and a second library nobody changed the seed
+    // of that chose its own value.
+    let old = |value: i64| {
+        let db = rusqlite::Connection::open(f.data.path().join("quarry.db")).unwrap();
+        db.execute_batch(&format!(
+            r#"UPDATE tools SET definition = json_set(definition, '$.settings.max_per_document', {value})
+                 WHERE slug = 'retrieve-hybrid-coverage';
+               UPDATE pipeline_versions SET definition = json_set(definition,
+                 '$.tools."retrieve-hybrid-coverage".settings.max_per_document', {value});
+               UPDATE orchestrator_revisions SET snapshot = json_set(snapshot,
+                 '$.pipelines.default.tools."retrieve-hybrid-coverage".settings.max_per_document', {value});
+               DELETE FROM meta WHERE key = 'seeds_revision';"#
+        ))
+        .unwrap();
+    };
+    old(2);
+    let library = f.reopen(Default::default());
+    assert_eq!(answers_per_page(&library), [Some(0); 3]);
+    let pipeline = library.pipeline("default").unwrap();
+    assert_eq!(pipeline.versions, [1, 2]);
+    let amended_by = pipeline.saved.unwrap().saved_by;
+    assert!(amended_by.starts_with("quarry ("), "{amended_by}");
+    // The chat runs it through a new revision of its configuration, applied by the amendment.
+    let revision = library.orchestrator_revision("default", None).unwrap();
+    assert_eq!(revision.revision, 2);
+    assert_eq!(revision.applied_by, amended_by);
+    assert_eq!(revision.pipelines["default"].version, Some(2));
+    // Once.
+    drop(library);
+    let library = f.reopen(Default::default());
+    assert_eq!(library.orchestrator_revisions("default").unwrap().len(), 2);
+    assert_eq!(library.pipeline("default").unwrap().versions, [1, 2]);
+
+    // A value somebody chose stays everywhere.
+    drop(library);
+    old(5);
+    let library = f.reopen(Default::default());
+    assert_eq!(answers_per_page(&library), [Some(5); 3]);
+    assert_eq!(library.orchestrator_revisions("default").unwrap().len(), 2);
+}

@@ -191,6 +191,75 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
     Ok(applied)
 }
 
+/// A new revision of each configuration whose newest revision runs a pipeline at the version
+/// just before one an amendment of the seeds saved (`authors`: who those versions say saved
+/// them), running that version instead. The configuration and direct tools stay as the newest
+/// revision had them: a draft's unapplied edits stay unapplied, and a pipeline version somebody
+/// saved is still taken up only when they apply. Nothing to follow: nothing written.
+pub(crate) fn follow_amended_pipelines(store: &Store, authors: &[&str]) -> Result<()> {
+    for name in store.orchestrator_config_names()? {
+        let latest = match revision(store, &name, None) {
+            Ok(latest) => latest,
+            Err(Error::OrchestratorNotReady(_)) => continue, // never applied
+            Err(e) => return Err(e),
+        };
+        let mut pipelines = latest.pipelines.clone();
+        let mut followed: Option<String> = None;
+        for (pipeline, running) in pipelines.iter_mut() {
+            // A pipeline deleted since is the revision's readiness problem, not this one's.
+            let Some(saved) = crate::pipeline::show(store, pipeline)
+                .ok()
+                .and_then(|view| view.saved)
+            else {
+                continue;
+            };
+            if authors.contains(&saved.saved_by.as_str())
+                && running.version == Some(saved.version - 1)
+            {
+                *running = crate::pipeline::resolve(store, pipeline, false)?;
+                followed = Some(saved.saved_by);
+            }
+        }
+        if let Some(applied_by) = followed {
+            insert_revision_of(store, &latest, pipelines, &applied_by)?;
+        }
+    }
+    Ok(())
+}
+
+/// Records `latest`'s configuration and tools with `pipelines` as the next revision.
+fn insert_revision_of(
+    store: &Store,
+    latest: &AppliedRevision,
+    pipelines: BTreeMap<String, ResolvedPipeline>,
+    applied_by: &str,
+) -> Result<()> {
+    let tx = store.write()?;
+    let (id, _) = parse_config_row(
+        &latest.name,
+        store::orchestrator_config_in(&tx, &latest.name)?,
+    )?;
+    let next = store::next_orchestrator_revision(&tx, id)?;
+    if next != latest.revision + 1 {
+        return Ok(()); // another process applied one meanwhile
+    }
+    let snapshot = Snapshot {
+        tools: latest.tools.clone(),
+        pipelines,
+    };
+    store::insert_orchestrator_revision(
+        &tx,
+        id,
+        next,
+        &latest.config.to_json(),
+        &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
+        applied_by,
+        now_unix(),
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
 /// A revision (`None`: the newest).
 pub(crate) fn revision(
     store: &Store,

@@ -47,6 +47,7 @@ pub(crate) use orchestrator::{
 pub(crate) use outbox::{FulltextRow, PageRow};
 pub(crate) use pipelines::{
     insert_pipeline, insert_pipeline_version, latest_pipeline_versions, next_pipeline_version,
+    LatestPipelineVersion,
 };
 pub(crate) use records::{bytes_to_path, path_to_bytes, DocumentState};
 pub use records::{

@@ -32,6 +32,10 @@ const MAX_SENTENCE_CHARS: usize = 360;
 const SHOWN_SENTENCES: usize = 6;
 /// A sentence scoring under this share of the best one is not worth the model's time.
 const MIN_SHARE_OF_BEST: f32 = 0.5;
+/// The best sentences bring the sentence after them, whatever it starts with: the one that
+/// names the question's subject is often followed by the one stating the fact ("Using if let
+/// means less typing …" "However, you lose the exhaustive checking …").
+const FOLLOWED: usize = 2;
 /// A sentence of fewer words (a heading, a label) is scored, but not shown: it cannot answer.
 const MIN_SHOWN_WORDS: usize = 4;
 /// What a line of code keeps of its score: the model answers in prose, and a set's facts are
@@ -436,6 +440,7 @@ fn support(question: &str, items: &[EvidenceItem], scored: &[ScoredSentence]) ->
 /// The best sentences within the budget, grouped by passage. A sentence that leans on the one
 /// before it ("It …") brings that one along, and a sentence followed by one that leans on it
 /// ("This is known as a double free") brings that one too: the fact is often the second half.
+/// The first [`FOLLOWED`] sentences chosen bring the next one in any case.
 fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSentence> {
     let all = scored.clone();
     scored.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -443,6 +448,8 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
     let at = |n: i64, position: usize| all.iter().find(|p| p.n == n && p.position == position);
     let mut shown: Vec<ScoredSentence> = Vec::new();
     let mut used = 0;
+    // Sentences chosen for their own score (not brought along by a neighbour).
+    let mut chosen = 0;
     for s in scored {
         if shown.len() >= SHOWN_SENTENCES || s.score < floor {
             break;
@@ -465,7 +472,8 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
         picked.push(s.clone());
         if let Some(after) = at(s.n, s.position + 1) {
             let introduces = s.text.trim_end().ends_with(':');
-            if (leans_back(&after.text) || introduces) && !is_shown(&shown, after) {
+            let followed = chosen < FOLLOWED;
+            if (leans_back(&after.text) || introduces || followed) && !is_shown(&shown, after) {
                 picked.push(after.clone());
                 // What a colon introduces comes after its caption ("Filename: Cargo.toml").
                 if introduces && is_label(&after.text) {
@@ -480,6 +488,7 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
             continue;
         }
         used += cost;
+        chosen += 1;
         shown.extend(picked);
     }
     shown
@@ -649,6 +658,41 @@ mod tests {
         );
         // Each sentence once.
         assert_eq!(text.matches("It converts").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn the_best_sentences_bring_the_one_after_them_where_the_fact_often_is() {
+        let passages = vec![item(
+            1,
+            "Concise control flow with if let",
+            "The syntax if let takes a pattern and an expression. \
+             Using if let means less typing, less indentation, and less boilerplate code than a match. \
+             However, you lose the exhaustive checking that match enforces. \
+             The code in the block only runs if the value matches the pattern.",
+        )];
+        let question = "What do you give up by writing if let instead of a full match?";
+        let text = select(question, &passages, None, 400).text_of(1);
+        assert!(
+            text.contains("than a match. However, you lose the exhaustive checking"),
+            "{text}"
+        );
+        // Past the first sentences chosen, a sentence brings only what leans on it.
+        let many: Vec<EvidenceItem> = (1..=8)
+            .map(|n| {
+                item(
+                    n,
+                    "Matching",
+                    &format!("A match on value {n} must be exhaustive. Unrelated words {n}."),
+                )
+            })
+            .collect();
+        let selection = select("Must a match be exhaustive?", &many, None, 2000);
+        let followers = selection
+            .shown
+            .iter()
+            .filter(|s| s.text.starts_with("Unrelated"))
+            .count();
+        assert_eq!(followers, FOLLOWED, "{:?}", selection.shown);
     }
 
     #[test]
