@@ -475,11 +475,22 @@ fn choose(mut scored: Vec<ScoredSentence>, budget_chars: usize) -> Vec<ScoredSen
             let followed = chosen < FOLLOWED;
             if (leans_back(&after.text) || introduces || followed) && !is_shown(&shown, after) {
                 picked.push(after.clone());
-                // What a colon introduces comes after its caption ("Filename: Cargo.toml").
-                if introduces && is_label(&after.text) {
-                    if let Some(next) = at(s.n, s.position + 2).filter(|p| !is_shown(&shown, p)) {
-                        picked.push(next.clone());
+                // What a colon introduces comes along (a sentence brought along may end with
+                // one too), past its caption ("Filename: Cargo.toml").
+                let mut previous = (introduces, after);
+                for offset in 2..=3 {
+                    let (introduced, last) = previous;
+                    let colon = last.text.trim_end().ends_with(':');
+                    let captioned = introduced && is_label(&last.text);
+                    if !(colon || captioned) {
+                        break;
                     }
+                    let Some(next) = at(s.n, s.position + offset).filter(|p| !is_shown(&shown, p))
+                    else {
+                        break;
+                    };
+                    picked.push(next.clone());
+                    previous = (colon, next);
                 }
             }
         }
