@@ -179,6 +179,7 @@ impl Library {
         crate::orchestrator::revisions::follow_amended_pipelines(
             &library.store,
             &crate::pipeline::amendment_authors(),
+            crate::pipeline::seeds_revision(),
         )?;
         Ok(library)
     }

@@ -289,7 +289,7 @@ fn a_library_seeded_before_a_seed_was_amended_takes_it_up_in_the_tool_the_pipeli
                  '$.tools."retrieve-hybrid-coverage".settings.max_per_document', {value});
                UPDATE orchestrator_revisions SET snapshot = json_set(snapshot,
                  '$.pipelines.default.tools."retrieve-hybrid-coverage".settings.max_per_document', {value});
-               DELETE FROM meta WHERE key = 'seeds_revision';"#
+               DELETE FROM meta WHERE key IN ('seeds_revision', 'seeds_followed');"#
         ))
         .unwrap();
     };

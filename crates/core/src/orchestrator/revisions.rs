@@ -196,7 +196,19 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
 /// them), running that version instead. The configuration and direct tools stay as the newest
 /// revision had them: a draft's unapplied edits stay unapplied, and a pipeline version somebody
 /// saved is still taken up only when they apply. Nothing to follow: nothing written.
-pub(crate) fn follow_amended_pipelines(store: &Store, authors: &[&str]) -> Result<()> {
+/// Done once per seeds revision (`meta.seeds_followed`), not at every start: it reads every
+/// configuration's newest revision.
+pub(crate) fn follow_amended_pipelines(
+    store: &Store,
+    authors: &[&str],
+    seeds_revision: u32,
+) -> Result<()> {
+    let followed = store
+        .meta(FOLLOWED_SEEDS)?
+        .and_then(|v| v.parse::<u32>().ok());
+    if followed.is_some_and(|f| f >= seeds_revision) {
+        return Ok(());
+    }
     for name in store.orchestrator_config_names()? {
         let latest = match revision(store, &name, None) {
             Ok(latest) => latest,
@@ -224,8 +236,11 @@ pub(crate) fn follow_amended_pipelines(store: &Store, authors: &[&str]) -> Resul
             insert_revision_of(store, &latest, pipelines, &applied_by)?;
         }
     }
-    Ok(())
+    store.set_meta(FOLLOWED_SEEDS, &seeds_revision.to_string())
 }
+
+/// The `meta` key holding the seeds revision whose amended pipelines the chat follows.
+const FOLLOWED_SEEDS: &str = "seeds_followed";
 
 /// Records `latest`'s configuration and tools with `pipelines` as the next revision.
 fn insert_revision_of(

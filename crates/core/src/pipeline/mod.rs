@@ -40,7 +40,7 @@ pub use run::{
     call_action, run, run_resolved, ActionCall, PipelineRun, RunOptions, StageOutput, StageReport,
     TestInput, ToolTestReport,
 };
-pub(crate) use seeds::{amendment_authors, install_seeds};
+pub(crate) use seeds::{amendment_authors, install_seeds, latest_revision as seeds_revision};
 
 /// The seeded pipeline's name.
 pub const DEFAULT_PIPELINE: &str = "default";

@@ -71,7 +71,8 @@ const AMENDMENTS: &[Amendment] = &[Amendment {
     why: "quarry (more of the best page's passages for answers)",
 }];
 
-fn latest_revision() -> u32 {
+/// The newest amendment's revision.
+pub(crate) fn latest_revision() -> u32 {
     AMENDMENTS.iter().map(|a| a.revision).max().unwrap_or(0)
 }
 
