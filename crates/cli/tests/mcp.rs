@@ -115,7 +115,7 @@ fn mcp_audit(env: &TestEnv) -> Vec<Value> {
 fn a_real_client_over_stdio_searches_pages_and_reads_within_its_key() {
     let library = mcp_library();
     let out = run_client(&library, "stdio", None);
-    assert_eq!(out.matches("ok: ").count(), 14, "{out}");
+    assert_eq!(out.matches("ok: ").count(), 15, "{out}");
 
     let audit = mcp_audit(&library.env);
     assert!(audit.len() >= 8, "{audit:#?}");

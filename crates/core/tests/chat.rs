@@ -1187,6 +1187,42 @@ fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
 }
 
 #[test]
+fn a_result_over_the_output_length_gate_reaches_the_model_as_json_with_its_best_passages() {
+    let f = fixture();
+    apply_edited(&f.library, |draft| {
+        draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
+            max_chars: 400,
+            action: quarry_core::orchestrator::gates::GateAction::Truncate,
+        });
+    });
+    let script = serve_script(vec![
+        sse_tool_call("run_pipeline", &json!({"query": "pump pressure service"})),
+        sse_answer("See [1]."),
+    ]);
+    let result = f
+        .library
+        .chat("pump?", &agent_options(&script.url), &mut |_| {})
+        .unwrap();
+    let seen = script.tool_results(1).remove(0);
+    assert!(seen.chars().count() <= 400, "{seen}");
+    // Cut by whole passages, not by characters: the model (or an MCP client) parses it.
+    let parsed: Value = serde_json::from_str(&seen).expect("still JSON");
+    let shown = parsed["evidence"].as_array().unwrap();
+    assert_eq!(shown[0]["cite"], "[1]", "{seen}");
+    let gates = &events(&result, "tool.result")[0]["gates"];
+    assert!(
+        gates
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["gate"] == "output_length"
+                && g["decision"] == "truncate"
+                && g["reason"].as_str().unwrap().contains("output length gate")),
+        "{gates}"
+    );
+}
+
+#[test]
 fn a_stopped_answer_keeps_what_was_written_and_says_so() {
     let f = fixture();
     let mut options = ChatOptions::new(Principal::administrator());

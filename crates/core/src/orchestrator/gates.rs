@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::fit::fit_json;
 use crate::{Error, Result};
 
 /// What a gate does with a match.
@@ -96,7 +97,7 @@ pub struct GateDecision {
 }
 
 impl GateDecision {
-    fn new(gate: Gate, decision: Verdict, reason: String) -> GateDecision {
+    pub(crate) fn new(gate: Gate, decision: Verdict, reason: String) -> GateDecision {
         GateDecision {
             gate,
             decision,
@@ -176,6 +177,16 @@ impl Gates {
         })
     }
 
+    /// The output length a result is cut to (none when results are not cut: no limit, or a
+    /// veto).
+    pub fn truncates_at(&self) -> Option<usize> {
+        self.config
+            .output_length
+            .as_ref()
+            .filter(|ol| ol.action != GateAction::Veto)
+            .map(|ol| ol.max_chars)
+    }
+
     /// The tool filter: may `profile` call `tool`?
     pub fn allows_tool(&self, profile: &str, tool: &str) -> GateDecision {
         match self.config.tool_filter.get(profile) {
@@ -242,7 +253,7 @@ impl Gates {
                     decisions,
                 };
             } else {
-                text = text.chars().take(ol.max_chars).collect::<String>() + " …[truncated]";
+                text = cut_to(&text, ol.max_chars);
                 decisions.push(GateDecision::new(
                     Gate::OutputLength,
                     Verdict::Truncate,
@@ -255,6 +266,17 @@ impl Gates {
             vetoed: false,
             decisions,
         }
+    }
+}
+
+/// A result cut to `max_chars`: JSON stays JSON (whole items of its longest list go), other
+/// text is cut and marked.
+fn cut_to(text: &str, max_chars: usize) -> String {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value @ (serde_json::Value::Object(_) | serde_json::Value::Array(_))) => {
+            fit_json(value, max_chars, serde_json::Value::to_string).text
+        }
+        _ => text.chars().take(max_chars).collect::<String>() + " …[truncated]",
     }
 }
 
@@ -305,6 +327,17 @@ mod tests {
         let long = "x".repeat(1000);
         let out = Gates::compile(&config).unwrap().before_tool_result(&long);
         assert!(out.text.starts_with(&"x".repeat(300)) && out.text.ends_with("[truncated]"));
+        let passages = serde_json::json!({"evidence": (0..10).map(|i| serde_json::json!({"cite": i, "content": "y".repeat(80)})).collect::<Vec<_>>()}).to_string();
+        let out = Gates::compile(&config)
+            .unwrap()
+            .before_tool_result(&passages);
+        let kept: serde_json::Value =
+            serde_json::from_str(&out.text).expect("a cut JSON result is still JSON");
+        assert!(
+            out.text.chars().count() <= 300 && kept["evidence"][0]["cite"] == 0,
+            "{}",
+            out.text
+        );
         config.output_length.as_mut().unwrap().action = GateAction::Veto;
         assert!(
             Gates::compile(&config)

@@ -13,6 +13,7 @@ pub mod config;
 pub mod conversation;
 pub mod diff;
 mod extractive;
+pub mod fit;
 pub mod gates;
 pub mod knowledge_search;
 pub mod revisions;

@@ -11,7 +11,8 @@ use super::dispatch::{RawResult, Shape};
 use super::setup::Turn;
 use crate::evidence::LedgerEntry;
 use crate::orchestrator::conversation::{self, EvidenceItem};
-use crate::orchestrator::gates::GateDecision;
+use crate::orchestrator::fit::fit_json;
+use crate::orchestrator::gates::{Gate, GateDecision, Verdict};
 use crate::store::Tx;
 use crate::Result;
 
@@ -35,7 +36,7 @@ impl Turn<'_> {
         let admitted_before = self.admitted.len();
         let mut decisions = vec![filter];
         let mut items = self.admit_entries(&tx, &raw.ledger.entries, &mut decisions)?;
-        let text = self.cut_to_budget(model_text(raw, &items), raw.is_error);
+        let text = self.fitted_model_text(raw, &items, &mut decisions);
         let gated = self.gates.before_tool_result(&text);
         decisions.extend(gated.decisions.iter().cloned());
         if gated.vetoed {
@@ -83,14 +84,40 @@ impl Turn<'_> {
         Ok(items)
     }
 
-    /// Evidence shown to the model stays within the mode's budget.
-    fn cut_to_budget(&self, text: String, is_error: bool) -> String {
-        let budget_chars = self.mode.budget.evidence_tokens * 4;
-        if text.chars().count() > budget_chars && !is_error {
-            text.chars().take(budget_chars).collect::<String>() + " …[cut to the evidence budget]"
-        } else {
-            text
+    /// What the model sees of a result, within the mode's evidence budget and the output
+    /// length gate's limit: whole passages of the lowest rank are left out, so the result is
+    /// still the JSON the caller parses (a veto gate still sees it whole, and decides).
+    fn fitted_model_text(
+        &self,
+        raw: &RawResult,
+        items: &[EvidenceItem],
+        decisions: &mut Vec<GateDecision>,
+    ) -> String {
+        if raw.is_error {
+            return raw.error_text.clone();
         }
+        let budget_chars = self.mode.budget.evidence_tokens * 4;
+        let gate_chars = self.gates.truncates_at().unwrap_or(usize::MAX);
+        let limit = budget_chars.min(gate_chars);
+        let (value, write) = model_value(raw, items);
+        let fitted = fit_json(value, limit, write);
+        if fitted.was_cut() {
+            let by = if gate_chars <= budget_chars {
+                "the output length gate"
+            } else {
+                "the mode's evidence budget"
+            };
+            decisions.push(GateDecision::new(
+                Gate::OutputLength,
+                Verdict::Truncate,
+                format!(
+                    "{} passage(s) of the lowest rank left out{} to stay within {by} ({limit} characters)",
+                    fitted.items_left_out,
+                    if fitted.text_shortened { " and a text shortened" } else { "" },
+                ),
+            ));
+        }
+        fitted.text
     }
 
     /// The `tool.result` event.
@@ -122,16 +149,13 @@ impl Turn<'_> {
 }
 
 /// What the model sees of a result, built from the admitted passages (after the gates), never
-/// from the tool's own words.
-fn model_text(raw: &RawResult, items: &[EvidenceItem]) -> String {
-    if raw.is_error {
-        return raw.error_text.clone();
-    }
+/// from the tool's own words; and how it is written.
+fn model_value(raw: &RawResult, items: &[EvidenceItem]) -> (Value, fn(&Value) -> String) {
     match &raw.shape {
-        Shape::Evidence => json!({
-            "evidence": items.iter().map(evidence_json).collect::<Vec<_>>()
-        })
-        .to_string(),
+        Shape::Evidence => (
+            json!({ "evidence": items.iter().map(evidence_json).collect::<Vec<_>>() }),
+            Value::to_string,
+        ),
         Shape::Output { output, withheld } => {
             let mut output = output.clone();
             rewrite_around_refs(&mut output, &raw.ledger.entries, items);
@@ -145,21 +169,23 @@ fn model_text(raw: &RawResult, items: &[EvidenceItem]) -> String {
                     )),
                 );
             }
-            output.to_string()
+            (output, Value::to_string)
         }
-        Shape::KnowledgeSearch(output) => {
-            knowledge_search_text(output.clone(), &raw.ledger.entries, items)
-        }
+        Shape::KnowledgeSearch(output) => (
+            knowledge_search_value(output.clone(), &raw.ledger.entries, items),
+            // Written in the manual's field order (a `Value` sorts its keys).
+            crate::orchestrator::knowledge_search::manual_text,
+        ),
     }
 }
 
 /// The manual's JSON, each content as admitted (after the gates); results whose passage was
 /// withheld are dropped and the rest ranked again.
-fn knowledge_search_text(
+fn knowledge_search_value(
     mut output: Value,
     entries: &[LedgerEntry],
     items: &[EvidenceItem],
-) -> String {
+) -> Value {
     if let Some(results) = output["results"].as_array_mut() {
         let kept: Vec<Value> = results
             .iter()
@@ -176,8 +202,7 @@ fn knowledge_search_text(
             r["rank"] = json!(rank + 1);
         }
     }
-    // Written in the manual's field order (a `Value` sorts its keys).
-    crate::orchestrator::knowledge_search::manual_text(&output)
+    output
 }
 
 /// A passage as a tool result shows it to the model.
