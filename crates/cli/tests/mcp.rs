@@ -225,7 +225,7 @@ fn a_real_client_over_http_needs_a_key_per_request_and_a_local_origin() {
     let library = mcp_library();
     let server = HttpServer::start(&library.env);
     let out = run_client(&library, "http", Some(&server.url));
-    assert_eq!(out.matches("ok: ").count(), 15, "{out}");
+    assert_eq!(out.matches("ok: ").count(), 16, "{out}");
     assert!(mcp_audit(&library.env).len() >= 8);
 }
 
