@@ -1129,12 +1129,11 @@ fn a_server_that_refuses_tools_is_answered_the_grounded_way_from_then_on() {
 #[test]
 fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
     let f = fixture();
-    apply_edited(&f.library, |draft| {
-        draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
-            max_chars: 200,
-            action: quarry_core::orchestrator::gates::GateAction::Veto,
-        });
-    });
+    limit_output(
+        &f.library,
+        200,
+        quarry_core::orchestrator::gates::GateAction::Veto,
+    );
     // Orchestrator-led (extractive): each passage is short enough, the whole result is not.
     let mut options = ChatOptions::new(Principal::administrator());
     options.mode = Some("extractive".into());
@@ -1189,12 +1188,11 @@ fn a_vetoed_result_is_neither_admitted_nor_qualifying() {
 #[test]
 fn a_result_over_the_output_length_gate_reaches_the_model_as_json_with_its_best_passages() {
     let f = fixture();
-    apply_edited(&f.library, |draft| {
-        draft.gates.output_length = Some(quarry_core::orchestrator::gates::OutputLength {
-            max_chars: 400,
-            action: quarry_core::orchestrator::gates::GateAction::Truncate,
-        });
-    });
+    limit_output(
+        &f.library,
+        400,
+        quarry_core::orchestrator::gates::GateAction::Truncate,
+    );
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "pump pressure service"})),
         sse_answer("See [1]."),
@@ -1541,6 +1539,18 @@ fn apply_edited(library: &Library, edit: impl FnOnce(&mut OrchestratorConfig)) {
     library
         .apply_orchestrator(DEFAULT_CONFIG, &applier("admin"))
         .unwrap();
+}
+
+/// Applies an output length gate of `max_chars` that takes `action`.
+fn limit_output(
+    library: &Library,
+    max_chars: usize,
+    action: quarry_core::orchestrator::gates::GateAction,
+) {
+    apply_edited(library, |draft| {
+        draft.gates.output_length =
+            Some(quarry_core::orchestrator::gates::OutputLength { max_chars, action });
+    });
 }
 
 /// An administrator who signs what they apply with `label`.
