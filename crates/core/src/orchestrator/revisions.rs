@@ -174,21 +174,27 @@ fn apply_draft(store: &Store, name: &str, applied_by: &str) -> Result<AppliedRev
         applied_by: applied_by.into(),
         applied_at: now_unix(),
     };
+    store_revision(&tx, id, &applied)?;
+    tx.commit()?;
+    Ok(applied)
+}
+
+/// Stores `applied` as revision `applied.revision` of configuration `id`, with its snapshot
+/// of tools and pipelines.
+fn store_revision(tx: &store::Tx<'_>, id: i64, applied: &AppliedRevision) -> Result<()> {
     let snapshot = Snapshot {
         tools: applied.tools.clone(),
         pipelines: applied.pipelines.clone(),
     };
     store::insert_orchestrator_revision(
-        &tx,
+        tx,
         id,
-        revision,
+        applied.revision,
         &applied.config.to_json(),
         &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
-        applied_by,
+        &applied.applied_by,
         applied.applied_at,
-    )?;
-    tx.commit()?;
-    Ok(applied)
+    )
 }
 
 /// A new revision of each configuration whose newest revision runs a pipeline at the version
@@ -258,19 +264,14 @@ fn insert_revision_of(
     if next != latest.revision + 1 {
         return Ok(()); // another process applied one meanwhile
     }
-    let snapshot = Snapshot {
-        tools: latest.tools.clone(),
+    let followed = AppliedRevision {
+        revision: next,
         pipelines,
+        applied_by: applied_by.into(),
+        applied_at: now_unix(),
+        ..latest.clone()
     };
-    store::insert_orchestrator_revision(
-        &tx,
-        id,
-        next,
-        &latest.config.to_json(),
-        &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
-        applied_by,
-        now_unix(),
-    )?;
+    store_revision(&tx, id, &followed)?;
     tx.commit()?;
     Ok(())
 }
