@@ -47,6 +47,9 @@ if [ ! -d target/pydeps/onnx ]; then
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
     --target target/pydeps onnx==1.23.2
 fi
+# The GPU fallback test loads ONNX Runtime with its CUDA execution provider (the pinned
+# onnxruntime-gpu wheel, without NVIDIA's libraries), which must then fall back to the CPU.
+bash scripts/ort-cuda-for-tests.sh target/ort-cuda
 # The MCP tests drive `quarry mcp` with the official MCP Python SDK, a real client.
 if [ ! -d target/pydeps-mcp/mcp ]; then
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \

@@ -454,6 +454,7 @@ mod tests {
             &WatchEvent::Embedding(EmbedProgress {
                 collection: "docs".into(),
                 model: "m".into(),
+                device: Some("CPU".into()),
                 embedded: 5,
                 total: 5,
                 embedded_this_run: 5,

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use quarry_core::embed_device::{self, EmbedPlacement};
 use quarry_core::llm::device::{self, Placement};
 use quarry_core::llm::embedded::EmbeddedBackend;
 use quarry_core::llm::speed::{self, ChatSpeed, Choice};
@@ -88,6 +89,10 @@ pub struct ModelsOverview {
     chat_device: Option<Placement>,
     /// Why it cannot load where `QUARRY_LLM_DEVICE` asks.
     chat_device_problem: Option<String>,
+    /// Where embedding models run: a CUDA device, or the CPU and why.
+    embedding_device: Option<EmbedPlacement>,
+    /// Why they cannot load where `QUARRY_EMBED_DEVICE` asks (or at all).
+    embedding_device_problem: Option<String>,
 }
 
 /// The model the assistant's chosen backend (the desktop's own setting) answers with, if it
@@ -211,6 +216,11 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
     let setup = library.models().setup_report();
     let auto = speed::choose(library.models());
     let (chat_device, chat_device_problem) = auto_placement(library.models(), &auto);
+    let (embedding_device, embedding_device_problem) =
+        match embed_device::expected(library.models()) {
+            Ok(placement) => (Some(placement), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
     Ok(ModelsOverview {
         install_dir: library.models().install_dir().display().to_string(),
         runtime: setup.runtime,
@@ -226,6 +236,8 @@ fn overview(library: &Library, data_dir: &Path) -> CommandResult<ModelsOverview>
         pipeline_reranker: library.pipeline_reranker(DEFAULT_PIPELINE)?,
         chat_device,
         chat_device_problem,
+        embedding_device,
+        embedding_device_problem,
         auto,
     })
 }

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use quarry_core::embed_device;
 use quarry_core::llm::{device, speed};
 use quarry_core::models::{
     default_embedding_model, default_llm_model, FetchProgress, ModelKind, Models, ServedApi,
-    ServedModel, DEFAULT_SERVED_BATCH, DEFAULT_SERVED_CONCURRENCY, RUNTIME_ID,
+    ServedModel, CUDA_RUNTIME_ID, DEFAULT_SERVED_BATCH, DEFAULT_SERVED_CONCURRENCY, RUNTIME_ID,
 };
 use quarry_core::Library;
 
@@ -106,6 +107,29 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                     Ok(path) => println!("runtime      onnxruntime at {}", printable_path(&path)),
                     Err(e) => println!("runtime      not ready: {}", printable(&e.to_string())),
                 }
+                match models.cuda_runtime_library() {
+                    Some(Ok(path)) => println!(
+                        "gpu runtime  {CUDA_RUNTIME_ID} at {}",
+                        printable_path(&path)
+                    ),
+                    Some(Err(e)) => {
+                        println!("gpu runtime  not ready: {}", printable(&e.to_string()))
+                    }
+                    None => println!(
+                        "gpu runtime  not installed (`quarry models fetch {CUDA_RUNTIME_ID}`: ONNX Runtime with CUDA for NVIDIA GPUs, about 1.3 GB)"
+                    ),
+                }
+                match embed_device::expected(models) {
+                    Ok(placement) => println!(
+                        "embedding models run on {}: {}",
+                        placement.label(),
+                        printable(&placement.why)
+                    ),
+                    Err(e) => println!(
+                        "embedding models cannot load: {}",
+                        printable(&e.to_string())
+                    ),
+                }
                 for r in rows {
                     println!(
                         "{:<36} {:<9} {:<10} {}{}",
@@ -175,6 +199,11 @@ pub fn run_without_library(command: &ModelsCommand, models: &Models) -> Result<b
                 if id == RUNTIME_ID {
                     let path = models.fetch_runtime()?;
                     println!("installed onnxruntime at {}", path.display());
+                    continue;
+                }
+                if id == CUDA_RUNTIME_ID {
+                    let path = models.fetch_cuda_runtime()?;
+                    println!("installed {CUDA_RUNTIME_ID} at {}", path.display());
                     continue;
                 }
                 let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
@@ -321,6 +350,9 @@ fn already_installed(models: &Models, id: &str) -> bool {
     if id == RUNTIME_ID {
         return quarry_core::environment::ort_dylib_path().is_none()
             && models.runtime_library().is_ok();
+    }
+    if id == CUDA_RUNTIME_ID {
+        return matches!(models.cuda_runtime_library(), Some(Ok(_)));
     }
     models
         .find(id)

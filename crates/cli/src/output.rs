@@ -496,9 +496,10 @@ impl ProgressReporter {
         bar.set_length(p.total.max(0) as u64);
         bar.set_position(p.embedded.max(0) as u64);
         bar.set_message(format!(
-            "embedded in {} with {}, {:.1}/s, {:.0} tokens/s, {} shared, {} full text only",
+            "embedded in {} with {}{}, {:.1}/s, {:.0} tokens/s, {} shared, {} full text only",
             printable(&p.collection),
             printable(&p.model),
+            on_device(p),
             p.chunks_per_sec,
             p.tokens_per_sec,
             p.shared,
@@ -523,10 +524,11 @@ impl ProgressReporter {
                 eprintln!("failed {}: {}", printable_path(path), printable(message))
             }
             WatchEvent::Embedding(p) if p.done && p.embedded_this_run > 0 => eprintln!(
-                "embedded {} chunk(s) of {} with {}",
+                "embedded {} chunk(s) of {} with {}{}",
                 p.embedded_this_run,
                 printable(&p.collection),
-                printable(&p.model)
+                printable(&p.model),
+                on_device(p)
             ),
             WatchEvent::EmbeddingUnavailable { code, message } => {
                 eprintln!(
@@ -549,4 +551,12 @@ impl ProgressReporter {
 pub fn print_json(value: &impl Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+/// " on CUDA 0", " on CPU", or nothing for a served model.
+fn on_device(p: &EmbedProgress) -> String {
+    p.device
+        .as_deref()
+        .map(|d| format!(" on {}", printable(d)))
+        .unwrap_or_default()
 }

@@ -1031,3 +1031,114 @@ fn a_collection_embedded_by_a_server_is_searched_by_its_vectors() {
     let v: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
     assert_eq!(hit_names(&v)[0], "bread.md");
 }
+
+/// ONNX Runtime with its CUDA execution provider and none of NVIDIA's libraries (the pinned
+/// `onnxruntime-gpu` wheel's own files), which scripts/test.sh puts in `target/ort-cuda`.
+fn runtime_with_cuda() -> PathBuf {
+    let library = repo_root().join("target/ort-cuda/libonnxruntime.so.1.31.1");
+    assert!(
+        library.is_file(),
+        "{} is missing; run `bash scripts/ort-cuda-for-tests.sh target/ort-cuda`",
+        library.display()
+    );
+    library
+}
+
+/// The top hit's similarity for `query` by vector search, with `env_vars` set.
+fn top_similarity(env: &TestEnv, query: &str, env_vars: &[(&str, &Path)]) -> (String, f64) {
+    let mut cmd = env.command(&["search", "--mode", "vector", "--json", query]);
+    for (name, value) in env_vars {
+        cmd.env(name, value);
+    }
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let similarity = v["hits"][0]["scores"]["similarity"].as_f64().unwrap();
+    (hit_names(&v)[0].clone(), similarity)
+}
+
+#[test]
+fn a_runtime_with_cuda_and_no_usable_gpu_embeds_on_the_cpu_and_says_why() {
+    installed_models();
+    let cuda_runtime = runtime_with_cuda();
+    let env = TestEnv::new();
+    write_everyday_corpus(env.docs());
+    env.add_docs_source("everyday");
+    let with_cuda = [("ORT_DYLIB_PATH", cuda_runtime.as_path())];
+
+    // `models list` says the runtime offers CUDA and that the CPU stands behind it.
+    let mut list = env.command(&["models", "list"]);
+    list.env("ORT_DYLIB_PATH", &cuda_runtime);
+    let listed = list.output().unwrap();
+    assert_ok(&listed);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed.contains("embedding models run on CUDA 0")
+            && listed.contains("the CPU if the GPU cannot be used"),
+        "{listed}"
+    );
+
+    // Indexing tries the GPU, cannot load the CUDA provider's libraries here, and embeds every
+    // chunk on the CPU, saying so in its progress (stdout) and its warning (stderr).
+    let mut index = env.command(&["index", "--progress", "json"]);
+    index.env("ORT_DYLIB_PATH", &cuda_runtime);
+    let out = index.output().unwrap();
+    assert_ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("embedding on the CPU: the GPU could not be used")
+            && stderr.contains("libonnxruntime_providers_cuda.so"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last_embedding = stdout
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "embedding")
+        .unwrap_or_else(|| panic!("no embedding progress: {stdout}"));
+    assert_eq!(last_embedding["device"], "CPU", "{last_embedding}");
+    assert_eq!(last_embedding["done"], true);
+    let status = env.status();
+    assert_eq!(
+        status["embeddings"][0]["embedded"],
+        status["embeddings"][0]["total"]
+    );
+
+    // A query embedded through the CUDA build on the CPU matches the CPU build's.
+    let (top, on_cpu_build) = top_similarity(&env, "automobile troubleshooting", &[]);
+    let (top_cuda, on_cuda_build) = top_similarity(&env, "automobile troubleshooting", &with_cuda);
+    assert_eq!((top.as_str(), top_cuda.as_str()), ("car.md", "car.md"));
+    assert!(
+        (on_cpu_build - on_cuda_build).abs() < 1e-3,
+        "{on_cpu_build} vs {on_cuda_build}"
+    );
+
+    // Asked for by name, CUDA is not silently replaced: the error names the setting, on
+    // either build.
+    for runtime in [None, Some(cuda_runtime.as_path())] {
+        let mut search = env.command(&["search", "--mode", "vector", "automobile"]);
+        search.env("QUARRY_EMBED_DEVICE", "cuda");
+        if let Some(runtime) = runtime {
+            search.env("ORT_DYLIB_PATH", runtime);
+        }
+        let out = search.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("QUARRY_EMBED_DEVICE"), "{stderr}");
+        let why = if runtime.is_some() {
+            "CUDA device 0 cannot run the model"
+        } else {
+            "has no CUDA execution provider"
+        };
+        assert!(stderr.contains(why), "{stderr}");
+    }
+    let mut bad = env.command(&["search", "--mode", "vector", "automobile"]);
+    bad.env("QUARRY_EMBED_DEVICE", "tpu");
+    let out = bad.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("`tpu` is not `auto`, `cpu`, `cuda`"),
+        "{stderr}"
+    );
+}

@@ -16,6 +16,7 @@
 //! | `QUARRY_UNCONFINED_CODE_TOOLS` | `admin`: where the OS cannot confine code tools (no user namespaces, seccomp or Landlock), the administrator may still run them |
 //! | `OMP_WAIT_POLICY` | read to warn when llama.cpp's OpenMP threads will spin |
 //! | `QUARRY_LLM_DEVICE` | where the embedded chat model runs: `auto` (the first GPU with room, else the CPU), `cpu`, or a device's name (`Vulkan0`); see `llm::device` |
+//! | `QUARRY_EMBED_DEVICE` | where embedding and reranking models run: `auto` (the GPU through ONNX Runtime's CUDA execution provider when the installed runtime has it, else the CPU), `cpu`, `cuda` or `cuda:N`; see `embed::device` |
 //! | `TESSDATA_PREFIX` | Tesseract's language data folder for OCR (default: Debian's and other usual places) |
 //!
 //! An OpenAI-compatible backend's API key is read from the variable its configuration names
@@ -86,6 +87,14 @@ pub const LLM_DEVICE: &str = "QUARRY_LLM_DEVICE";
 /// `QUARRY_LLM_DEVICE`, as set (`None`: unset).
 pub fn llm_device() -> Option<String> {
     std::env::var(LLM_DEVICE).ok()
+}
+
+/// The environment variable that picks where embedding models run.
+pub const EMBED_DEVICE: &str = "QUARRY_EMBED_DEVICE";
+
+/// `QUARRY_EMBED_DEVICE`, as set (`None`: unset).
+pub fn embed_device() -> Option<String> {
+    std::env::var(EMBED_DEVICE).ok()
 }
 
 /// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.

@@ -56,6 +56,7 @@ mod store;
 pub mod tools;
 
 pub use auth::{Principal, Scope};
+pub use embed::device as embed_device;
 pub use embed::register_served;
 pub use error::{Error, ErrorKind, Result, ERROR_CODES};
 pub use eval::{run_chat_evaluation, ChatEvalPlan, ChatEvalReport};

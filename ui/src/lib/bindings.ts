@@ -751,12 +751,22 @@ export type DocumentStatus =
 /**  Could not be read or parsed; earlier chunks, if any, were kept. */
 "failed";
 
+/**  Where a model's sessions run, and why there. */
+export type EmbedPlacement = {
+	/**  The CUDA device number; `None`: the CPU. */
+	cuda_device: number | null,
+	/**  Why there, in words. */
+	why: string,
+};
+
 /**  Progress of the embedding lane, per collection. */
 export type EmbedProgress = {
 	/**  The collection being filled. */
 	collection: string,
 	/**  The model filling it. */
 	model: string,
+	/**  Where the model runs (`CPU`, `CUDA 0`); `None` for a model a server runs. */
+	device: string | null,
 	/**  Chunks with a vector. */
 	embedded: number,
 	/**  Chunks in the collection. */
@@ -1202,6 +1212,10 @@ export type ModelsOverview = {
 	chat_device: Placement | null,
 	/**  Why it cannot load where `QUARRY_LLM_DEVICE` asks. */
 	chat_device_problem: string | null,
+	/**  Where embedding models run: a CUDA device, or the CPU and why. */
+	embedding_device: EmbedPlacement | null,
+	/**  Why they cannot load where `QUARRY_EMBED_DEVICE` asks (or at all). */
+	embedding_device_problem: string | null,
 };
 
 /**  What a new key may do. */

@@ -9,8 +9,10 @@ use fastembed::{
     InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding, TokenizerFiles,
     UserDefinedEmbeddingModel,
 };
+use ort::ep::ExecutionProviderDispatch;
 
 use super::calibration::{self, Calibration, RunShape};
+use super::device::{self, EmbedPlacement, Request};
 use super::runtime::environment;
 use super::served::ServedEmbedder;
 use crate::error::{Error, Result};
@@ -64,6 +66,10 @@ pub struct Embedder {
     runtime: PathBuf,
     /// Where calibrations and optimised copies are kept: the models folder installs go to.
     models_dir: PathBuf,
+    /// The device asked for (`QUARRY_EMBED_DEVICE`), read when the model loads.
+    request: Request,
+    /// Where the sessions run; `None` for a served model.
+    placement: Mutex<Option<EmbedPlacement>>,
     query_cache: Mutex<lru::LruCache<String, Arc<[f32]>>>,
 }
 
@@ -160,11 +166,14 @@ impl Embedder {
                 threads,
                 runtime: PathBuf::new(),
                 models_dir,
+                request: Request::Auto,
+                placement: Mutex::new(None),
                 query_cache: new_query_cache(),
                 model,
                 dimension,
             });
         }
+        let request = Request::from_env()?;
         let runtime = models.runtime_library()?;
         let chosen = match crate::environment::embed_model_batch() {
             Some(texts_per_run) => Some(RunShape {
@@ -188,6 +197,8 @@ impl Embedder {
             threads,
             runtime,
             models_dir,
+            request,
+            placement: Mutex::new(None),
             query_cache: new_query_cache(),
         };
         embedder.set_shape(chosen.unwrap_or(DEFAULT_SHAPE))?;
@@ -250,15 +261,33 @@ impl Embedder {
     ) -> Result<()> {
         sessions.list = Vec::new().into();
         crate::memory::return_freed_memory();
+        let mut placement = None;
         sessions.list = (0..count)
             .map(|_| {
-                new_session(&self.model, &self.runtime, &self.models_dir, threads_each)
-                    .map(Mutex::new)
+                let (session, placed) = new_session(
+                    &self.model,
+                    &self.runtime,
+                    &self.models_dir,
+                    threads_each,
+                    self.request,
+                )?;
+                placement = Some(placed);
+                Ok(Mutex::new(session))
             })
             .collect::<Result<Vec<_>>>()?
             .into();
         sessions.threads_each = threads_each;
+        *self.placement.lock().unwrap_or_else(|e| e.into_inner()) = placement;
         Ok(())
+    }
+
+    /// Where the model's sessions run (the CPU or a CUDA device) and why; `None` for a model
+    /// a server runs.
+    pub fn placement(&self) -> Option<EmbedPlacement> {
+        self.placement
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The sessions held now.
@@ -510,18 +539,39 @@ fn new_query_cache() -> Mutex<lru::LruCache<String, Arc<[f32]>>> {
     ))
 }
 
-/// A session of the model with `threads` intra-op threads, from its optimised copy when there
-/// is a good one (see `optimized`), else from the original.
+/// A session of the model with `threads` intra-op threads on the device `request` asks for
+/// (see `device`), and where it runs. On the CPU it is made from the optimised copy when there
+/// is a good one (see `optimized`), else from the original; on a GPU from the installed graph,
+/// for the CPU's rewrites suit the CPU's kernels only.
 fn new_session(
     model: &InstalledModel,
     runtime: &Path,
     models_dir: &Path,
     threads: usize,
-) -> Result<TextEmbedding> {
+    request: Request,
+) -> Result<(TextEmbedding, EmbedPlacement)> {
     let env = environment(runtime)?;
-    let graph = super::optimized::model_bytes(model, &env, runtime, models_dir)?;
+    device::make_on_device(request, runtime, |providers, gpu| {
+        if gpu {
+            let graph = super::optimized::installed_graph(model)?;
+            return session_of(model, &env, graph, threads, providers);
+        }
+        cpu_session(model, &env, runtime, models_dir, threads)
+    })
+}
+
+/// A CPU session of the model, from its optimised copy or int8 rewrite when they load, else
+/// from the installed file.
+fn cpu_session(
+    model: &InstalledModel,
+    env: &ort::environment::Environment,
+    runtime: &Path,
+    models_dir: &Path,
+    threads: usize,
+) -> Result<TextEmbedding> {
+    let graph = super::optimized::model_bytes(model, env, runtime, models_dir)?;
     let (optimised, rewritten) = (graph.optimised, graph.rewritten);
-    let e = match session_of(model, &env, graph.bytes, threads) {
+    let e = match session_of(model, env, graph.bytes, threads, Vec::new()) {
         Err(e) if optimised || rewritten => e,
         loaded => return loaded,
     };
@@ -530,7 +580,7 @@ fn new_session(
         super::optimized::forget(model, models_dir);
         let plain = super::optimized::original(model)?;
         let plain_rewritten = plain.rewritten;
-        match session_of(model, &env, plain.bytes, threads) {
+        match session_of(model, env, plain.bytes, threads, Vec::new()) {
             Err(e) if plain_rewritten => {
                 tracing::warn!(model = %model.id, "its int8 graph does not load ({e}); using the installed file");
             }
@@ -541,9 +591,10 @@ fn new_session(
     }
     session_of(
         model,
-        &env,
+        env,
         super::optimized::installed_graph(model)?,
         threads,
+        Vec::new(),
     )
 }
 
@@ -554,7 +605,7 @@ pub(super) fn session_of_graph(
     runtime: &Path,
     onnx: Vec<u8>,
 ) -> Result<TextEmbedding> {
-    session_of(model, &environment(runtime)?, onnx, 1)
+    session_of(model, &environment(runtime)?, onnx, 1, Vec::new())
 }
 
 fn session_of(
@@ -562,6 +613,7 @@ fn session_of(
     env: &ort::environment::Environment,
     onnx: Vec<u8>,
     threads: usize,
+    providers: Vec<ExecutionProviderDispatch>,
 ) -> Result<TextEmbedding> {
     let pooling = match model.pooling.as_deref() {
         Some("cls") => Pooling::Cls,
@@ -574,6 +626,7 @@ fn session_of(
         .with_quantization(QuantizationMode::None);
     let options = InitOptionsUserDefined::new()
         .with_environment(env.clone())
+        .with_execution_providers(providers)
         .with_max_length(model.max_tokens)
         .with_intra_threads(threads);
     TextEmbedding::try_new_from_user_defined(user_model, options).map_err(|e| Error::InvalidModel {

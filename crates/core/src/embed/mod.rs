@@ -3,6 +3,7 @@
 //! [`crate::models`].
 
 pub mod calibration;
+pub mod device;
 mod embedder;
 mod int8_matmul;
 pub mod need;

@@ -28,22 +28,29 @@ impl Reranker {
     pub fn load(models: &Models, id: &str, threads: Option<usize>) -> Result<Reranker> {
         let model = models.find_kind(id, ModelKind::Reranker)?;
         model.verify()?;
-        let env = environment(&models.runtime_library()?)?;
+        let request = super::device::Request::from_env()?;
+        let runtime = models.runtime_library()?;
+        let env = environment(&runtime)?;
         let onnx_path = model.file("model.onnx");
-        let user_model = UserDefinedRerankingModel::new(
-            OnnxSource::File(onnx_path.clone()),
-            tokenizer_files(&model)?,
-        );
-        let options = RerankInitOptionsUserDefined::new()
-            .with_environment(env)
-            .with_max_length(model.max_tokens)
-            .with_intra_threads(ort_threads(threads));
-        let session = TextRerank::try_new_from_user_defined(user_model, options).map_err(|e| {
-            Error::InvalidModel {
-                path: onnx_path,
-                reason: format!("ONNX Runtime cannot load it as a cross-encoder: {e}"),
-            }
-        })?;
+        let (session, placement) =
+            super::device::make_on_device(request, &runtime, |providers, _gpu| {
+                let user_model = UserDefinedRerankingModel::new(
+                    OnnxSource::File(onnx_path.clone()),
+                    tokenizer_files(&model)?,
+                );
+                let options = RerankInitOptionsUserDefined::new()
+                    .with_environment(env.clone())
+                    .with_execution_providers(providers)
+                    .with_max_length(model.max_tokens)
+                    .with_intra_threads(ort_threads(threads));
+                TextRerank::try_new_from_user_defined(user_model, options).map_err(|e| {
+                    Error::InvalidModel {
+                        path: onnx_path.clone(),
+                        reason: format!("ONNX Runtime cannot load it as a cross-encoder: {e}"),
+                    }
+                })
+            })?;
+        tracing::debug!(model = %model.id, device = %placement.label(), "{}", placement.why);
         Ok(Reranker {
             model,
             session: Mutex::new(session),

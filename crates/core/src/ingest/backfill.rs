@@ -34,6 +34,8 @@ pub struct EmbedProgress {
     pub collection: String,
     /// The model filling it.
     pub model: String,
+    /// Where the model runs (`CPU`, `CUDA 0`); `None` for a model a server runs.
+    pub device: Option<String>,
     /// Chunks with a vector.
     pub embedded: i64,
     /// Chunks in the collection.
@@ -96,10 +98,11 @@ pub(crate) fn backfill(
         let mut total = before.total;
         let mut last_report = Instant::now() - Duration::from_secs(1);
         let mut last_rate_kept = Instant::now();
+        let device = embedder.placement().map(|p| p.label());
         let report = |this_run: &Work, total: i64, done: bool| {
-            on_progress(&progress(
-                &before, total, &model_id, this_run, started, done,
-            ));
+            let mut progress = progress(&before, total, &model_id, this_run, started, done);
+            progress.device = device.clone();
+            on_progress(&progress);
         };
         loop {
             if stop.load(Ordering::Relaxed) || embedded_total >= limit {
@@ -402,6 +405,7 @@ fn progress(
     EmbedProgress {
         collection: before.collection.clone(),
         model: model.to_string(),
+        device: None,
         embedded,
         total,
         embedded_this_run: this_run.chunks,

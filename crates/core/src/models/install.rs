@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::catalogue::{read_record, record_for, write_record, InstalledModel};
 use super::hub::download_file;
-use super::manifest::{manifest, spec, ModelSpec};
+use super::manifest::{manifest, spec, ModelSpec, RuntimeSpec};
 use super::pypi::install_from_wheel;
 use super::Models;
 use crate::cancel::Cancel;
@@ -29,7 +29,16 @@ pub struct FetchProgress {
 impl Models {
     /// Installs the ONNX Runtime library from its pinned PyPI wheel.
     pub fn fetch_runtime(&self) -> Result<PathBuf> {
-        let runtime = &manifest().runtime;
+        self.fetch_runtime_spec(&manifest().runtime)
+    }
+
+    /// Installs ONNX Runtime with its CUDA execution provider, and NVIDIA's CUDA and cuDNN
+    /// libraries, from their pinned PyPI wheels (about 1.3 GB to download).
+    pub fn fetch_cuda_runtime(&self) -> Result<PathBuf> {
+        self.fetch_runtime_spec(&manifest().runtime_cuda)
+    }
+
+    fn fetch_runtime_spec(&self, runtime: &RuntimeSpec) -> Result<PathBuf> {
         let target = self.install_dir().join(&runtime.install_dir);
         let staging = staging_dir(self.install_dir(), &runtime.install_dir)?;
         let registries = Registries::from_env();

@@ -12,6 +12,9 @@ pub struct Manifest {
     pub format: u32,
     /// The ONNX Runtime shared library.
     pub runtime: RuntimeSpec,
+    /// ONNX Runtime with its CUDA execution provider, and the CUDA and cuDNN libraries it
+    /// needs, from NVIDIA's wheels: embedding on an NVIDIA GPU (see `embed::device`).
+    pub runtime_cuda: RuntimeSpec,
     /// Known models.
     pub models: Vec<ModelSpec>,
 }
@@ -208,7 +211,8 @@ mod tests {
         let minilm = spec("all-minilm-l6-v2-int8").unwrap();
         assert_eq!(minilm.dimension, Some(384));
         assert_eq!(default_llm_model(), "qwen2.5-coder-0.5b-instruct-q4_k_m");
-        for source in m.runtime.sources.iter().chain(minilm.sources.iter()) {
+        let runtimes = m.runtime.sources.iter().chain(&m.runtime_cuda.sources);
+        for source in runtimes.chain(minilm.sources.iter()) {
             assert_eq!(source.wheel_sha256.len(), 64);
             for f in &source.files {
                 if f.path != "LICENSE" {

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 pub use catalogue::{InstalledFile, InstalledModel, ModelListing, RECORD_FILE, REQUIRED_FILES};
 pub use install::FetchProgress;
 pub use manifest::{
-    default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec,
+    default_embedding_model, default_llm_model, manifest, spec, ModelKind, ModelSpec, RuntimeSpec,
 };
 pub use served::{ServedApi, ServedModel, DEFAULT_SERVED_BATCH, DEFAULT_SERVED_CONCURRENCY};
 pub use setup::{RuntimeStatus, SetupProblem, SetupReport};
@@ -46,6 +46,10 @@ use verify::check_file_cached;
 
 /// The id `quarry models fetch` uses for the ONNX Runtime library.
 pub const RUNTIME_ID: &str = "onnxruntime";
+
+/// The id `quarry models fetch` uses for ONNX Runtime with its CUDA execution provider (and
+/// NVIDIA's libraries for it): about 2 GB, fetched only when asked for.
+pub const CUDA_RUNTIME_ID: &str = "onnxruntime-cuda";
 
 /// The folders models are looked up in, first to last; installs go to the first.
 #[derive(Debug, Clone)]
@@ -116,8 +120,10 @@ impl Models {
             .join(", ")
     }
 
-    /// The ONNX Runtime library: `ORT_DYLIB_PATH` if set (used as is), else the pinned
-    /// library from the first models folder that has it, checked against its sha256.
+    /// The ONNX Runtime library: `ORT_DYLIB_PATH` if set (used as is), else the pinned CUDA
+    /// runtime when one is installed and `QUARRY_EMBED_DEVICE` is not `cpu` (it runs on the CPU
+    /// too, when no GPU can be used), else the pinned CPU library; each from the first models
+    /// folder that has it, checked against its sha256.
     pub fn runtime_library(&self) -> Result<PathBuf> {
         if let Some(path) = crate::environment::ort_dylib_path() {
             if !path.is_file() {
@@ -131,34 +137,52 @@ impl Models {
             }
             return Ok(path);
         }
-        let runtime = &manifest().runtime;
-        for dir in &self.dirs {
-            let path = dir.join(&runtime.install_dir).join(&runtime.library);
-            if path.is_file() {
-                let expected = runtime
-                    .sources
-                    .iter()
-                    .flat_map(|s| &s.files)
-                    .find(|f| f.path == runtime.library)
-                    .and_then(|f| f.sha256.clone());
-                check_file_cached(&path, expected.as_deref(), &fix_command(RUNTIME_ID))?;
-                return Ok(path);
+        let gpu_wanted = crate::embed::device::Request::from_env()
+            .map_or(true, |r| r != crate::embed::device::Request::Cpu);
+        if gpu_wanted {
+            if let Some(found) = self.pinned_library(&manifest().runtime_cuda, CUDA_RUNTIME_ID) {
+                return found;
             }
         }
-        Err(Error::RuntimeUnavailable {
-            reason: format!(
-                "{} not found (looked in {})",
-                runtime.library,
-                self.searched()
-            ),
-            fix: fix_command(RUNTIME_ID),
-        })
+        self.pinned_library(&manifest().runtime, RUNTIME_ID)
+            .unwrap_or_else(|| {
+                Err(Error::RuntimeUnavailable {
+                    reason: format!(
+                        "{} not found (looked in {})",
+                        manifest().runtime.library,
+                        self.searched()
+                    ),
+                    fix: fix_command(RUNTIME_ID),
+                })
+            })
+    }
+
+    /// The installed CUDA runtime's library, checked; `None` when it is not installed.
+    pub fn cuda_runtime_library(&self) -> Option<Result<PathBuf>> {
+        self.pinned_library(&manifest().runtime_cuda, CUDA_RUNTIME_ID)
+    }
+
+    /// `runtime`'s library from the first models folder holding it, checked against its
+    /// sha256; `None` when no folder holds it.
+    fn pinned_library(&self, runtime: &RuntimeSpec, id: &str) -> Option<Result<PathBuf>> {
+        let path = self
+            .dirs
+            .iter()
+            .map(|dir| dir.join(&runtime.install_dir).join(&runtime.library))
+            .find(|path| path.is_file())?;
+        let expected = runtime
+            .sources
+            .iter()
+            .flat_map(|s| &s.files)
+            .find(|f| f.path == runtime.library)
+            .and_then(|f| f.sha256.clone());
+        Some(check_file_cached(&path, expected.as_deref(), &fix_command(id)).map(|()| path))
     }
 }
 
 /// The command that (re)installs `id`.
 pub fn fix_command(id: &str) -> String {
-    if id == RUNTIME_ID || spec(id).is_some() {
+    if id == RUNTIME_ID || id == CUDA_RUNTIME_ID || spec(id).is_some() {
         format!("quarry models fetch {id}")
     } else {
         format!("quarry models import <folder> --id {id}")
