@@ -97,6 +97,11 @@ pub fn embed_device() -> Option<String> {
     std::env::var(EMBED_DEVICE).ok()
 }
 
+/// `QUARRY_EMBED_DEVICE` keeps embedding models on the CPU (`cpu`, any case).
+pub fn embed_device_is_cpu() -> bool {
+    embed_device().is_some_and(|v| v.trim().eq_ignore_ascii_case("cpu"))
+}
+
 /// `QUARRY_HF_ENDPOINT`, else `HF_ENDPOINT`.
 pub fn hf_endpoint() -> Option<String> {
     ["QUARRY_HF_ENDPOINT", "HF_ENDPOINT"]

@@ -43,6 +43,7 @@ impl Request {
         };
         match value.as_str() {
             "" | "auto" => Ok(Request::Auto),
+            // As `environment::embed_device_is_cpu` reads it (the runtime's choice).
             "cpu" => Ok(Request::Cpu),
             "cuda" | "gpu" => Ok(Request::Cuda(0)),
             other => other

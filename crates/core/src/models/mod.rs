@@ -137,9 +137,7 @@ impl Models {
             }
             return Ok(path);
         }
-        let gpu_wanted = crate::embed::device::Request::from_env()
-            .map_or(true, |r| r != crate::embed::device::Request::Cpu);
-        if gpu_wanted {
+        if !crate::environment::embed_device_is_cpu() {
             if let Some(found) = self.pinned_library(&manifest().runtime_cuda, CUDA_RUNTIME_ID) {
                 return found;
             }
@@ -201,4 +199,38 @@ pub fn cpu_model() -> String {
                 .map(|(_, name)| name.trim().to_string())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_cuda_runtime_is_named_with_the_command_that_fetches_it_again() {
+        let empty = tempfile::tempdir().unwrap();
+        assert!(Models::at(vec![empty.path().to_path_buf()])
+            .cuda_runtime_library()
+            .is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = &manifest().runtime_cuda;
+        let library = dir.path().join(&runtime.install_dir).join(&runtime.library);
+        std::fs::create_dir_all(library.parent().unwrap()).unwrap();
+        std::fs::write(&library, b"not the pinned library").unwrap();
+        let models = Models::at(vec![dir.path().to_path_buf()]);
+        let e = models.cuda_runtime_library().unwrap().unwrap_err();
+        let message = e.to_string();
+        assert!(
+            message.contains(&library.display().to_string()),
+            "{message}"
+        );
+        assert!(
+            message.contains("quarry models fetch onnxruntime-cuda"),
+            "{message}"
+        );
+        // Nothing loads a library that is not the pinned one, CPU runtime or not.
+        if crate::environment::ort_dylib_path().is_none() {
+            assert!(models.runtime_library().is_err());
+        }
+    }
 }
