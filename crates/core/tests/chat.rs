@@ -1195,7 +1195,7 @@ fn a_result_over_the_output_length_gate_reaches_the_model_as_json_with_its_best_
     );
     let script = serve_script(vec![
         sse_tool_call("run_pipeline", &json!({"query": "pump pressure service"})),
-        sse_answer("See [1]."),
+        sse_answer("See [1]. Also [2]."),
     ]);
     let result = f
         .library
@@ -1206,7 +1206,21 @@ fn a_result_over_the_output_length_gate_reaches_the_model_as_json_with_its_best_
     // Cut by whole passages, not by characters: the model (or an MCP client) parses it.
     let parsed: Value = serde_json::from_str(&seen).expect("still JSON");
     let shown = parsed["evidence"].as_array().unwrap();
+    assert_eq!(shown.len(), 1, "{seen}");
     assert_eq!(shown[0]["cite"], "[1]", "{seen}");
+    assert!(parsed["left_out"].is_string(), "{seen}");
+    // What the model never saw is not admitted, so it cannot be cited: [2] is rejected.
+    assert_eq!(
+        result.evidence.iter().map(|e| e.n).collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert_eq!(events(&result, "tool.result")[0]["admitted"], json!([1]));
+    assert_eq!(
+        events(&result, "citation.rejected")[0]["citations"],
+        json!(["2"])
+    );
+    assert_eq!(result.citations.len(), 1);
+    assert_citations_resolve(&f.library, &result);
     let gates = &events(&result, "tool.result")[0]["gates"];
     assert!(
         gates

@@ -298,6 +298,12 @@ pub(crate) fn admit(
     Ok(item)
 }
 
+/// Takes passage `n` back out of a conversation's ledger, in the caller's transaction (a
+/// result admitted it, but the text its reader got left it out).
+pub(crate) fn withdraw(tx: &Tx<'_>, id: &str, n: i64) -> Result<()> {
+    store::delete_chat_evidence(tx, id, n)
+}
+
 fn parse_item(text: &str) -> Result<EvidenceItem> {
     serde_json::from_str(text).map_err(|e| Error::Internal(format!("bad evidence item: {e}")))
 }

@@ -17,6 +17,9 @@ pub struct Fitted {
     pub items_left_out: usize,
     /// Whether a text inside had to be shortened too.
     pub text_shortened: bool,
+    /// The value `text` writes; `None` when even the skeleton was over the limit and the text
+    /// was cut by characters (no longer JSON).
+    pub value: Option<Value>,
 }
 
 impl Fitted {
@@ -50,6 +53,7 @@ pub fn fit_json(mut value: Value, max_chars: usize, write: impl Fn(&Value) -> St
                 text,
                 items_left_out,
                 text_shortened,
+                value: Some(value),
             };
         }
         let excess = chars - max_chars;
@@ -63,6 +67,7 @@ pub fn fit_json(mut value: Value, max_chars: usize, write: impl Fn(&Value) -> St
                 text: text.chars().take(max_chars).collect(),
                 items_left_out,
                 text_shortened: true,
+                value: None,
             };
         }
     }

@@ -288,6 +288,19 @@ pub(crate) fn next_chat_evidence_number(
     )?)
 }
 
+/// Deletes evidence item `n` of a conversation's ledger, in the caller's transaction.
+pub(crate) fn delete_chat_evidence(
+    tx: &Transaction<'_>,
+    conversation_id: &str,
+    n: i64,
+) -> Result<()> {
+    tx.execute(
+        "DELETE FROM chat_evidence WHERE conversation_id = ?1 AND n = ?2",
+        params![conversation_id, n],
+    )?;
+    Ok(())
+}
+
 /// Inserts an evidence item (`item` as JSON text) into a conversation's ledger, in the
 /// caller's transaction.
 pub(crate) fn insert_chat_evidence(

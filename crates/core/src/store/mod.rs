@@ -34,8 +34,8 @@ pub(crate) use audit::NewAuditRecord;
 pub use audit::{AuditFacets, AuditLogSize, AuditQuery, AuditRecord};
 pub use conversations::Conversation;
 pub(crate) use conversations::{
-    chat_evidence_for_chunk, insert_chat_evidence, mark_conversation_qualified,
-    next_chat_evidence_number,
+    chat_evidence_for_chunk, delete_chat_evidence, insert_chat_evidence,
+    mark_conversation_qualified, next_chat_evidence_number,
 };
 pub use documents::{ReasonCount, Stats};
 pub(crate) use keys::{ApiKeyRow, NewApiKeyRow};

@@ -29,14 +29,26 @@ pub(super) struct Admission {
 }
 
 impl Turn<'_> {
-    /// Admits a result in one transaction, undone when the gates veto the whole text.
-    pub(super) fn admit(&mut self, raw: &RawResult, filter: GateDecision) -> Result<Admission> {
+    /// Admits a result in one transaction, undone when the gates veto the whole text. When
+    /// `reader_sees_text` (a model or an outside agent reads the result itself), a passage the
+    /// fitted text leaves out is not admitted: nobody saw it, so nothing may cite it. The
+    /// orchestrator's own search keeps every passage, as its sentence selection reads them all.
+    pub(super) fn admit(
+        &mut self,
+        raw: &RawResult,
+        filter: GateDecision,
+        reader_sees_text: bool,
+    ) -> Result<Admission> {
         let store = self.ctx.store;
         let tx = store.write()?;
         let admitted_before = self.admitted.len();
         let mut decisions = vec![filter];
         let mut items = self.admit_entries(&tx, &raw.ledger.entries, &mut decisions)?;
-        let text = self.fitted_model_text(raw, &items, &mut decisions);
+        let (text, fitted) = self.fitted_model_text(raw, &items, &mut decisions);
+        if reader_sees_text {
+            let shown = still_shown(raw, fitted.as_ref(), &text, &items);
+            self.withdraw_unshown(&tx, &mut items, &shown, admitted_before)?;
+        }
         let gated = self.gates.before_tool_result(&text);
         decisions.extend(gated.decisions.iter().cloned());
         if gated.vetoed {
@@ -57,6 +69,35 @@ impl Turn<'_> {
             vetoed: gated.vetoed,
             decisions,
         })
+    }
+
+    /// Takes the passages `shown` marks false out of `items`, and out of the ledger where this
+    /// result admitted them (one shown before stays: the reader saw it then).
+    fn withdraw_unshown(
+        &mut self,
+        tx: &Tx<'_>,
+        items: &mut Vec<EvidenceItem>,
+        shown: &[bool],
+        admitted_before: usize,
+    ) -> Result<()> {
+        let (kept, left_out): (Vec<_>, Vec<_>) = std::mem::take(items)
+            .into_iter()
+            .zip(shown)
+            .partition(|(_, shown)| **shown);
+        *items = kept.into_iter().map(|(item, _)| item).collect();
+        for (item, _) in left_out {
+            if items.iter().any(|i| i.n == item.n) {
+                continue;
+            }
+            let new = self.admitted[admitted_before..]
+                .iter()
+                .position(|a| a.n == item.n);
+            if let Some(at) = new {
+                conversation::withdraw(tx, &self.conversation.id, item.n)?;
+                self.admitted.remove(admitted_before + at);
+            }
+        }
+        Ok(())
     }
 
     /// Each passage through the gates and into the ledger (once per chunk); a vetoed passage
@@ -87,14 +128,15 @@ impl Turn<'_> {
     /// What the model sees of a result, within the mode's evidence budget and the output
     /// length gate's limit: whole passages of the lowest rank are left out, so the result is
     /// still the JSON the caller parses (a veto gate still sees it whole, and decides).
+    /// Returns the text and the value it writes (`None` when it is not JSON).
     fn fitted_model_text(
         &self,
         raw: &RawResult,
         items: &[EvidenceItem],
         decisions: &mut Vec<GateDecision>,
-    ) -> String {
+    ) -> (String, Option<Value>) {
         if raw.is_error {
-            return raw.error_text.clone();
+            return (raw.error_text.clone(), None);
         }
         let budget_chars = self.mode.budget.evidence_tokens * 4;
         let gate_chars = self.gates.truncates_at().unwrap_or(usize::MAX);
@@ -117,7 +159,7 @@ impl Turn<'_> {
                 ),
             ));
         }
-        fitted.text
+        (fitted.text, fitted.value)
     }
 
     /// The `tool.result` event.
@@ -145,6 +187,62 @@ impl Turn<'_> {
                 "error": if admission.is_error { Some(admission.text.clone()) } else { None },
             }),
         )
+    }
+}
+
+/// Which of `items` the fitted result still shows. A list result keeps its first passages (the
+/// fit drops from the end); an action tool's output shows those whose reference is still in it;
+/// text that is no longer JSON shows a passage only if it holds it whole.
+fn still_shown(
+    raw: &RawResult,
+    fitted: Option<&Value>,
+    text: &str,
+    items: &[EvidenceItem],
+) -> Vec<bool> {
+    let Some(value) = fitted else {
+        return items
+            .iter()
+            .map(|i| text.contains(Value::String(i.text.clone()).to_string().trim_matches('"')))
+            .collect();
+    };
+    let first = |list: &str| {
+        let kept = value[list].as_array().map_or(0, Vec::len);
+        (0..items.len()).map(|i| i < kept).collect()
+    };
+    match &raw.shape {
+        Shape::Evidence => first("evidence"),
+        Shape::KnowledgeSearch(_) => first("results"),
+        Shape::Output { .. } => {
+            let mut refs = Vec::new();
+            references_in(value, &mut refs);
+            items
+                .iter()
+                .map(|item| {
+                    raw.ledger.entries.iter().any(|e| {
+                        e.chunk_id == item.chunk_id && refs.contains(&e.evidence_ref.as_str())
+                    })
+                })
+                .collect()
+        }
+    }
+}
+
+/// Every `evidence_ref` and `evidence_refs` entry under `value`.
+fn references_in<'v>(value: &'v Value, refs: &mut Vec<&'v str>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("evidence_ref", Value::String(r)) => refs.push(r),
+                    ("evidence_refs", Value::Array(list)) => {
+                        refs.extend(list.iter().filter_map(Value::as_str))
+                    }
+                    _ => references_in(v, refs),
+                }
+            }
+        }
+        Value::Array(list) => list.iter().for_each(|v| references_in(v, refs)),
+        _ => {}
     }
 }
 
@@ -266,5 +364,94 @@ fn rewrite_around_refs(value: &mut Value, entries: &[LedgerEntry], items: &[Evid
             .iter_mut()
             .for_each(|v| rewrite_around_refs(v, entries, items)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::ids::{ChunkId, DocumentId, RevisionId};
+    use crate::store::ChunkLocation;
+
+    fn entry(chunk: i64, reference: &str) -> LedgerEntry {
+        LedgerEntry {
+            evidence_ref: reference.into(),
+            source_ref: format!("s{chunk}"),
+            chunk_id: ChunkId(chunk),
+            document_id: DocumentId(1),
+            revision_id: RevisionId(1),
+            ordinal: chunk,
+            path: PathBuf::from("/docs/a.md"),
+            title: None,
+            collection: "notes".into(),
+            heading_path: String::new(),
+            location: ChunkLocation::default(),
+            text: format!("passage {chunk}"),
+            score: None,
+            admitted_by: "fetch_document_chunks".into(),
+        }
+    }
+
+    fn item(n: i64, entry: &LedgerEntry) -> EvidenceItem {
+        EvidenceItem {
+            n,
+            chunk_id: entry.chunk_id,
+            document_id: entry.document_id,
+            revision_id: entry.revision_id,
+            path: entry.path.clone(),
+            title: None,
+            collection: entry.collection.clone(),
+            heading_path: String::new(),
+            location: ChunkLocation::default(),
+            text: entry.text.clone(),
+            admitted_by: entry.admitted_by.clone(),
+            turn: 1,
+            evidence_ref: entry.evidence_ref.clone(),
+            source_ref: entry.source_ref.clone(),
+        }
+    }
+
+    #[test]
+    fn an_action_output_shows_the_passages_whose_references_it_still_holds() {
+        let entries = vec![entry(1, "r1"), entry(2, "r2"), entry(3, "r3")];
+        let items: Vec<EvidenceItem> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| item(i as i64 + 1, e))
+            .collect();
+        let mut raw = RawResult {
+            shape: Shape::Output {
+                output: Value::Null,
+                withheld: Vec::new(),
+            },
+            ..RawResult::default()
+        };
+        raw.ledger.entries = entries;
+        // The fit dropped the page's last chunk; the second is named in a list of references.
+        let fitted = json!({"chunks": [{"evidence_ref": "r1", "text": "passage 1"}], "see": {"evidence_refs": ["r2"]}});
+        assert_eq!(
+            still_shown(&raw, Some(&fitted), "", &items),
+            vec![true, true, false]
+        );
+    }
+
+    #[test]
+    fn a_list_result_shows_its_first_passages_and_text_cut_short_only_what_it_holds_whole() {
+        let entries = vec![entry(1, "r1"), entry(2, "r2")];
+        let items: Vec<EvidenceItem> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| item(i as i64 + 1, e))
+            .collect();
+        let raw = RawResult::default();
+        let fitted = json!({"evidence": [{"cite": "[1]"}], "left_out": "1 item(s)"});
+        assert_eq!(
+            still_shown(&raw, Some(&fitted), "", &items),
+            vec![true, false]
+        );
+        let cut = r#"{"evidence":[{"content":"passage 1"},{"content":"pass"#;
+        assert_eq!(still_shown(&raw, None, cut, &items), vec![true, false]);
     }
 }

@@ -14,6 +14,10 @@ use crate::pipeline::{ResolvedPipeline, RunOptions};
 use crate::tools::ToolDefinition;
 use crate::Result;
 
+/// Who calls a tool when the orchestrator gathers the evidence itself: its sentence selection,
+/// not the fitted text, is what the model reads.
+const ORCHESTRATOR: &str = "orchestrator";
+
 /// What a tool returned, after admission and the gates.
 pub(super) struct ToolOutcome {
     /// What the model sees.
@@ -73,7 +77,7 @@ impl Turn<'_> {
             (None, Some(ks)) => ks.tool_name.clone(),
             (None, None) => return Ok(()),
         };
-        let outcome = self.call_tool(&name, &args, "orchestrator", on_event)?;
+        let outcome = self.call_tool(&name, &args, ORCHESTRATOR, on_event)?;
         // A failed search must not read as "nothing found".
         if outcome.is_error {
             self.notice(
@@ -111,7 +115,7 @@ impl Turn<'_> {
         } else {
             self.invoke(name, arguments)?
         };
-        let admission = self.admit(&raw, filter)?;
+        let admission = self.admit(&raw, filter, by != ORCHESTRATOR)?;
         self.record_result(name, by, started, &raw, &admission)?;
         on_event(TurnEvent::ToolResult {
             tool: name,
