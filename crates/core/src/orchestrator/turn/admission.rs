@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_list_result_shows_its_first_passages_and_text_cut_short_only_what_it_holds_whole() {
-        let entries = vec![entry(1, "r1"), entry(2, "r2")];
+        let entries = [entry(1, "r1"), entry(2, "r2")];
         let items: Vec<EvidenceItem> = entries
             .iter()
             .enumerate()
