@@ -778,7 +778,7 @@ describe('Quarry desktop', () => {
     assert.match(await (await llm.$(tid('model-sha256'))).getText(), /^[0-9a-f]{64}$/);
     assert.match(await (await browser.$(tid('models-runtime'))).getAttribute('data-ok'), /true/);
     // Embedding runs on the CPU here: CI's runtime is the CPU build, with no CUDA provider.
-    assert.match(await (await browser.$(tid('models-embedding-device'))).getText(), /^Embedding models run on the CPU: the ONNX Runtime at `.+` has no CUDA execution provider/);
+    assert.match(await (await browser.$(tid('models-embedding-device'))).getText(), /^Embedding models run on CPU: the ONNX Runtime at `.+` has no CUDA execution provider/);
 
     // Measure times each installed chat model here; the row shows its speed, and the seeded
     // modes' `auto` model stays the default where nothing more accurate is installed.

@@ -755,6 +755,8 @@ export type DocumentStatus =
 export type EmbedPlacement = {
 	/**  The CUDA device number; `None`: the CPU. */
 	cuda_device: number | null,
+	/**  The device in words, as every view names it: `CPU` or `CUDA 0`. */
+	device: string,
 	/**  Why there, in words. */
 	why: string,
 };

@@ -1,6 +1,7 @@
 import { describe, expect, test } from 'vitest';
 import {
   codeSegments,
+  embeddingLine,
   fileName,
   fixCommands,
   formatBytes,
@@ -112,5 +113,39 @@ describe('paths, lists and messages', () => {
       { text: ')', marked: false },
     ]);
     expect(markTerms('text', ['x'])).toEqual([{ text: 'text', marked: false }]);
+  });
+});
+
+describe('the embedding lane', () => {
+  const progress = {
+    collection: 'book',
+    model: 'all-minilm-l6-v2-int8',
+    device: 'CPU' as string | null,
+    embedded: 1200,
+    total: 4000,
+    embedded_this_run: 1200,
+    chunks_per_sec: 42.5,
+    tokens_this_run: 90000,
+    model_tokens_this_run: 88000,
+    tokens_per_sec: 9264,
+    shared: 0,
+    lexical_only: 0,
+    eta_ms: 65_000,
+    done: false,
+  };
+
+  test('says how far, how fast, when done, and where the model runs', () => {
+    const line = embeddingLine(progress);
+    expect(line.startsWith('Embedding 1,200 / 4,000 chunks · 42.5 chunks/s · ')).toBe(true);
+    expect(line).toContain('ETA ');
+    expect(line.endsWith(' · all-minilm-l6-v2-int8 on CPU')).toBe(true);
+    expect(embeddingLine({ ...progress, device: 'CUDA 0' })).toContain('all-minilm-l6-v2-int8 on CUDA 0');
+  });
+
+  test('a served model names no device, and a finished lane says what was shared', () => {
+    const done = embeddingLine({ ...progress, device: null, done: true, embedded: 4000, shared: 300, lexical_only: 700 });
+    expect(done).toBe(
+      "Embeddings up to date · 4,000 / 4,000 chunks (300 share a near-duplicate's vector, 700 full text only) · all-minilm-l6-v2-int8",
+    );
   });
 });

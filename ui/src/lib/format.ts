@@ -1,5 +1,5 @@
 // Small, dependency-free formatting helpers for sizes, durations, rates and dates.
-import type { ChunkLocation } from './api';
+import type { ChunkLocation, EmbedProgress } from './api';
 
 const nf0 = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const nf1 = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
@@ -45,11 +45,32 @@ export function formatMicros(us: number): string {
   return `${(us / 1_000_000).toFixed(2)} s`;
 }
 
-/** A per-second rate: "5.1 files/s", "240 chunks/s". */
-/** A rate; `null` is how JSON carries a rate that is not a number yet (no time elapsed). */
+/** A per-second rate: "5.1 files/s", "240 chunks/s"; `null` is how JSON carries a rate that
+ * is not a number yet (no time elapsed). */
 export function formatRate(perSec: number | null, unit: string): string {
   if (perSec === null || !Number.isFinite(perSec) || perSec <= 0) return `0 ${unit}/s`;
   return `${perSec < 100 ? nf1.format(perSec) : nf0.format(perSec)} ${unit}/s`;
+}
+
+/** The embedding lane's line for a collection: how far, how fast, when done, and which
+ * model runs where ("all-minilm-l6-v2-int8 on CPU"; a served model has no device). */
+export function embeddingLine(e: EmbedProgress): string {
+  const model = e.device ? `${e.model} on ${e.device}` : e.model;
+  const kinds =
+    e.shared + e.lexical_only > 0
+      ? ` (${formatCount(e.shared)} share a near-duplicate's vector, ${formatCount(e.lexical_only)} full text only)`
+      : '';
+  if (e.done) {
+    return `Embeddings up to date · ${formatCount(e.embedded)} / ${formatCount(e.total)} chunks${kinds} · ${model}`;
+  }
+  const parts = [
+    `Embedding ${formatCount(e.embedded)} / ${formatCount(e.total)} chunks${kinds}`,
+    formatRate(e.chunks_per_sec, 'chunks'),
+    formatRate(e.tokens_per_sec, 'tokens'),
+  ];
+  if (e.eta_ms !== null) parts.push(`ETA ${formatDuration(e.eta_ms)}`);
+  parts.push(model);
+  return parts.join(' · ');
 }
 
 /** A score or similarity with a sensible number of digits. */

@@ -45,7 +45,7 @@ impl Request {
             "" | "auto" => Ok(Request::Auto),
             // As `environment::embed_device_is_cpu` reads it (the runtime's choice).
             "cpu" => Ok(Request::Cpu),
-            "cuda" | "gpu" => Ok(Request::Cuda(0)),
+            "cuda" => Ok(Request::Cuda(0)),
             other => other
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse::<i32>().ok())
@@ -67,6 +67,8 @@ impl Request {
 pub struct EmbedPlacement {
     /// The CUDA device number; `None`: the CPU.
     pub cuda_device: Option<i32>,
+    /// The device in words, as every view names it: `CPU` or `CUDA 0`.
+    pub device: String,
     /// Why there, in words.
     pub why: String,
 }
@@ -75,16 +77,22 @@ impl EmbedPlacement {
     fn cpu(why: impl Into<String>) -> EmbedPlacement {
         EmbedPlacement {
             cuda_device: None,
+            device: CPU.into(),
+            why: why.into(),
+        }
+    }
+
+    fn cuda(device: i32, why: impl Into<String>) -> EmbedPlacement {
+        EmbedPlacement {
+            cuda_device: Some(device),
+            device: format!("CUDA {device}"),
             why: why.into(),
         }
     }
 
     /// `CUDA 0` or `CPU`.
     pub fn label(&self) -> String {
-        match self.cuda_device {
-            Some(n) => format!("CUDA {n}"),
-            None => CPU.into(),
-        }
+        self.device.clone()
     }
 }
 
@@ -114,13 +122,13 @@ pub(crate) fn make_on_device<T>(
     match make(vec![provider], true) {
         Ok(session) => Ok((
             session,
-            EmbedPlacement {
-                cuda_device: Some(cuda),
-                why: match request {
+            EmbedPlacement::cuda(
+                cuda,
+                match request {
                     Request::Cuda(_) => format!("{EMBED_DEVICE}=cuda:{cuda}"),
                     _ => "ONNX Runtime's CUDA execution provider".into(),
                 },
-            },
+            ),
         )),
         Err(e) if request == Request::Auto => {
             let why = format!("the GPU could not be used: {e}");
@@ -178,11 +186,10 @@ pub fn expected(models: &crate::models::Models) -> Result<EmbedPlacement> {
     let runtime = models.runtime_library()?;
     super::runtime::environment(&runtime)?;
     Ok(match gpu_to_try(request, &runtime)? {
-        Ok(device) => EmbedPlacement {
-            cuda_device: Some(device),
-            why: "ONNX Runtime's CUDA execution provider (the CPU if the GPU cannot be used)"
-                .into(),
-        },
+        Ok(device) => EmbedPlacement::cuda(
+            device,
+            "ONNX Runtime's CUDA execution provider (the CPU if the GPU cannot be used)",
+        ),
         Err(cpu) => cpu,
     })
 }
@@ -237,7 +244,7 @@ mod tests {
         assert_eq!(Request::parse("cpu").unwrap(), Request::Cpu);
         assert_eq!(Request::parse("cuda").unwrap(), Request::Cuda(0));
         assert_eq!(Request::parse("CUDA:1").unwrap(), Request::Cuda(1));
-        for bad in ["vulkan0", "cuda:", "cuda:-1", "cuda:x"] {
+        for bad in ["vulkan0", "gpu", "cuda:", "cuda:-1", "cuda:x"] {
             let e = Request::parse(bad).unwrap_err().to_string();
             assert!(e.contains(EMBED_DEVICE), "{e}");
             assert!(e.contains("cuda:N"), "{e}");
@@ -247,10 +254,6 @@ mod tests {
     #[test]
     fn labels_say_the_device() {
         assert_eq!(EmbedPlacement::cpu("x").label(), "CPU");
-        let gpu = EmbedPlacement {
-            cuda_device: Some(1),
-            why: String::new(),
-        };
-        assert_eq!(gpu.label(), "CUDA 1");
+        assert_eq!(EmbedPlacement::cuda(1, "x").label(), "CUDA 1");
     }
 }
