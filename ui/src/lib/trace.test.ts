@@ -83,20 +83,6 @@ describe('a turn trace in words', () => {
     ]);
   });
 
-  test("the model's judgement of its answer shows each sentence's P(yes)", () => {
-    const d = {
-      doubt_below: 0.7,
-      doubted: true,
-      sentences: [{ sentence: 'Cargo.lock pins the toolchain.', cited: [8], answers: 0.41, states: 0.35 }],
-    };
-    expect(traceSummary('answer.judged', d)).toBe(
-      'the model doubts its answer: 1 sentence(s) judged against what they cite, one under 0.70 on both judgements',
-    );
-    expect(traceLines('answer.judged', d)).toEqual(['“Cargo.lock pins the toolchain.” [8]: answers the question 0.41, states it 0.35']);
-    const held = { doubt_below: 0.7, doubted: false, sentences: [{ sentence: 'It needs 4 bar.', cited: [1, 2], answers: 0.93, states: null }] };
-    expect(traceLines('answer.judged', held)).toEqual(['“It needs 4 bar.” [1][2]: answers the question 0.93']);
-  });
-
   test('the answer names its backend and basis; unknown events show their JSON', () => {
     expect(traceSummary('answer', { chars: 10, citations: [1], backend: 'embedded q', basis: 'found in 1 passage' })).toBe(
       '10 characters citing [1] (embedded q, found in 1 passage)',

@@ -57,12 +57,6 @@ export function traceSummary(kind: string, d: Detail): string {
       const cut = list(d.changes).filter((c) => c.kept).length;
       return `${d.sentences} sentence(s) checked: ${d.dropped} dropped, ${d.citations_moved} re-pointed${cut ? `, ${cut} cut short` : ''}`;
     }
-    case 'answer.judged': {
-      const n = count(d.sentences);
-      return d.doubted
-        ? `the model doubts its answer: ${n} sentence(s) judged against what they cite, one under ${score(d.doubt_below)} on both judgements`
-        : `the model judged ${n} sentence(s) against what they cite: held (under ${score(d.doubt_below)} on both would doubt one)`;
-    }
     case 'answer.refused':
       return `refused: ${d.reason}`;
     case 'answer.quoted':
@@ -94,12 +88,6 @@ export function traceLines(kind: string, d: Detail): string[] {
               : `re-pointed “${c.sentence}” [${c.cited}] → [${c.to}]: ${c.reason}`,
         ),
       ];
-    case 'answer.judged':
-      return list(d.sentences).map(
-        (j) =>
-          `“${j.sentence}” [${(j.cited as number[] | undefined)?.join('][') ?? ''}]: answers the question ${score(j.answers)}` +
-          (j.states === null || j.states === undefined ? '' : `, states it ${score(j.states)}`),
-      );
     default:
       return [];
   }

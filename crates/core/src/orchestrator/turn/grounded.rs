@@ -14,7 +14,7 @@ use super::grounding::{self, Checked};
 use super::selection::{self, ScoredSentence, Selection};
 use super::setup::Turn;
 use super::TurnEvent;
-use crate::llm::{ChatBackend, ChatMessage, ChatResponse, Constraint, CANCELLED};
+use crate::llm::{ChatBackend, ChatMessage, ChatResponse, Constraint};
 use crate::orchestrator::{extractive, NOTHING_FOUND, NOT_IN_EVIDENCE};
 use crate::Result;
 
@@ -60,15 +60,11 @@ impl Turn<'_> {
         // A draft the length limit cut before it cited anything rambled (a small model can
         // run on in digits or a list): it is not an answer.
         let rambled = response.finish_reason == "length" && !response.content.contains(']');
-        // A draft the user stopped keeps what was written, unjudged.
-        let stopped = response.finish_reason == CANCELLED;
         let draft = without_uncited_tail(response);
         let checked = self.checked_against(&draft, &selection, on_event)?;
         if !rambled && !crate::orchestrator::is_refusal(&checked.text) {
-            if !stopped {
-                if let Some(why) = self.judged_unsupported(backend, &checked, &selection)? {
-                    return self.refuse(&selection, &why, on_event);
-                }
+            if let Some(why) = self.judged_unsupported(backend, &checked, &selection)? {
+                return self.refuse(&selection, &why, on_event);
             }
             let quote = self.supporting_quote(&checked, &selection)?;
             return Ok(Written::Model {

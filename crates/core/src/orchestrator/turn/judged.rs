@@ -107,8 +107,7 @@ impl Turn<'_> {
             "answer.judged",
             json!({
                 "took_ms": started.elapsed().as_millis() as u64,
-                // As written in the catalogue (an f32 widened would read 0.699999988).
-                "doubt_below": (f64::from(floor) * 1000.0).round() / 1000.0,
+                "doubt_below": floor,
                 "sentences": judged,
                 "doubted": doubted.is_some(),
             }),
