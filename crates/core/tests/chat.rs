@@ -113,30 +113,6 @@ fn the_system_prompt_is_evaluated_once_and_reused_with_the_same_answers() {
 
 /// Every citation of a turn is an entry of its conversation's ledger, with the same passage.
 #[test]
-fn the_default_model_judges_a_claim_its_document_states_above_one_it_does_not() {
-    let models = Models::discover(std::path::Path::new("/nonexistent"));
-    let id = quarry_core::models::default_llm_model();
-    let config = EmbeddedConfig::installed(&models, id)
-        .unwrap_or_else(|e| panic!("the default chat model is needed (scripts/provision.sh): {e}"));
-    let model = EmbeddedBackend::shared(config).unwrap();
-    let system = "Judge whether the Document states the Claim. Note that the answer can only be \"yes\" or \"no\".";
-    let ask = |claim: &str| {
-        model
-            .judge_question(
-                system,
-                &format!("<Document>: The XR-200 pump needs an inlet pressure of 4 bar.\n<Claim>: {claim}\nDoes the Document state the Claim? Answer yes or no."),
-            )
-            .unwrap()
-    };
-    let stated = ask("The XR-200 pump needs an inlet pressure of 4 bar.");
-    let not_stated = ask("The XR-200 pump runs on diesel fuel.");
-    assert!((0.0..=1.0).contains(&stated) && (0.0..=1.0).contains(&not_stated));
-    assert!(stated > not_stated, "{stated} <= {not_stated}");
-    // Read from the logits, no sampling: the same question gets the same judgement.
-    assert_eq!(ask("The XR-200 pump runs on diesel fuel."), not_stated);
-}
-
-#[test]
 fn a_newer_request_to_judge_relevance_cuts_the_one_before_short() {
     let models = Models::discover(std::path::Path::new("/nonexistent"));
     let config = EmbeddedConfig::installed(&models, SMALL_MODEL).unwrap();

@@ -61,9 +61,6 @@ pub struct EmbeddedConfig {
     pub threads: Option<usize>,
     /// Context window in tokens (capped at what the model was trained with).
     pub context_tokens: u32,
-    /// Where its judgement of its own answers was calibrated, the P("yes") under which it
-    /// doubts one (the catalogue's `judge_floor`); `None`: it does not judge them.
-    pub judge_floor: Option<f32>,
 }
 
 impl EmbeddedConfig {
@@ -77,7 +74,6 @@ impl EmbeddedConfig {
                 .unwrap_or_else(|| "model".into()),
             threads: None,
             context_tokens: DEFAULT_CONTEXT_TOKENS,
-            judge_floor: None,
         }
     }
 
@@ -105,11 +101,6 @@ impl EmbeddedConfig {
         model.verify()?;
         Ok(EmbeddedConfig {
             model_path: model.file(MODEL_FILE),
-            judge_floor: crate::models::manifest()
-                .models
-                .iter()
-                .find(|m| m.id == model.id)
-                .and_then(|m| m.judge_floor),
             model_id: model.id.clone(),
             threads: None,
             context_tokens: DEFAULT_CONTEXT_TOKENS,
@@ -598,14 +589,6 @@ impl ChatBackend for EmbeddedBackend {
             notices: Vec::new(),
             threads: Some(threads),
         })
-    }
-
-    fn judge_floor(&self) -> Option<f32> {
-        self.config.judge_floor
-    }
-
-    fn judge_yes(&self, system: &str, user: &str) -> Result<Option<f32>> {
-        self.judge_question(system, user).map(Some)
     }
 }
 

@@ -261,19 +261,6 @@ pub trait ChatBackend: Send + Sync {
         request: &ChatRequest,
         on_event: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<ChatResponse>;
-
-    /// The P("yes") under which the model's judgement of its own grounded answer doubts it,
-    /// where that was calibrated for this model; `None`: its answers are not judged.
-    fn judge_floor(&self) -> Option<f32> {
-        None
-    }
-
-    /// P("yes") the model gives to a yes-or-no question (`system`, then `user`), read from its
-    /// next-token logits; `None` where the backend cannot say (a server streams text, not
-    /// logits).
-    fn judge_yes(&self, _system: &str, _user: &str) -> Result<Option<f32>> {
-        Ok(None)
-    }
 }
 
 /// Joins streamed tool-call fragments by their `index` (the OpenAI streaming rule: the first

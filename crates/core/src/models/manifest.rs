@@ -106,11 +106,6 @@ pub struct ModelSpec {
     /// model choice ranks installed models by (`llm::speed`).
     #[serde(default)]
     pub answers: Option<f64>,
-    /// Chat models: the P("yes") under which the model's judgement of its own grounded answer
-    /// (do the sentences it cites answer the question with it, and state it?) doubts it,
-    /// calibrated on `tests/data/grounded-qa`; absent: the model does not judge its answers.
-    #[serde(default)]
-    pub judge_floor: Option<f32>,
 }
 
 /// A file joined from parts, each pinned on its own by its package, the whole pinned again.

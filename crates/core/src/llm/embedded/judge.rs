@@ -1,7 +1,7 @@
-//! Yes-or-no judgements by the chat model, read from its next-token logits after one prompt
-//! evaluation (no text is generated): for each passage, the probability that it answers "yes"
-//! to "does this passage answer the query?" (the prompt's head, instructions and query, is
-//! evaluated once; each passage then costs only its own tokens), or to any one question.
+//! Relevance judged by the chat model: for each passage, the probability that the model
+//! answers "yes" to "does this passage answer the query?", read from its next-token logits
+//! after one prompt evaluation (no text is generated). The prompt's head (instructions and
+//! query) is evaluated once; each passage then costs only its own tokens.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -98,43 +98,6 @@ impl EmbeddedBackend {
                 .map_err(|e| self.failed(e.to_string()))?;
         }
         Ok(judgement)
-    }
-
-    /// P("yes") to one yes-or-no question: `system`, then `user`, all of whose text (documents'
-    /// words among it) is read as plain text.
-    pub fn judge_question(&self, system: &str, user: &str) -> Result<f32> {
-        let _busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        let backend = llama_backend()?;
-        let chat = [
-            ("system", system.to_string()),
-            ("user", PASSAGE_SLOT.into()),
-        ]
-        .into_iter()
-        .map(|(role, content)| {
-            LlamaChatMessage::new(role.into(), content)
-                .map_err(|e| self.failed(format!("a message cannot be passed on: {e}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-        let rendered = self.render(&chat, true)?;
-        let (head, tail) = rendered
-            .split_once(PASSAGE_SLOT)
-            .ok_or_else(|| self.failed("the chat template dropped the question"))?;
-        let mut tokens = self.tokenize(head);
-        tokens.extend(self.tokenize_plain(user));
-        tokens.extend(self.tokenize(tail));
-        let (yes, no) = (
-            self.answer_tokens(&["yes", "Yes"]),
-            self.answer_tokens(&["no", "No"]),
-        );
-        if yes.is_empty() || no.is_empty() {
-            return Err(self.failed("its vocabulary has no single token for yes and no"));
-        }
-        let threads = thread_use(self.config.threads, self.threads);
-        let mut ctx = self.new_context(backend, (tokens.len() as u32 + 8).max(256), threads)?;
-        let mut batch = LlamaBatch::new(BATCH_TOKENS, 1);
-        self.evaluate_prompt(&mut ctx, &mut batch, &tokens, 0)?;
-        let logits = ctx.get_logits_ith(batch.n_tokens() - 1);
-        Ok(yes_probability(logits, &yes, &no))
     }
 
     /// The judging prompt in the model's template, as the tokens before the passage and the

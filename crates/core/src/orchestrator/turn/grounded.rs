@@ -1,8 +1,7 @@
 //! The grounded answer, as a short driver over its stages: select the sentences that answer
 //! (`selection`), refuse when the evidence does not support an answer, let the model write from
-//! the selected sentences under a citation grammar, check what it wrote (`grounding`), let the
-//! model judge whether what it cites holds the answer (`judged`), and quote the best sentence
-//! when the evidence answers but nothing the model wrote survives.
+//! the selected sentences under a citation grammar, check what it wrote (`grounding`), and
+//! quote the best sentence when the evidence answers but nothing the model wrote survives.
 //! Every stage leaves a trace event, so a wrong answer shows whether the retrieval, the
 //! selection, the model or the check was wrong.
 
@@ -63,9 +62,6 @@ impl Turn<'_> {
         let draft = without_uncited_tail(response);
         let checked = self.checked_against(&draft, &selection, on_event)?;
         if !rambled && !crate::orchestrator::is_refusal(&checked.text) {
-            if let Some(why) = self.judged_unsupported(backend, &checked, &selection)? {
-                return self.refuse(&selection, &why, on_event);
-            }
             let quote = self.supporting_quote(&checked, &selection)?;
             return Ok(Written::Model {
                 text: checked.text,

@@ -11,8 +11,7 @@
 //! - `admission`: a tool's result through the gates into the ledger, and what the model sees;
 //! - `generation`: the model-led and extractive answers, and the fallback between them;
 //! - `grounded`: the grounded answer, a driver over `selection` (the sentences a model reads,
-//!   and whether the evidence answers at all), the draft, `grounding` (the answer check) and
-//!   `judged` (the model's judgement of what its answer cites);
+//!   and whether the evidence answers at all), the draft, and `grounding` (the answer check);
 //! - `citations`: citations resolved against the ledger;
 //! - `agent`: turns for an outside agent (an MCP client), which picks the tools itself.
 
@@ -25,7 +24,6 @@ mod dispatch;
 mod generation;
 mod grounded;
 mod grounding;
-mod judged;
 mod selection;
 mod setup;
 #[cfg(test)]

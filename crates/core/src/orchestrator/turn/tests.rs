@@ -79,8 +79,6 @@ struct ScriptedBackend {
     requests: Mutex<Vec<ChatRequest>>,
     /// `stop`, or `length` for a draft the length limit cut.
     finish_reason: &'static str,
-    /// The P("yes") each judgement gets, in order; none: the backend cannot judge.
-    judgements: Mutex<Vec<f32>>,
 }
 
 impl ScriptedBackend {
@@ -90,15 +88,7 @@ impl ScriptedBackend {
             answer: answer.into(),
             requests: Mutex::new(Vec::new()),
             finish_reason,
-            judgements: Mutex::new(Vec::new()),
         })
-    }
-
-    /// The same, judging its own answers with `judgements` in turn.
-    fn judging(answer: &str, judgements: &[f32]) -> Arc<ScriptedBackend> {
-        let backend = ScriptedBackend::answering(answer, "stop");
-        *backend.judgements.lock().unwrap() = judgements.iter().rev().copied().collect();
-        backend
     }
 }
 
@@ -126,16 +116,6 @@ impl ChatBackend for ScriptedBackend {
             finish_reason: self.finish_reason.into(),
             ..ChatResponse::default()
         })
-    }
-
-    fn judge_floor(&self) -> Option<f32> {
-        let judges = !self.judgements.lock().unwrap().is_empty();
-        judges.then_some(0.7)
-    }
-
-    fn judge_yes(&self, _system: &str, user: &str) -> Result<Option<f32>> {
-        assert!(user.starts_with("<Document>: "), "{user}");
-        Ok(self.judgements.lock().unwrap().pop())
     }
 }
 
@@ -565,45 +545,4 @@ fn a_draft_that_only_restates_a_question_asking_for_a_name_quotes_the_sentence_n
     let open = |_: &BackendConfig| Ok(Some(inventing.clone()));
     let result = run(&ctx, &NoPipelines, question, &options, &open, &mut |_| {}).unwrap();
     assert_refused(&result);
-}
-
-#[test]
-fn an_answer_the_model_judges_its_citations_do_not_hold_is_refused_and_the_trace_says_why() {
-    let stub = Stub::new();
-    let ctx = stub.ctx();
-    let answer = "Ferns reproduce by seeds [1].";
-    // Both judgements doubt it: refused, with what was judged.
-    let doubting: Arc<dyn ChatBackend> = ScriptedBackend::judging(answer, &[0.2, 0.3]);
-    let open = |_: &BackendConfig| Ok(Some(doubting.clone()));
-    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
-    assert_refused(&result);
-    let judged = traced(&result, "answer.judged");
-    assert_eq!(judged["doubted"], true);
-    assert_eq!(
-        judged["sentences"][0]["sentence"],
-        "Ferns reproduce by seeds"
-    );
-    assert_eq!(judged["sentences"][0]["cited"], serde_json::json!([1]));
-    let refused = traced(&result, "answer.refused");
-    assert!(
-        refused["reason"]
-            .as_str()
-            .unwrap()
-            .contains("neither answer the question with"),
-        "{refused}"
-    );
-
-    // One judgement in doubt and the other not: the answer stands.
-    let unsure: Arc<dyn ChatBackend> = ScriptedBackend::judging(answer, &[0.5, 0.9]);
-    let open = |_: &BackendConfig| Ok(Some(unsure.clone()));
-    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
-    assert_eq!(result.answer, answer);
-    assert_eq!(traced(&result, "answer.judged")["doubted"], false);
-
-    // A backend that cannot judge leaves the answer to the check alone.
-    let silent: Arc<dyn ChatBackend> = ScriptedBackend::answering(answer, "stop");
-    let open = |_: &BackendConfig| Ok(Some(silent.clone()));
-    let result = ask_about_ferns(&ctx, &open, &mut |_| {});
-    assert_eq!(result.answer, answer);
-    assert!(result.trace.iter().all(|e| e.kind != "answer.judged"));
 }
