@@ -753,9 +753,7 @@ export type DocumentStatus =
 
 /**  Where a model's sessions run, and why there. */
 export type EmbedPlacement = {
-	/**  The CUDA device number; `None`: the CPU. */
-	cuda_device: number | null,
-	/**  The device in words, as every view names it: `CPU` or `CUDA 0`. */
+	/**  The device, as every view names it: `CPU` or `CUDA 0`. */
 	device: string,
 	/**  Why there, in words. */
 	why: string,

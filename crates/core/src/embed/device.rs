@@ -65,9 +65,7 @@ impl Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EmbedPlacement {
-    /// The CUDA device number; `None`: the CPU.
-    pub cuda_device: Option<i32>,
-    /// The device in words, as every view names it: `CPU` or `CUDA 0`.
+    /// The device, as every view names it: `CPU` or `CUDA 0`.
     pub device: String,
     /// Why there, in words.
     pub why: String,
@@ -76,7 +74,6 @@ pub struct EmbedPlacement {
 impl EmbedPlacement {
     fn cpu(why: impl Into<String>) -> EmbedPlacement {
         EmbedPlacement {
-            cuda_device: None,
             device: CPU.into(),
             why: why.into(),
         }
@@ -84,7 +81,6 @@ impl EmbedPlacement {
 
     fn cuda(device: i32, why: impl Into<String>) -> EmbedPlacement {
         EmbedPlacement {
-            cuda_device: Some(device),
             device: format!("CUDA {device}"),
             why: why.into(),
         }

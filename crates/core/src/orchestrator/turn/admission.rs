@@ -202,7 +202,11 @@ fn still_shown(
     let Some(value) = fitted else {
         return items
             .iter()
-            .map(|i| text.contains(Value::String(i.text.clone()).to_string().trim_matches('"')))
+            .map(|i| {
+                // The passage as the JSON text writes it, without its quotes.
+                let written = Value::String(i.text.clone()).to_string();
+                text.contains(&written[1..written.len() - 1])
+            })
             .collect();
     };
     let first = |list: &str| {
